@@ -1,0 +1,5 @@
+import sys
+
+from structspec.cli import main
+
+sys.exit(main())

@@ -1,0 +1,159 @@
+"""The ``structspec`` command.
+
+``structspec generate --schema FILE_OR_JSON --prompt TEXT`` prints the generated JSON alone
+on stdout and a one-line summary on stderr. Bad input (an invalid schema, an unknown model,
+a bad argument) prints one line ``structspec: error: ...`` and exits with status 2; a
+generation that could not complete exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from structspec.errors import GenerationError, StructSpecError
+
+EXIT_BAD_INPUT = 2
+EXIT_GENERATION_FAILED = 1
+
+
+class _UsageError(Exception):
+    """A command-line argument that cannot be used (exit status 2)."""
+
+
+def _read_schema(value: str) -> Any:
+    """A schema from inline JSON or from a file path."""
+    text = value.strip()
+    if text[:1] in "{[" or text in ("true", "false"):
+        source = "--schema"
+    else:
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise _UsageError(f"--schema: no such file {value!r} (pass a file or inline JSON)")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise _UsageError(f"--schema: cannot read {value!r}: {exc}") from exc
+        source = str(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _UsageError(
+            f"{source} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from exc
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="structspec",
+        description="Structured output from language models, valid by construction.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    gen = sub.add_parser(
+        "generate",
+        help="generate one output that matches a JSON Schema (or a regex)",
+        description="Generate one output under a JSON Schema or a regex. The output goes to "
+        "stdout alone; a one-line summary goes to stderr.",
+    )
+    what = gen.add_mutually_exclusive_group(required=True)
+    what.add_argument("--schema", metavar="FILE_OR_JSON", help="JSON Schema: a file or inline JSON")
+    what.add_argument("--regex", metavar="PATTERN", help="a regex the whole output must match")
+    gen.add_argument("--prompt", required=True, help="the request (use - to read stdin)")
+    gen.add_argument("--model", default=None,
+                     help="HF model id, local directory or .gguf file (default: embedded "
+                     "SmolLM2-135M-Instruct)")
+    gen.add_argument("--max-new-tokens", type=int, default=512, metavar="N",
+                     help="token budget of the output (default: 512)")
+    gen.add_argument("--temperature", type=float, default=0.0, metavar="T",
+                     help="0 = greedy (default); > 0 samples")
+    gen.add_argument("--top-k", type=int, default=None, metavar="K", help="sampling: top-k")
+    gen.add_argument("--top-p", type=float, default=None, metavar="P", help="sampling: top-p")
+    gen.add_argument("--seed", type=int, default=None, metavar="S", help="sampling seed")
+    gen.add_argument("--whitespace", choices=["compact", "flexible"], default="compact",
+                     help="JSON whitespace policy (default: compact)")
+    gen.add_argument("--lenient", action="store_true",
+                     help="accept keywords that cannot be enforced exactly; validate afterwards")
+    gen.add_argument("--raw-prompt", action="store_true",
+                     help="do not apply the chat template nor show the schema to the model")
+    gen.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    gen.add_argument("--stats", action="store_true", help="print full stats as JSON on stderr")
+    return parser
+
+
+def _generate(args: argparse.Namespace) -> int:
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if not prompt.strip():
+        raise _UsageError("--prompt must not be empty")
+    if args.max_new_tokens < 1:
+        raise _UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.temperature < 0:
+        raise _UsageError(f"--temperature must be >= 0, got {args.temperature}")
+    schema = _read_schema(args.schema) if args.schema is not None else None
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _quiet_transformers()
+    from structspec.api import Generator
+
+    generator = Generator(args.model, device=args.device)
+    result = generator.run(
+        prompt,
+        schema=schema,
+        regex=args.regex,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        chat=False if args.raw_prompt else None,
+        schema_in_prompt=not args.raw_prompt,
+        whitespace=args.whitespace,
+        lenient=args.lenient,
+    )
+    print(result.text)
+    s = result.stats
+    print(
+        f"structspec: {s.new_tokens} tokens in {s.seconds:.2f} s "
+        f"({s.tokens_per_second:.1f} tokens/s), {s.forward_passes} forward passes, "
+        f"prompt {s.prompt_tokens} tokens, model {generator.loaded.name}",
+        file=sys.stderr,
+    )
+    if args.stats:
+        print(json.dumps({"attempts": result.attempts, **s.as_dict()}), file=sys.stderr)
+    return 0
+
+
+def _quiet_transformers() -> None:
+    """Keep library progress bars and warnings off the terminal: stdout is the output."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover - cosmetic only
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)  # argparse exits with 2 on its own usage errors
+    try:
+        return _generate(args)
+    except (_UsageError, ValueError, StructSpecError) as exc:
+        if isinstance(exc, GenerationError):
+            print(f"structspec: generation failed: {exc}", file=sys.stderr)
+            return EXIT_GENERATION_FAILED
+        message = " ".join(str(exc).split())
+        print(f"structspec: error: {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""The decode loop: a model, a KV cache and a constraint, one token per forward pass.
+
+This is plain constrained decoding (greedy or sampling); speculative decoding builds on the
+same pieces. The loop stops when the model emits EOS in an accepting state, or when the
+constraint admits nothing but the end (no forward pass is spent asking for an EOS that is
+certain). Running out of ``max_new_tokens`` before the output is complete raises
+:class:`~structspec.errors.GenerationError` with the partial text.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from structspec.automata.base import Constraint, State
+from structspec.errors import GenerationError
+from structspec.masks import apply_mask, mask_to_bool
+from structspec.sampling import SamplingParams, choose, make_generator
+from structspec.vocab import Vocabulary
+
+
+@dataclass
+class DecodeStats:
+    """What one generation cost.
+
+    Attributes:
+        prompt_tokens: tokens of the prompt (prefilled in one pass).
+        new_tokens: tokens generated (EOS excluded).
+        forward_passes: model forward calls, the prefill included.
+        seconds: wall time of the whole decode.
+        prefill_seconds: wall time of the prefill pass.
+        mask_seconds: time spent computing and applying masks.
+    """
+
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    forward_passes: int = 0
+    seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    mask_seconds: float = 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """New tokens per second of decoding after the prefill."""
+        decode = self.seconds - self.prefill_seconds
+        return self.new_tokens / decode if decode > 0 else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        """The stats as a plain dict (for JSON output)."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "new_tokens": self.new_tokens,
+            "forward_passes": self.forward_passes,
+            "seconds": round(self.seconds, 4),
+            "prefill_seconds": round(self.prefill_seconds, 4),
+            "mask_seconds": round(self.mask_seconds, 4),
+            "tokens_per_second": round(self.tokens_per_second, 2),
+        }
+
+
+@dataclass
+class DecodeOutput:
+    """Generated token ids (EOS excluded), whether the output is complete, and stats."""
+
+    token_ids: list[int]
+    complete: bool
+    stats: DecodeStats = field(default_factory=DecodeStats)
+
+
+class _FreeText:
+    """The constraint of unconstrained generation: any text token, EOS at any point."""
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        from structspec.automata.base import TokenMask
+
+        self._vocab = vocab
+        self._mask = TokenMask.from_ids(
+            [i for i, t in enumerate(vocab.tokens) if t] + sorted(vocab.eos_token_ids), len(vocab)
+        )
+        self.initial = 0
+        self.vocab_size = len(vocab)
+
+    def advance(self, state: State, token: int) -> State | None:
+        return 0 if token in self._mask else None
+
+    def allowed(self, state: State):  # noqa: ANN201 - TokenMask
+        return self._mask
+
+    def is_accepting(self, state: State) -> bool:
+        return True
+
+    def forced(self, state: State) -> bytes:
+        return b""
+
+
+def free_text(vocab: Vocabulary) -> Constraint:
+    """A constraint that allows any text (special tokens except EOS stay out)."""
+    return _FreeText(vocab)
+
+
+@torch.inference_mode()
+def decode(
+    model: Any,
+    vocab: Vocabulary,
+    prompt_ids: list[int],
+    constraint: Constraint,
+    *,
+    max_new_tokens: int,
+    sampling: SamplingParams,
+) -> DecodeOutput:
+    """Generate under ``constraint`` with a KV cache, one token per forward pass.
+
+    Args:
+        model: a ``transformers`` causal LM.
+        vocab: the vocabulary the constraint was compiled for.
+        prompt_ids: the prompt, already templated and tokenized (non-empty).
+        constraint: the compiled constraint.
+        max_new_tokens: at most this many tokens are generated.
+        sampling: greedy or sampling parameters.
+
+    Returns:
+        The generated ids; ``complete`` is True (an incomplete output raises).
+
+    Raises:
+        GenerationError: ``max_new_tokens`` was reached before the output was complete, or
+            the constraint reached a state with no legal token.
+    """
+    from transformers import DynamicCache
+
+    if not prompt_ids:
+        raise ValueError("prompt_ids must not be empty")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    device = model.device
+    stats = DecodeStats(prompt_tokens=len(prompt_ids))
+    generator = make_generator(sampling, device)
+    eos = vocab.eos_token_ids
+    start = time.perf_counter()
+
+    cache = DynamicCache(config=model.config)
+    input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # [1, P]
+    logits = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1).logits
+    stats.forward_passes += 1
+    stats.prefill_seconds = time.perf_counter() - start
+
+    state: State = constraint.initial
+    out: list[int] = []
+    # Constraints memoize masks per state, so the same few mask objects recur: convert each
+    # to a bool tensor once (keyed by identity; the mask itself is kept alive alongside).
+    bool_masks: dict[int, tuple[Any, torch.Tensor]] = {}
+    complete = False
+    while True:
+        t0 = time.perf_counter()
+        mask = constraint.allowed(state)
+        n_allowed = mask.count()
+        eos_allowed = constraint.is_accepting(state)
+        if eos_allowed and n_allowed <= len(eos):  # nothing can follow: done, no pass needed
+            complete = True
+            stats.mask_seconds += time.perf_counter() - t0
+            break
+        if n_allowed == 0:
+            raise GenerationError(
+                "the constraint reached a state with no legal token",
+                vocab.decode_text(out), out,
+            )
+        row = logits[0, -1]  # [V']
+        cached = bool_masks.get(id(mask))
+        if cached is None:
+            cached = (mask, mask_to_bool(mask, row.shape[-1], row.device))
+            bool_masks[id(mask)] = cached
+        masked = apply_mask(row, cached[1])
+        stats.mask_seconds += time.perf_counter() - t0
+        token = choose(masked, sampling, generator)
+        if token in eos:
+            complete = True
+            break
+        next_state = constraint.advance(state, token)
+        if next_state is None:  # the mask and advance disagree: a constraint bug
+            raise GenerationError(
+                f"internal error: token {token} was allowed but advance refused it",
+                vocab.decode_text(out), out,
+            )
+        state = next_state
+        out.append(token)
+        if constraint.is_accepting(state) and constraint.allowed(state).count() <= len(eos):
+            complete = True
+            break
+        if len(out) >= max_new_tokens:
+            break
+        step = torch.tensor([[token]], dtype=torch.long, device=device)  # [1, 1]
+        logits = model(input_ids=step, cache=cache, use_cache=True).logits
+        stats.forward_passes += 1
+
+    # At the token limit an output the constraint accepts is complete (and valid).
+    complete = complete or constraint.is_accepting(state)
+    stats.new_tokens = len(out)
+    stats.seconds = time.perf_counter() - start
+    if not complete:
+        text = vocab.decode_text(out)
+        raise GenerationError(
+            f"max_new_tokens={max_new_tokens} reached before the output was complete "
+            f"(partial output: {text[:200]!r}{'...' if len(text) > 200 else ''})",
+            text, out,
+        )
+    return DecodeOutput(out, complete, stats)

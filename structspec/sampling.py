@@ -1,0 +1,80 @@
+"""Choosing the next token from (already masked) logits: greedy, or sampling with
+temperature, top-k and top-p, reproducible under a seed.
+
+Kept apart from the decode loop so that speculative acceptance can reuse exactly the same
+distribution (lossless sampling needs the very probabilities plain decoding would use).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick tokens.
+
+    Attributes:
+        temperature: 0 means greedy (argmax); otherwise logits are divided by it.
+        top_k: keep only the k most likely ids (``None``: all).
+        top_p: keep the smallest set of ids whose probability reaches ``top_p`` (``None``: all).
+        seed: seed of the sampling generator (``None``: nondeterministic).
+    """
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
+        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
+            raise ValueError(f"top_k must be a positive integer, got {self.top_k!r}")
+        if self.top_p is not None and not (0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        """Whether tokens are chosen by argmax."""
+        return self.temperature == 0
+
+
+def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The sampling distribution ``[V]`` for masked ``logits`` ``[V]`` (float32).
+
+    Masked ids (``-inf``) get probability 0; top-k and top-p never remove the most likely id,
+    so a non-empty mask always leaves something to sample.
+    """
+    scores = logits.float() / params.temperature  # [V]
+    if params.top_k is not None and params.top_k < scores.numel():
+        kth = torch.topk(scores, params.top_k).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)  # [V]
+    if params.top_p is not None and params.top_p < 1:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        cumulative = torch.cumsum(sorted_probs, dim=-1)
+        drop_sorted = cumulative - sorted_probs >= params.top_p  # keeps the first always
+        drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum()
+    return probs
+
+
+def make_generator(params: SamplingParams, device: torch.device | str = "cpu") -> torch.Generator | None:
+    """A seeded ``torch.Generator`` for sampling, or ``None`` for greedy / unseeded."""
+    if params.greedy or params.seed is None:
+        return None
+    gen = torch.Generator(device=device)
+    gen.manual_seed(params.seed)
+    return gen
+
+
+def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    """Pick one id from masked ``logits`` ``[V]``."""
+    if params.greedy:
+        return int(torch.argmax(logits))
+    probs = probabilities(logits, params)
+    return int(torch.multinomial(probs, 1, generator=generator))

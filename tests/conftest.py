@@ -1,0 +1,81 @@
+"""Shared fixtures: toy vocabularies (no model), the real tokenizer, a tiny random model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from structspec.vocab import Vocabulary
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+# Multi-byte tokens that cross JSON lexeme boundaries, as real BPE vocabularies have them.
+JSON_PIECES = [
+    '{"', '":', '",', '"}', '},', '},{', '}]', '[{', '":"', '","', 'true', 'false', 'null',
+    'name', 'age', '":[', '"]', '00', '12', ' "', ': ', ', ',
+]
+
+
+def make_byte_vocab(extra: list[str] | None = None) -> Vocabulary:
+    """EOS (id 0), then every single byte, then ``extra`` multi-byte tokens."""
+    tokens: list[bytes] = [b""] + [bytes([b]) for b in range(256)]
+    tokens += [p.encode() for p in (extra if extra is not None else JSON_PIECES)]
+    return Vocabulary.from_tokens(tokens, eos_token_ids=[0])
+
+
+@pytest.fixture(scope="session")
+def byte_vocab() -> Vocabulary:
+    """A byte-level toy vocabulary with JSON-ish multi-byte tokens; id 0 is EOS."""
+    return make_byte_vocab()
+
+
+@pytest.fixture(scope="session")
+def smollm_tokenizer():
+    """The tokenizer of the embedded default model (converted once into the user cache)."""
+    from structspec.errors import ModelLoadError
+    from structspec.models import load_tokenizer
+
+    try:
+        return load_tokenizer(None)
+    except ModelLoadError as exc:
+        pytest.skip(f"embedded default model unavailable: {exc}")
+
+
+@pytest.fixture(scope="session")
+def smollm_vocab(smollm_tokenizer) -> Vocabulary:
+    """The default model's vocabulary."""
+    return Vocabulary.from_tokenizer(smollm_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(smollm_tokenizer):
+    """A tiny randomly initialised Llama with the real tokenizer: fast, deterministic, no
+    download. For tests that need a model's mechanics but not its quality."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from structspec.models import LoadedModel
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(smollm_tokenizer), hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=4096, tie_word_embeddings=True,
+        eos_token_id=smollm_tokenizer.eos_token_id, bos_token_id=1,
+    )
+    model = LlamaForCausalLM(config).eval()
+    return LoadedModel(model, smollm_tokenizer, "tiny-random", frozenset({smollm_tokenizer.eos_token_id}))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data`` beside the checkout; skips when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"external test data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+def pytest_configure(config):  # noqa: D103 - pytest hook
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
