@@ -199,8 +199,9 @@ def _detect_kind(tokenizer: Any) -> str:
             spec = json.loads(backend.to_str())
         except Exception:  # pragma: no cover - defensive: unusual backends
             spec = {}
-        decoder = json.dumps(spec.get("decoder") or {})
-        pre = json.dumps(spec.get("pre_tokenizer") or {})
+        # ensure_ascii=False: else "▁" is written as "\\u2581" and the test below never matches.
+        decoder = json.dumps(spec.get("decoder") or {}, ensure_ascii=False)
+        pre = json.dumps(spec.get("pre_tokenizer") or {}, ensure_ascii=False)
         if '"ByteLevel"' in decoder or '"ByteLevel"' in pre:
             return "byte_level"
         if '"ByteFallback"' in decoder or '"Metaspace"' in decoder or _SPIECE_SPACE in decoder:

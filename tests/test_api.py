@@ -1,0 +1,110 @@
+"""The Python API on a tiny random model: outputs validate, Pydantic instances come back,
+bad arguments name themselves."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from pydantic import BaseModel, Field
+
+from structspec.api import Generator, Result
+from structspec.errors import GenerationError, SchemaError, UnsupportedSchemaError
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "ok": {"type": "boolean"},
+        "color": {"enum": ["red", "green"]},
+    },
+    "required": ["name", "ok", "color"],
+    "additionalProperties": False,
+}
+
+
+class Item(BaseModel):
+    label: str = Field(max_length=10)
+    count: int
+    tags: list[str] = Field(max_length=2)
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_model) -> Generator:
+    return Generator(tiny_model)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_outputs_validate_against_the_schema(gen, seed):
+    result = gen.run("Make an object.", schema=SCHEMA, temperature=1.0, seed=seed,
+                     max_new_tokens=200)
+    assert isinstance(result, Result)
+    jsonschema.validate(result.value, SCHEMA)
+    assert json.loads(result.text) == result.value
+    assert result.stats.new_tokens == len(result.token_ids) > 0
+    assert result.stats.forward_passes >= 1 and result.stats.seconds > 0
+
+
+def test_schema_as_json_text(gen):
+    value = gen.generate("Yes or no?", schema='{"type": "boolean"}', max_new_tokens=5)
+    assert isinstance(value, bool)
+
+
+def test_pydantic_model_returns_an_instance(gen):
+    item = gen.generate("An item please.", schema=Item, temperature=0.8, seed=1,
+                        max_new_tokens=300)
+    assert isinstance(item, Item)
+    assert len(item.tags) <= 2 and len(item.label) <= 10
+
+
+def test_regex_and_free_text(gen):
+    assert gen.generate("Digits:", regex=r"[0-9]{3}") .isdigit()
+    text = gen.generate("Say something.", max_new_tokens=5, temperature=1.0, seed=0)
+    assert isinstance(text, str)
+
+
+def test_raw_prompt_skips_the_template(gen):
+    ids = gen.prompt_ids("hello", chat=False)
+    assert ids == gen.loaded.tokenizer.encode("hello", add_special_tokens=False)
+    templated = gen.prompt_ids("hello", schema_text='{"type":"string"}')
+    assert len(templated) > len(ids)
+    assert "JSON Schema" in gen.loaded.tokenizer.decode(templated)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": "   "}, "prompt"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"max_new_tokens": -5}, "max_new_tokens"),
+        ({"temperature": -0.1}, "temperature"),
+        ({"top_p": 2.0}, "top_p"),
+        ({"top_k": 0}, "top_k"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"regex": "a+"}, "schema or regex"),
+    ],
+)
+def test_bad_arguments_raise_value_error_naming_them(gen, kwargs, name):
+    args = {"prompt": "x", "schema": SCHEMA, **kwargs}
+    with pytest.raises(ValueError, match=name):
+        gen.run(args.pop("prompt"), **args)
+
+
+def test_invalid_schema_has_a_pointer(gen):
+    with pytest.raises(SchemaError) as info:
+        gen.run("x", schema={"type": "object", "properties": {"a": {"type": "nope"}}})
+    assert info.value.pointer.startswith("/properties/a")
+
+
+def test_unsupported_keyword_is_refused_not_ignored(gen):
+    with pytest.raises(UnsupportedSchemaError) as info:
+        gen.run("x", schema={"type": "integer", "minimum": 5})
+    assert info.value.keyword == "minimum"
+
+
+def test_token_limit_raises_generation_error(gen):
+    with pytest.raises(GenerationError) as info:
+        gen.run("x", schema=SCHEMA, max_new_tokens=3)
+    assert info.value.text and len(info.value.token_ids) == 3
