@@ -1,0 +1,478 @@
+"""Regular expressions -> byte-level DFAs, with budgets, products and vectorized token walks.
+
+The grammar layer needs, for every terminal, a DFA over *bytes* (tokens split UTF-8
+characters), whose every live state can still reach an accepting one (so "alive" means
+"a valid prefix"), plus intersection and difference (``pattern`` ∩ ``minLength``; property
+names other than the named ones). outlines-core builds token automata but exposes no byte
+DFA and no products, hence this small engine of our own: a Thompson NFA over byte ranges
+(code-point classes expanded to UTF-8 byte sequences), subset construction with a state
+budget, and a numpy transition table that lets one call walk the whole vocabulary at once.
+
+Regex syntax is Python's (parsed with ``re._parser``), with ECMA-262 / JSON-friendly
+meanings for ``\\d`` (``[0-9]``), ``\\w`` (``[A-Za-z0-9_]``) and ``.`` (any character but line
+terminators). The match is always *whole-text*; ``^``/``$`` are accepted only at the ends.
+Look-arounds, back-references and flags are refused with :class:`GrammarError`.
+
+A :class:`ByteDFA` is immutable and thread-safe. State 0 is the dead state.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from structspec.errors import GrammarError, ResourceLimitError
+
+try:  # Python >= 3.11
+    import re._constants as _sre
+    import re._parser as _sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as _sre  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
+Ranges = list[tuple[int, int]]
+MAX_CODEPOINT = 0x10FFFF
+_LINE_TERMINATORS: Ranges = [(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]
+_ECMA_SPACE: Ranges = [
+    (0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
+    (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF),
+]
+_CATEGORIES: dict[Any, tuple[Ranges, bool]] = {
+    _sre.CATEGORY_DIGIT: ([(0x30, 0x39)], False),
+    _sre.CATEGORY_NOT_DIGIT: ([(0x30, 0x39)], True),
+    _sre.CATEGORY_WORD: ([(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)], False),
+    _sre.CATEGORY_NOT_WORD: ([(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)], True),
+    _sre.CATEGORY_SPACE: (_ECMA_SPACE, False),
+    _sre.CATEGORY_NOT_SPACE: (_ECMA_SPACE, True),
+}
+
+
+@dataclass(frozen=True)
+class DFALimits:
+    """Budgets for building one DFA: states, NFA size, seconds."""
+
+    max_states: int = 20_000
+    max_nfa_states: int = 200_000
+    max_seconds: float = 10.0
+
+
+# -- code-point ranges ------------------------------------------------------------------------
+
+
+def normalize(ranges: Ranges) -> Ranges:
+    """Sorted, merged, non-overlapping ranges."""
+    out: Ranges = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def complement(ranges: Ranges) -> Ranges:
+    """All code points not in ``ranges`` (surrogates excluded later by UTF-8 encoding)."""
+    out: Ranges = []
+    nxt = 0
+    for lo, hi in normalize(ranges):
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= MAX_CODEPOINT:
+        out.append((nxt, MAX_CODEPOINT))
+    return out
+
+
+def utf8_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:
+    """Byte-range sequences whose concatenations are exactly the UTF-8 encodings of
+    ``[lo, hi]`` (surrogates skipped). The classic range-splitting algorithm."""
+    out: list[list[tuple[int, int]]] = []
+    stack = [(lo, hi)]
+    while stack:
+        a, b = stack.pop()
+        if a > b:
+            continue
+        if a <= 0xDFFF and b >= 0xD800:  # no surrogates in UTF-8
+            stack += [(a, 0xD7FF), (0xE000, b)]
+            continue
+        split = False
+        for top in (0x7F, 0x7FF, 0xFFFF):
+            if a <= top < b:
+                stack += [(a, top), (top + 1, b)]
+                split = True
+                break
+        if split:
+            continue
+        if b <= 0x7F:
+            out.append([(a, b)])
+            continue
+        n = len(chr(a).encode())
+        for i in range(1, n):
+            m = (1 << (6 * i)) - 1
+            if a & ~m != b & ~m:
+                if a & m:
+                    stack += [(a, a | m), ((a | m) + 1, b)]
+                    split = True
+                    break
+                if b & m != m:
+                    stack += [(a, (b & ~m) - 1), (b & ~m, b)]
+                    split = True
+                    break
+        if split:
+            continue
+        ea, eb = chr(a).encode(), chr(b).encode()
+        out.append(list(zip(ea, eb)))
+    return out
+
+
+# -- NFA ------------------------------------------------------------------------------------------
+
+
+class _NFA:
+    """Thompson NFA over byte ranges: ``edges[s]`` = [(lo, hi, t)], ``eps[s]`` = [t]."""
+
+    def __init__(self, limits: DFALimits) -> None:
+        self.edges: list[list[tuple[int, int, int]]] = []
+        self.eps: list[list[int]] = []
+        self.limits = limits
+
+    def state(self) -> int:
+        if len(self.edges) >= self.limits.max_nfa_states:
+            raise ResourceLimitError(
+                f"regex automaton exceeds {self.limits.max_nfa_states} NFA states"
+            )
+        self.edges.append([])
+        self.eps.append([])
+        return len(self.edges) - 1
+
+    def chars(self, ranges: Ranges) -> tuple[int, int]:
+        """A fragment matching one character in ``ranges`` (UTF-8 encoded)."""
+        start, end = self.state(), self.state()
+        for lo, hi in normalize(ranges):
+            for seq in utf8_sequences(lo, hi):
+                cur = start
+                for k, (blo, bhi) in enumerate(seq):
+                    nxt = end if k == len(seq) - 1 else self.state()
+                    self.edges[cur].append((blo, bhi, nxt))
+                    cur = nxt
+        return start, end
+
+    def bytes_(self, data: bytes) -> tuple[int, int]:
+        start = cur = self.state()
+        for b in data:
+            nxt = self.state()
+            self.edges[cur].append((b, b, nxt))
+            cur = nxt
+        return start, cur
+
+
+def _compile_items(nfa: _NFA, items: list[tuple[Any, Any]], at_start: bool,
+                   at_end: bool) -> tuple[int, int]:
+    consuming = [i for i, (op, _) in enumerate(items) if op is not _sre.AT]
+    first = consuming[0] if consuming else len(items)
+    last = consuming[-1] if consuming else -1
+    start = cur = nfa.state()
+    for i, (op, av) in enumerate(items):
+        if op is _sre.AT:
+            if av in (_sre.AT_BEGINNING, _sre.AT_BEGINNING_STRING) and at_start and i < first:
+                continue
+            if av in (_sre.AT_END, _sre.AT_END_STRING) and at_end and i > last:
+                continue
+            raise GrammarError("anchors are supported only at the start and end of a regex")
+        s, e = _compile_item(nfa, op, av, at_start and i == first, at_end and i == last)
+        nfa.eps[cur].append(s)
+        cur = e
+    return start, cur
+
+
+def _class_ranges(av: list[tuple[Any, Any]]) -> Ranges:
+    ranges: Ranges = []
+    negate = False
+    for op, arg in av:
+        if op is _sre.NEGATE:
+            negate = True
+        elif op is _sre.LITERAL:
+            ranges.append((arg, arg))
+        elif op is _sre.RANGE:
+            ranges.append(arg)
+        elif op is _sre.CATEGORY:
+            r, neg = _CATEGORIES[arg]
+            ranges += complement(r) if neg else r
+        else:
+            raise GrammarError(f"unsupported character class item {op}")
+    return complement(ranges) if negate else normalize(ranges)
+
+
+def _compile_item(nfa: _NFA, op: Any, av: Any, at_start: bool, at_end: bool) -> tuple[int, int]:
+    if op is _sre.LITERAL:
+        return nfa.chars([(av, av)])
+    if op is _sre.NOT_LITERAL:
+        return nfa.chars(complement([(av, av)]))
+    if op is _sre.ANY:
+        return nfa.chars(complement(_LINE_TERMINATORS))
+    if op is _sre.IN:
+        return nfa.chars(_class_ranges(av))
+    if op is _sre.CATEGORY:
+        r, neg = _CATEGORIES[av]
+        return nfa.chars(complement(r) if neg else r)
+    if op is _sre.BRANCH:
+        start, end = nfa.state(), nfa.state()
+        for branch in av[1]:
+            s, e = _compile_items(nfa, list(branch), at_start, at_end)
+            nfa.eps[start].append(s)
+            nfa.eps[e].append(end)
+        return start, end
+    if op is _sre.SUBPATTERN:
+        if av[1] or av[2]:
+            raise GrammarError("inline regex flags are not supported")
+        return _compile_items(nfa, list(av[-1]), at_start, at_end)
+    if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
+        lo, hi, sub = av
+        unbounded = hi == _sre.MAXREPEAT
+        start = cur = nfa.state()
+        for _ in range(lo):
+            s, e = _compile_items(nfa, list(sub), False, False)
+            nfa.eps[cur].append(s)
+            cur = e
+        if unbounded:
+            s, e = _compile_items(nfa, list(sub), False, False)
+            nfa.eps[cur].append(s)
+            nfa.eps[e].append(cur)
+            return start, cur
+        end = nfa.state()
+        nfa.eps[cur].append(end)
+        for _ in range(hi - lo):
+            s, e = _compile_items(nfa, list(sub), False, False)
+            nfa.eps[cur].append(s)
+            nfa.eps[e].append(end)
+            cur = e
+        return start, end
+    names = {"GROUPREF": "back-references", "ASSERT": "look-arounds", "ASSERT_NOT":
+             "look-arounds", "GROUPREF_EXISTS": "conditionals"}
+    raise GrammarError(f"{names.get(str(op), str(op))} are not supported in regexes")
+
+
+# -- DFA ------------------------------------------------------------------------------------------
+
+
+class ByteDFA:
+    """A deterministic automaton over bytes; every live state can reach an accepting one.
+
+    Attributes:
+        table: ``int32 [n_states, 256]`` transitions; state 0 is dead (absorbing).
+        accepting: ``bool [n_states]``.
+        start: the start state (0 if the language is empty).
+    """
+
+    __slots__ = ("accepting", "start", "table")
+
+    def __init__(self, table: np.ndarray, accepting: np.ndarray, start: int) -> None:
+        table.setflags(write=False)
+        accepting.setflags(write=False)
+        self.table = table
+        self.accepting = accepting
+        self.start = start
+
+    @property
+    def n_states(self) -> int:
+        """Number of states, the dead state included."""
+        return int(self.table.shape[0])
+
+    def step(self, state: int, data: bytes) -> int:
+        """The state after ``data`` (0 once dead)."""
+        t = self.table
+        for b in data:
+            state = int(t[state, b])
+            if not state:
+                return 0
+        return state
+
+    def matches(self, data: bytes) -> bool:
+        """Whether ``data`` is in the language."""
+        return bool(self.accepting[self.step(self.start, data)])
+
+    def is_empty(self) -> bool:
+        """Whether the language is empty."""
+        return self.start == 0
+
+    def literal(self) -> bytes | None:
+        """The single string of the language, if it has exactly one (else ``None``)."""
+        out = bytearray()
+        s = self.start
+        for _ in range(self.n_states + 1):
+            live = np.flatnonzero(self.table[s])
+            if self.accepting[s]:
+                return bytes(out) if live.size == 0 else None
+            if live.size != 1:
+                return None
+            out.append(int(live[0]))
+            s = int(self.table[s, live[0]])
+        return None
+
+
+def _trimmed(table: np.ndarray, accepting: np.ndarray, start: int) -> ByteDFA:
+    """Drop states that cannot reach an accepting state (they become the dead state 0)."""
+    n = table.shape[0]
+    alive = accepting.copy()
+    alive[0] = False
+    preds: list[set[int]] = [set() for _ in range(n)]
+    for s in range(1, n):
+        for t in np.unique(table[s]):
+            if t:
+                preds[int(t)].add(s)
+    frontier = list(np.flatnonzero(alive))
+    while frontier:
+        t = frontier.pop()
+        for s in preds[t]:
+            if not alive[s]:
+                alive[s] = True
+                frontier.append(s)
+    if not alive[start]:
+        return ByteDFA(np.zeros((1, 256), dtype=np.int32), np.zeros(1, dtype=bool), 0)
+    keep = [0, *[s for s in range(1, n) if alive[s]]]
+    remap = np.zeros(n, dtype=np.int32)
+    remap[keep] = np.arange(len(keep), dtype=np.int32)
+    new_table = remap[table[keep]]
+    new_table[0] = 0
+    return ByteDFA(new_table.astype(np.int32), accepting[keep].copy(), int(remap[start]))
+
+
+def _determinize(nfa: _NFA, start: int, final: int, limits: DFALimits) -> ByteDFA:
+    deadline = time.monotonic() + limits.max_seconds
+
+    def closure(states: frozenset[int] | set[int]) -> frozenset[int]:
+        seen = set(states)
+        stack = list(states)
+        while stack:
+            s = stack.pop()
+            for t in nfa.eps[s]:
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+        return frozenset(s for s in seen if nfa.edges[s] or s == final)
+
+    init = closure({start})
+    ids: dict[frozenset[int], int] = {frozenset(): 0, init: 1}
+    order = [frozenset(), init]
+    rows: list[np.ndarray] = [np.zeros(256, dtype=np.int32)]
+    i = 1
+    while i < len(order):
+        if len(order) > limits.max_states:
+            raise ResourceLimitError(f"regex automaton exceeds {limits.max_states} DFA states")
+        if time.monotonic() > deadline:
+            raise ResourceLimitError(f"regex automaton took over {limits.max_seconds} s to build")
+        cur = order[i]
+        targets: list[set[int]] = [set() for _ in range(256)]
+        for s in cur:
+            for lo, hi, t in nfa.edges[s]:
+                for b in range(lo, hi + 1):
+                    targets[b].add(t)
+        row = np.zeros(256, dtype=np.int32)
+        memo: dict[frozenset[int], int] = {}
+        for b in range(256):
+            if not targets[b]:
+                continue
+            key = frozenset(targets[b])
+            sid = memo.get(key)
+            if sid is None:
+                nxt = closure(key)
+                sid = ids.get(nxt)
+                if sid is None:
+                    sid = len(order)
+                    ids[nxt] = sid
+                    order.append(nxt)
+                memo[key] = sid
+            row[b] = sid
+        rows.append(row)
+        i += 1
+    table = np.stack(rows)
+    accepting = np.array([final in s for s in order], dtype=bool)
+    return _trimmed(table, accepting, 1)
+
+
+def compile_dfa(pattern: str, limits: DFALimits | None = None) -> ByteDFA:
+    """Compile ``pattern`` (whole-text match) into a trimmed byte DFA.
+
+    Raises:
+        GrammarError: the pattern does not parse or uses an unsupported construct.
+        ResourceLimitError: the automaton exceeds ``limits``.
+    """
+    limits = limits or DFALimits()
+    try:
+        parsed = _sre_parse.parse(pattern)
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise GrammarError(f"invalid regular expression {pattern[:80]!r}: {exc}") from exc
+    if parsed.state.flags & ~(re.UNICODE | re.U):
+        raise GrammarError("regex flags are not supported")
+    nfa = _NFA(limits)
+    start, end = _compile_items(nfa, list(parsed), True, True)
+    return _determinize(nfa, start, end, limits)
+
+
+def literal_dfa(data: bytes) -> ByteDFA:
+    """The DFA of exactly one byte string."""
+    n = len(data) + 2  # dead, then one state per prefix
+    table = np.zeros((n, 256), dtype=np.int32)
+    for i, b in enumerate(data):
+        table[i + 1, b] = i + 2
+    accepting = np.zeros(n, dtype=bool)
+    accepting[n - 1] = True
+    return ByteDFA(table, accepting, 1)
+
+
+def product(a: ByteDFA, b: ByteDFA, mode: str, limits: DFALimits | None = None) -> ByteDFA:
+    """Intersection (``mode="and"``) or difference ``a - b`` (``mode="minus"``) of two DFAs.
+
+    Raises:
+        ResourceLimitError: the product exceeds ``limits.max_states``.
+    """
+    if mode not in ("and", "minus"):
+        raise ValueError(f"mode must be 'and' or 'minus', got {mode!r}")
+    limits = limits or DFALimits()
+    ids: dict[tuple[int, int], int] = {(0, 0): 0}
+    order = [(0, 0)]
+    rows: list[np.ndarray] = [np.zeros(256, dtype=np.int32)]
+
+    def sid(pair: tuple[int, int]) -> int:
+        if mode == "and" and (pair[0] == 0 or pair[1] == 0):
+            return 0
+        if pair[0] == 0:
+            return 0
+        got = ids.get(pair)
+        if got is None:
+            if len(order) >= limits.max_states:
+                raise ResourceLimitError(f"automaton product exceeds {limits.max_states} states")
+            got = len(order)
+            ids[pair] = got
+            order.append(pair)
+        return got
+
+    start = sid((a.start, b.start))
+    i = 1
+    while i < len(order):
+        sa, sb = order[i]
+        ta, tb = a.table[sa], b.table[sb]
+        row = np.zeros(256, dtype=np.int32)
+        pairs: dict[tuple[int, int], int] = {}
+        for byte in np.flatnonzero(ta):
+            p = (int(ta[byte]), int(tb[byte]))
+            got = pairs.get(p)
+            if got is None:
+                got = pairs[p] = sid(p)
+            row[byte] = got
+        rows.append(row)
+        i += 1
+    table = np.stack(rows) if len(rows) > 1 else np.zeros((1, 256), dtype=np.int32)
+    if mode == "and":
+        acc = [bool(a.accepting[x]) and bool(b.accepting[y]) for x, y in order]
+    else:
+        acc = [bool(a.accepting[x]) and not bool(b.accepting[y]) for x, y in order]
+    accepting = np.array(acc, dtype=bool)
+    accepting[0] = False
+    if start == 0:
+        return ByteDFA(np.zeros((1, 256), dtype=np.int32), np.zeros(1, dtype=bool), 0)
+    return _trimmed(table, accepting, start)

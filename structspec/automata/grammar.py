@@ -1,0 +1,683 @@
+"""The grammar IR and its token-level pushdown constraint.
+
+One IR serves every structured constraint: *rules* over *terminals*, each terminal a byte
+DFA (:mod:`.dfa`). A rule is a small NFA over symbols (terminals and rule references),
+built from expressions (sequence, alternative, bounded or unbounded repetition), so JSON
+objects, arrays, ``anyOf`` alternatives and recursive ``$ref`` are all just rules.
+
+Runtime (a recursive transition network): a *configuration* is "inside terminal ``t`` at
+DFA state ``q``, and when ``t`` ends, continue at the return stack ``k``"; a constraint
+state is the interned set of configurations that are still possible (several only where
+the grammar is ambiguous at this point). Bytes step configurations; when a terminal can
+end, the stack predicts the next terminals. Every step is memoized, so a state is a small
+int, ``advance`` is pure, and repeated contexts cost a dictionary lookup.
+
+Masks follow XGrammar's split. For a configuration inside terminal ``t`` at ``q``, one
+vectorized walk of the whole vocabulary through ``t``'s DFA (memoized per ``(t, q)``)
+yields the tokens that stay inside ``t`` — legal whatever the context — and the few
+tokens that may end ``t`` midway (``",``, ``"}``, ``},{``…). Only those are checked
+against the stack, byte by byte. Tokens cross lexeme boundaries exactly when the text
+they spell is legal.
+
+Invariant that makes "alive" mean "completable": every terminal DFA is trimmed, every
+terminal is non-empty, and rule NFAs keep only states from which the rule can finish
+through productive symbols.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from structspec.automata.base import TokenMask
+from structspec.automata.dfa import ByteDFA
+from structspec.errors import GrammarError, ResourceLimitError
+
+if TYPE_CHECKING:
+    from structspec.vocab import Vocabulary
+
+
+# -- expressions (the builder's input) ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A grammar expression; build with :func:`term`, :func:`ref`, :func:`seq`, ..."""
+
+    kind: str  # "sym" | "seq" | "alt" | "rep" | "empty"
+    sym: int = 0
+    items: tuple[Expr, ...] = ()
+    lo: int = 0
+    hi: int | None = None
+
+
+EMPTY = Expr("empty")
+
+
+def term(terminal_id: int) -> Expr:
+    """One terminal."""
+    return Expr("sym", sym=terminal_id)
+
+
+def ref(rule_id: int) -> Expr:
+    """A reference to a rule (recursion allowed, left recursion not)."""
+    return Expr("sym", sym=-rule_id - 1)
+
+
+def seq(*items: Expr) -> Expr:
+    """Items one after the other."""
+    flat = tuple(i for i in items if i.kind != "empty")
+    if not flat:
+        return EMPTY
+    return flat[0] if len(flat) == 1 else Expr("seq", items=flat)
+
+
+def alt(*items: Expr) -> Expr:
+    """Any one of the items."""
+    if len(items) == 1:
+        return items[0]
+    return Expr("alt", items=tuple(items))
+
+
+def rep(item: Expr, lo: int = 0, hi: int | None = None) -> Expr:
+    """``item`` repeated ``lo`` to ``hi`` times (``None``: unbounded)."""
+    if hi is not None and hi < lo:
+        raise GrammarError(f"repetition {{{lo},{hi}}} has max < min")
+    return Expr("rep", items=(item,), lo=lo, hi=hi)
+
+
+def opt(item: Expr) -> Expr:
+    """``item`` or nothing."""
+    return rep(item, 0, 1)
+
+
+# -- the compiled grammar ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule as an NFA over symbols (``>= 0`` terminal id, ``< 0`` rule ``-sym-1``)."""
+
+    name: str
+    start: int
+    accept: frozenset[int]
+    edges: tuple[tuple[tuple[int, int], ...], ...]  # per state: (symbol, target)
+    eps: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """Terminals (byte DFAs) and rules; ``start`` is the rule of a whole output."""
+
+    terminals: tuple[ByteDFA, ...]
+    terminal_names: tuple[str, ...]
+    rules: tuple[Rule, ...]
+    start: int
+
+
+@dataclass(frozen=True)
+class GrammarLimits:
+    """Budgets of the runtime: configurations per state, stack depth, interned states."""
+
+    max_configs: int = 2_000
+    max_depth: int = 512
+    max_states: int = 2_000_000
+    max_rule_states: int = 1_000_000
+
+
+class GrammarBuilder:
+    """Collects terminals and rules, then :meth:`build` checks and trims them.
+
+    Not thread-safe (a builder is used by one compiler call).
+    """
+
+    def __init__(self, limits: GrammarLimits | None = None) -> None:
+        self.limits = limits or GrammarLimits()
+        self._terminals: list[ByteDFA] = []
+        self._terminal_names: list[str] = []
+        self._terminal_ids: dict[tuple[int, bytes], int] = {}
+        self._rule_names: list[str] = []
+        self._rule_exprs: list[Expr | None] = []
+        self._nfa_states = 0
+
+    def terminal(self, dfa: ByteDFA, name: str, key: bytes | None = None) -> int:
+        """Add a terminal (deduplicated by ``key`` when given); returns its id.
+
+        Raises:
+            GrammarError: the terminal's language is empty or contains the empty string.
+        """
+        if key is not None and (id(self), key) in self._terminal_ids:
+            return self._terminal_ids[(id(self), key)]
+        if dfa.is_empty():
+            raise GrammarError(f"terminal {name} matches nothing")
+        if dfa.accepting[dfa.start]:
+            raise GrammarError(f"terminal {name} matches the empty string")
+        self._terminals.append(dfa)
+        self._terminal_names.append(name)
+        tid = len(self._terminals) - 1
+        if key is not None:
+            self._terminal_ids[(id(self), key)] = tid
+        return tid
+
+    def declare(self, name: str) -> int:
+        """Declare a rule (define it later: recursion needs the id first); returns its id."""
+        self._rule_names.append(name)
+        self._rule_exprs.append(None)
+        return len(self._rule_names) - 1
+
+    def define(self, rule_id: int, expr: Expr) -> None:
+        """Give a declared rule its expression."""
+        self._rule_exprs[rule_id] = expr
+
+    def rule(self, name: str, expr: Expr) -> int:
+        """Declare and define a rule in one go; returns its id."""
+        rid = self.declare(name)
+        self.define(rid, expr)
+        return rid
+
+    def build(self, start: int) -> Grammar:
+        """Compile every rule to an NFA and trim what cannot finish.
+
+        Raises:
+            GrammarError: a rule is undefined, or the start rule derives nothing.
+            ResourceLimitError: the rules exceed ``limits.max_rule_states``.
+        """
+        raw: list[tuple[int, set[int], list[list[tuple[int, int]]], list[list[int]]]] = []
+        for rid, expr in enumerate(self._rule_exprs):
+            if expr is None:
+                raise GrammarError(f"rule {self._rule_names[rid]} is declared but not defined")
+            raw.append(self._to_nfa(expr))
+        productive = self._productive(raw)
+        if not productive[start]:
+            raise GrammarError("the grammar derives no complete output")
+        rules = [self._trim(self._rule_names[i], r, productive) for i, r in enumerate(raw)]
+        return Grammar(tuple(self._terminals), tuple(self._terminal_names), tuple(rules), start)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _to_nfa(self, expr: Expr) -> tuple[int, set[int], list[list[tuple[int, int]]],
+                                            list[list[int]]]:
+        edges: list[list[tuple[int, int]]] = []
+        eps: list[list[int]] = []
+
+        def new() -> int:
+            self._nfa_states += 1
+            if self._nfa_states > self.limits.max_rule_states:
+                raise ResourceLimitError(
+                    f"grammar exceeds {self.limits.max_rule_states} rule states"
+                )
+            edges.append([])
+            eps.append([])
+            return len(edges) - 1
+
+        def build(e: Expr) -> tuple[int, int]:
+            s = new()
+            if e.kind == "empty":
+                return s, s
+            if e.kind == "sym":
+                t = new()
+                edges[s].append((e.sym, t))
+                return s, t
+            if e.kind == "seq":
+                cur = s
+                for item in e.items:
+                    a, b = build(item)
+                    eps[cur].append(a)
+                    cur = b
+                return s, cur
+            if e.kind == "alt":
+                end = new()
+                for item in e.items:
+                    a, b = build(item)
+                    eps[s].append(a)
+                    eps[b].append(end)
+                return s, end
+            if e.kind == "rep":
+                (item,) = e.items
+                cur = s
+                for _ in range(e.lo):
+                    a, b = build(item)
+                    eps[cur].append(a)
+                    cur = b
+                if e.hi is None:
+                    a, b = build(item)
+                    eps[cur].append(a)
+                    eps[b].append(cur)
+                    return s, cur
+                end = new()
+                eps[cur].append(end)
+                for _ in range(e.hi - e.lo):
+                    a, b = build(item)
+                    eps[cur].append(a)
+                    eps[b].append(end)
+                    cur = b
+                return s, end
+            raise GrammarError(f"unknown expression kind {e.kind}")
+
+        start, end = build(expr)
+        return start, {end}, edges, eps
+
+    def _productive(self, raw: list) -> list[bool]:  # noqa: ANN001 - internal tuples
+        productive = [False] * len(raw)
+        changed = True
+        while changed:
+            changed = False
+            for rid, (start, accept, edges, eps) in enumerate(raw):
+                if productive[rid]:
+                    continue
+                if self._reaches_accept(start, accept, edges, eps, productive):
+                    productive[rid] = True
+                    changed = True
+        return productive
+
+    @staticmethod
+    def _usable(sym: int, productive: list[bool]) -> bool:
+        return sym >= 0 or productive[-sym - 1]
+
+    def _reaches_accept(self, start, accept, edges, eps, productive) -> bool:  # noqa: ANN001
+        seen = {start}
+        stack = [start]
+        while stack:
+            s = stack.pop()
+            if s in accept:
+                return True
+            nxt = list(eps[s]) + [t for sym, t in edges[s] if self._usable(sym, productive)]
+            for t in nxt:
+                if t not in seen:
+                    seen.add(t)
+                    stack.append(t)
+        return False
+
+    def _trim(self, name: str, r: tuple, productive: list[bool]) -> Rule:  # noqa: ANN001
+        start, accept, edges, eps = r
+        n = len(edges)
+        preds: list[list[int]] = [[] for _ in range(n)]
+        for s in range(n):
+            for t in eps[s]:
+                preds[t].append(s)
+            for sym, t in edges[s]:
+                if self._usable(sym, productive):
+                    preds[t].append(s)
+        live = set(accept)
+        stack = list(accept)
+        while stack:
+            t = stack.pop()
+            for s in preds[t]:
+                if s not in live:
+                    live.add(s)
+                    stack.append(s)
+        new_edges = tuple(
+            tuple((sym, t) for sym, t in edges[s] if t in live and self._usable(sym, productive))
+            if s in live else ()
+            for s in range(n)
+        )
+        new_eps = tuple(tuple(t for t in eps[s] if t in live) if s in live else ()
+                        for s in range(n))
+        return Rule(name, start, frozenset(accept), new_edges, new_eps)
+
+
+# -- vocabulary tables for vectorized walks ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _TokenTable:
+    """All text tokens as a byte matrix sorted by length (longest first)."""
+
+    ids: np.ndarray  # [T] token ids, longest first
+    data: np.ndarray  # [T, Lmax] uint8, zero-padded
+    lengths: np.ndarray  # [T]
+    n_longer: np.ndarray  # [Lmax]: how many tokens are longer than l
+    size: int
+
+
+_TABLES: dict[str, _TokenTable] = {}
+_TABLES_LOCK = threading.Lock()
+
+
+def token_table(vocab: Vocabulary) -> _TokenTable:
+    """The vectorized view of ``vocab`` (built once per fingerprint)."""
+    with _TABLES_LOCK:
+        table = _TABLES.get(vocab.fingerprint)
+        if table is None:
+            ids = [i for i, t in enumerate(vocab.tokens) if t and i not in vocab.special_token_ids]
+            ids.sort(key=lambda i: -len(vocab.tokens[i]))
+            lmax = len(vocab.tokens[ids[0]]) if ids else 0
+            data = np.zeros((len(ids), max(lmax, 1)), dtype=np.uint8)
+            lengths = np.zeros(len(ids), dtype=np.int64)
+            for row, i in enumerate(ids):
+                t = vocab.tokens[i]
+                data[row, : len(t)] = np.frombuffer(t, dtype=np.uint8)
+                lengths[row] = len(t)
+            n_longer = np.array([int((lengths > k).sum()) for k in range(lmax)], dtype=np.int64)
+            table = _TokenTable(np.asarray(ids, dtype=np.int64), data, lengths, n_longer,
+                                len(vocab))
+            _TABLES[vocab.fingerprint] = table
+    return table
+
+
+# -- the runtime constraint ----------------------------------------------------------------------
+
+_END = (-1, 0, 0)  # the configuration "the whole output is complete"
+
+
+@dataclass
+class _Memo:
+    states: list[frozenset[tuple[int, int, int]]] = field(default_factory=list)
+    state_ids: dict[frozenset[tuple[int, int, int]], int] = field(default_factory=dict)
+    stacks: list[tuple[int, int, int]] = field(default_factory=list)  # (rule, rstate, parent)
+    stack_ids: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    completions: dict[int, frozenset[tuple[int, int, int]]] = field(default_factory=dict)
+    byte_steps: dict[tuple[int, int], int] = field(default_factory=dict)
+    token_steps: dict[tuple[int, int], int] = field(default_factory=dict)
+    masks: dict[int, TokenMask] = field(default_factory=dict)
+    accepting: dict[int, bool] = field(default_factory=dict)
+    forced: dict[int, bytes] = field(default_factory=dict)
+    inside: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+
+class GrammarConstraint:
+    """A token-level constraint for a :class:`Grammar` (see the module docstring).
+
+    States are ints; state 0 is dead (never returned by ``advance``, which returns ``None``).
+    Thread-safe: memo tables only grow; interning is locked.
+    """
+
+    def __init__(self, grammar: Grammar, vocab: Vocabulary,
+                 limits: GrammarLimits | None = None) -> None:
+        self.grammar = grammar
+        self.vocab = vocab
+        self.limits = limits or GrammarLimits()
+        self._lock = threading.RLock()
+        self._memo = _Memo()
+        self._tables = [d.table for d in grammar.terminals]
+        self._acc = [d.accepting for d in grammar.terminals]
+        self._eos = np.fromiter(sorted(vocab.eos_token_ids), dtype=np.int64)
+        self._intern_state(frozenset())  # 0 = dead
+        self._stack_id((-1, -1, -1))  # 0 = bottom of every stack
+        start = frozenset(self._predict(grammar.start, grammar.rules[grammar.start].start, 0))
+        self._initial = self._intern_state(start)
+        if self._initial == 0:
+            raise GrammarError("the grammar derives no complete output")
+
+    # -- protocol ----------------------------------------------------------------------------
+
+    @property
+    def initial(self) -> int:
+        """The state before any token."""
+        return self._initial
+
+    @property
+    def vocab_size(self) -> int:
+        """The number of ids a mask covers."""
+        return len(self.vocab)
+
+    def advance(self, state: int, token: int) -> int | None:
+        """The state after ``token``, ``None`` if illegal; EOS keeps an accepting state."""
+        key = (state, token)
+        got = self._memo.token_steps.get(key)
+        if got is None:
+            if token in self.vocab.eos_token_ids:
+                got = state if self.is_accepting(state) else 0
+            elif not 0 <= token < len(self.vocab) or token in self.vocab.special_token_ids:
+                got = 0
+            else:
+                got = self.step_bytes(state, self.vocab.tokens[token])
+            self._memo.token_steps[key] = got
+        return got or None
+
+    def allowed(self, state: int) -> TokenMask:
+        """The ids legal in ``state`` (EOS when accepting); memoized per state."""
+        mask = self._memo.masks.get(state)
+        if mask is None:
+            mask = self._compute_mask(state)
+            self._memo.masks[state] = mask
+        return mask
+
+    def is_accepting(self, state: int) -> bool:
+        """Whether the text so far is a complete output."""
+        got = self._memo.accepting.get(state)
+        if got is None:
+            got = any(self._can_end(c) for c in self._memo.states[state])
+            self._memo.accepting[state] = got
+        return got
+
+    def forced(self, state: int) -> bytes:
+        """Bytes every continuation from ``state`` must emit next; memoized."""
+        got = self._memo.forced.get(state)
+        if got is None:
+            out = bytearray()
+            s = state
+            for _ in range(4096):
+                if s == 0 or self.is_accepting(s):
+                    break
+                live = self._live_bytes(s)
+                if len(live) != 1:
+                    break
+                out.append(live[0])
+                s = self.step_bytes(s, bytes(live))
+            got = bytes(out)
+            self._memo.forced[state] = got
+        return got
+
+    def state_count(self) -> int:
+        """How many states have been interned so far (for budgets and stats)."""
+        return len(self._memo.states)
+
+    # -- bytes ---------------------------------------------------------------------------------
+
+    def step_bytes(self, state: int, data: bytes) -> int:
+        """The state after ``data`` (0 if it is illegal). Pure; memoized per byte."""
+        steps = self._memo.byte_steps
+        for b in data:
+            if state == 0:
+                return 0
+            nxt = steps.get((state, b))
+            if nxt is None:
+                nxt = self._step(state, b)
+                steps[(state, b)] = nxt
+            state = nxt
+        return state
+
+    def _step(self, state: int, b: int) -> int:
+        out: set[tuple[int, int, int]] = set()
+        tables, acc = self._tables, self._acc
+        for cfg in self._memo.states[state]:
+            tid, q, k = cfg
+            if tid < 0:
+                continue
+            q2 = int(tables[tid][q, b])
+            if q2:
+                out.add((tid, q2, k))
+            if acc[tid][q]:
+                for nt, nq, nk in self._complete(k):
+                    if nt < 0:
+                        continue
+                    q3 = int(tables[nt][nq, b])
+                    if q3:
+                        out.add((nt, q3, nk))
+        if len(out) > self.limits.max_configs:
+            raise ResourceLimitError(
+                f"grammar state has over {self.limits.max_configs} configurations "
+                "(the grammar is too ambiguous here)"
+            )
+        return self._intern_state(frozenset(out))
+
+    def _live_bytes(self, state: int) -> list[int]:
+        live: set[int] = set()
+        for tid, q, k in self._memo.states[state]:
+            if tid < 0:
+                continue
+            live.update(np.flatnonzero(self._tables[tid][q]).tolist())
+            if self._acc[tid][q]:
+                for nt, nq, _ in self._complete(k):
+                    if nt >= 0:
+                        live.update(np.flatnonzero(self._tables[nt][nq]).tolist())
+            if len(live) > 1:
+                break
+        return sorted(live)
+
+    # -- the pushdown part ---------------------------------------------------------------------
+
+    def _stack_id(self, frame: tuple[int, int, int]) -> int:
+        got = self._memo.stack_ids.get(frame)
+        if got is None:
+            with self._lock:
+                got = self._memo.stack_ids.get(frame)
+                if got is None:
+                    got = len(self._memo.stacks)
+                    self._memo.stacks.append(frame)
+                    self._memo.stack_ids[frame] = got
+        return got
+
+    def _intern_state(self, configs: frozenset[tuple[int, int, int]]) -> int:
+        got = self._memo.state_ids.get(configs)
+        if got is None:
+            with self._lock:
+                got = self._memo.state_ids.get(configs)
+                if got is None:
+                    if len(self._memo.states) >= self.limits.max_states:
+                        raise ResourceLimitError(
+                            f"constraint exceeds {self.limits.max_states} states"
+                        )
+                    got = len(self._memo.states)
+                    self._memo.states.append(configs)
+                    self._memo.state_ids[configs] = got
+        return got
+
+    def _predict(self, rule_id: int, rstate: int, parent: int,
+                 depth: int = 0) -> set[tuple[int, int, int]]:
+        """Configurations starting the next terminal from rule position ``(rule, rstate)``
+        with return stack ``parent``; ``_END`` when the whole output may end here."""
+        if depth > self.limits.max_depth:
+            raise ResourceLimitError(
+                f"grammar nesting exceeds depth {self.limits.max_depth} (or is left-recursive)"
+            )
+        rule = self.grammar.rules[rule_id]
+        out: set[tuple[int, int, int]] = set()
+        seen = {rstate}
+        todo = [rstate]
+        while todo:
+            s = todo.pop()
+            for t in rule.eps[s]:
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        for s in seen:
+            for sym, t in rule.edges[s]:
+                if sym >= 0:
+                    out.add((sym, self.grammar.terminals[sym].start,
+                             self._stack_id((rule_id, t, parent))))
+                else:
+                    callee = -sym - 1
+                    out |= self._predict(callee, self.grammar.rules[callee].start,
+                                         self._stack_id((rule_id, t, parent)), depth + 1)
+            if s in rule.accept:
+                out |= self._complete(parent, depth + 1)
+        return out
+
+    def _complete(self, stack: int, depth: int = 0) -> frozenset[tuple[int, int, int]]:
+        """What may follow once the current terminal (or rule) ends, with ``stack`` on top."""
+        got = self._memo.completions.get(stack)
+        if got is None:
+            if stack == 0:
+                got = frozenset({_END})
+            else:
+                rule_id, rstate, parent = self._memo.stacks[stack]
+                got = frozenset(self._predict(rule_id, rstate, parent, depth))
+            self._memo.completions[stack] = got
+        return got
+
+    def _can_end(self, cfg: tuple[int, int, int]) -> bool:
+        tid, q, k = cfg
+        if tid < 0:
+            return True
+        return bool(self._acc[tid][q]) and _END in self._complete(k)
+
+    # -- masks -----------------------------------------------------------------------------------
+
+    def _inside(self, tid: int, q: int) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens that stay inside terminal ``tid`` from ``q`` (as mask words), and the ids
+        of tokens that may end it midway (to be checked against the stack)."""
+        key = (tid, q)
+        got = self._memo.inside.get(key)
+        if got is None:
+            tt = token_table(self.vocab)
+            table, acc = self._tables[tid], self._acc[tid]
+            rows = np.arange(len(tt.ids))  # [T] rows of tokens still alive, longest first
+            states = np.full(len(tt.ids), q, dtype=np.int32)  # [T]
+            inside_rows: list[np.ndarray] = []
+            crossing_rows: list[np.ndarray] = []
+            for pos, n in enumerate(tt.n_longer.tolist()):
+                if rows.size and rows[-1] >= n:  # tokens of length `pos` are done, alive
+                    done = rows >= n
+                    inside_rows.append(rows[done])
+                    rows, states = rows[~done], states[~done]
+                if rows.size == 0:
+                    break
+                # The terminal may end before byte `pos` (at 0 that is the caller's business:
+                # the terminals that may follow are walked on their own).
+                ends_here = acc[states]
+                if pos and ends_here.any():
+                    crossing_rows.append(rows[ends_here])
+                states = table[states, tt.data[rows, pos]]
+                alive = states != 0
+                rows, states = rows[alive], states[alive]
+            if rows.size:
+                inside_rows.append(rows)
+            inside = np.concatenate(inside_rows) if inside_rows else np.zeros(0, np.int64)
+            inside_ids = tt.ids[inside]
+            words = TokenMask.from_ids(inside_ids, tt.size).words
+            crossing = np.zeros(len(tt.ids), dtype=bool)
+            for r in crossing_rows:
+                crossing[r] = True
+            crossing[inside] = False
+            candidates = tt.ids[crossing]
+            got = (words, candidates)
+            self._memo.inside[key] = got
+        return got
+
+    def _compute_mask(self, state: int) -> TokenMask:
+        size = len(self.vocab)
+        words = np.zeros((size + 31) // 32, dtype=np.uint32)
+        checked: set[int] = set()
+        extra: list[int] = []
+        for tid, q, k in self._memo.states[state]:
+            if tid < 0:
+                continue
+            inside, candidates = self._inside(tid, q)
+            words |= inside
+            if self._acc[tid][q]:
+                # The terminal may end right here: tokens inside a terminal that may follow
+                # are legal as they are; those that end it too are checked like the others.
+                for nt, nq, _ in self._complete(k):
+                    if nt >= 0:
+                        n_inside, n_cand = self._inside(nt, nq)
+                        words |= n_inside
+                        candidates = np.concatenate([candidates, n_cand])
+            for t in candidates.tolist():
+                if t not in checked:
+                    checked.add(t)
+                    if self.step_bytes(state, self.vocab.tokens[t]):
+                        extra.append(t)
+        mask = TokenMask(words, size)
+        if extra:
+            mask = mask | TokenMask.from_ids(extra, size)
+        if self.is_accepting(state):
+            mask = mask | TokenMask.from_ids(self._eos, size)
+        return mask
+
+
+def compile_grammar_ir(grammar: Grammar, vocab: Vocabulary,
+                       limits: GrammarLimits | None = None) -> GrammarConstraint:
+    """Wrap a built :class:`Grammar` as a token-level constraint for ``vocab``."""
+    return GrammarConstraint(grammar, vocab, limits)
+
+
+__all__: Sequence[str] = [
+    "EMPTY", "Expr", "Grammar", "GrammarBuilder", "GrammarConstraint", "GrammarLimits", "Rule",
+    "alt", "compile_grammar_ir", "opt", "ref", "rep", "seq", "term", "token_table",
+]
