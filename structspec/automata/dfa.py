@@ -355,6 +355,18 @@ def _determinize(nfa: _NFA, start: int, final: int, limits: DFALimits) -> ByteDF
                     stack.append(t)
         return frozenset(s for s in seen if nfa.edges[s] or s == final)
 
+    # Bytes that no edge tells apart behave alike: work per class, not per byte.
+    cuts = {0, 256}
+    for edges in nfa.edges:
+        for lo, hi, _ in edges:
+            cuts.add(lo)
+            cuts.add(hi + 1)
+    bounds = sorted(cuts)
+    reps = bounds[:-1]  # one representative byte per class
+    class_of = np.zeros(256, dtype=np.int64)
+    for ci, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        class_of[a:b] = ci
+
     init = closure({start})
     ids: dict[frozenset[int], int] = {frozenset(): 0, init: 1}
     order = [frozenset(), init]
@@ -366,17 +378,17 @@ def _determinize(nfa: _NFA, start: int, final: int, limits: DFALimits) -> ByteDF
         if time.monotonic() > deadline:
             raise ResourceLimitError(f"regex automaton took over {limits.max_seconds} s to build")
         cur = order[i]
-        targets: list[set[int]] = [set() for _ in range(256)]
+        targets: list[set[int]] = [set() for _ in reps]
         for s in cur:
             for lo, hi, t in nfa.edges[s]:
-                for b in range(lo, hi + 1):
-                    targets[b].add(t)
-        row = np.zeros(256, dtype=np.int32)
+                for ci in range(int(class_of[lo]), int(class_of[hi]) + 1):
+                    targets[ci].add(t)
+        class_row = np.zeros(len(reps), dtype=np.int32)
         memo: dict[frozenset[int], int] = {}
-        for b in range(256):
-            if not targets[b]:
+        for ci in range(len(reps)):
+            if not targets[ci]:
                 continue
-            key = frozenset(targets[b])
+            key = frozenset(targets[ci])
             sid = memo.get(key)
             if sid is None:
                 nxt = closure(key)
@@ -386,12 +398,51 @@ def _determinize(nfa: _NFA, start: int, final: int, limits: DFALimits) -> ByteDF
                     ids[nxt] = sid
                     order.append(nxt)
                 memo[key] = sid
-            row[b] = sid
-        rows.append(row)
+            class_row[ci] = sid
+        rows.append(class_row[class_of])
         i += 1
     table = np.stack(rows)
     accepting = np.array([final in s for s in order], dtype=bool)
     return _trimmed(table, accepting, 1)
+
+
+def minimized(dfa: ByteDFA, max_states: int = 256) -> ByteDFA:
+    """The minimal equivalent DFA (Moore's partition refinement, vectorized).
+
+    Skipped (the DFA is returned as it is) above ``max_states``, where refinement rounds
+    would cost more than the smaller tables save.
+    """
+    n = dfa.n_states
+    if n <= 2 or n > max_states:
+        return dfa
+    table = dfa.table
+    cls = dfa.accepting.astype(np.int64) + 1
+    cls[0] = 0  # the dead state is a class of its own
+    n_cls = len(np.unique(cls))
+    while True:
+        signature = np.concatenate([cls[:, None], cls[table]], axis=1)  # [n, 257]
+        _, new_cls = np.unique(signature, axis=0, return_inverse=True)
+        new_cls = new_cls.reshape(-1)
+        new_n = int(new_cls.max()) + 1
+        if new_n == n_cls:
+            break
+        cls, n_cls = new_cls, new_n
+    # Renumber so that the dead state's class is 0 and the others follow.
+    order = np.full(n_cls, -1, dtype=np.int64)
+    order[cls[0]] = 0
+    nxt = 1
+    reps = np.zeros(n_cls, dtype=np.int64)
+    for s in range(n):
+        c = cls[s]
+        if order[c] < 0:
+            order[c] = nxt
+            nxt += 1
+            reps[order[c]] = s
+    new_table = order[cls[table[reps]]].astype(np.int32)
+    new_table[0] = 0
+    accepting = dfa.accepting[reps].copy()
+    accepting[0] = False
+    return ByteDFA(new_table, accepting, int(order[cls[dfa.start]]))
 
 
 def compile_dfa(pattern: str, limits: DFALimits | None = None) -> ByteDFA:
@@ -410,7 +461,7 @@ def compile_dfa(pattern: str, limits: DFALimits | None = None) -> ByteDFA:
         raise GrammarError("regex flags are not supported")
     nfa = _NFA(limits)
     start, end = _compile_items(nfa, list(parsed), True, True)
-    return _determinize(nfa, start, end, limits)
+    return minimized(_determinize(nfa, start, end, limits))
 
 
 def literal_dfa(data: bytes) -> ByteDFA:

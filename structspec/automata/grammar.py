@@ -261,7 +261,7 @@ class GrammarBuilder:
         start, end = build(expr)
         return start, {end}, edges, eps
 
-    def _productive(self, raw: list) -> list[bool]:  # noqa: ANN001 - internal tuples
+    def _productive(self, raw: list) -> list[bool]:
         productive = [False] * len(raw)
         changed = True
         while changed:
@@ -278,7 +278,7 @@ class GrammarBuilder:
     def _usable(sym: int, productive: list[bool]) -> bool:
         return sym >= 0 or productive[-sym - 1]
 
-    def _reaches_accept(self, start, accept, edges, eps, productive) -> bool:  # noqa: ANN001
+    def _reaches_accept(self, start, accept, edges, eps, productive) -> bool:
         seen = {start}
         stack = [start]
         while stack:
@@ -292,7 +292,7 @@ class GrammarBuilder:
                     stack.append(t)
         return False
 
-    def _trim(self, name: str, r: tuple, productive: list[bool]) -> Rule:  # noqa: ANN001
+    def _trim(self, name: str, r: tuple, productive: list[bool]) -> Rule:
         start, accept, edges, eps = r
         n = len(edges)
         preds: list[list[int]] = [[] for _ in range(n)]
@@ -370,6 +370,7 @@ class _Memo:
     state_ids: dict[frozenset[tuple[int, int, int]], int] = field(default_factory=dict)
     stacks: list[tuple[int, int, int]] = field(default_factory=list)  # (rule, rstate, parent)
     stack_ids: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    depths: list[int] = field(default_factory=list)  # frames below each stack
     completions: dict[int, frozenset[tuple[int, int, int]]] = field(default_factory=dict)
     byte_steps: dict[tuple[int, int], int] = field(default_factory=dict)
     token_steps: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -528,8 +529,14 @@ class GrammarConstraint:
             with self._lock:
                 got = self._memo.stack_ids.get(frame)
                 if got is None:
+                    depth = self._memo.depths[frame[2]] + 1 if self._memo.stacks else 0
+                    if depth > self.limits.max_depth:
+                        raise ResourceLimitError(
+                            f"nesting exceeds depth {self.limits.max_depth}"
+                        )
                     got = len(self._memo.stacks)
                     self._memo.stacks.append(frame)
+                    self._memo.depths.append(depth)
                     self._memo.stack_ids[frame] = got
         return got
 

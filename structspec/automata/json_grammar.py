@@ -1,0 +1,285 @@
+"""Lowered JSON Schema -> grammar IR: objects, arrays and alternatives as rules, the regular
+pieces (strings, numbers, literals, patterns, formats) as byte-DFA terminals.
+
+The input is the small, exact *dialect* that :mod:`.json_schema` lowers every schema into
+(see ``_Lowering`` there): ``anyOf``, ``enum``, ``const`` (or a placeholder standing for a
+regex), ``type`` with ``minLength``/``maxLength`` for strings, ``items``/``prefixItems``/
+``minItems``/``maxItems`` for arrays, ``properties``/``required`` or a free
+``additionalProperties`` for objects. Nothing is flattened into one regex: structure stays
+in rules, so compile time grows with the schema, not with the product of its choices.
+
+Generation order is the dialect's: named properties in schema order, each optional one
+present or absent, commas placed by a two-state ("something emitted yet?") chain of rules.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from typing import Any
+
+import numpy as np
+
+from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa
+from structspec.automata.grammar import (
+    EMPTY,
+    Expr,
+    Grammar,
+    GrammarBuilder,
+    alt,
+    opt,
+    ref,
+    rep,
+    seq,
+    term,
+)
+from structspec.errors import ResourceLimitError
+
+#: One character of JSON string text: a safe character, a short escape, or a \\u escape
+#: outside the surrogate range (surrogate pairs would count as two characters here but one
+#: in the decoded string, so they are left out: narrowing, never widening).
+JSON_CHAR = (
+    r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]'
+    r"|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))"
+)
+INTEGER = r"-?(?:0|[1-9][0-9]*)"
+NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+#: Whitespace between JSON tokens under ``whitespace="flexible"``; bounded so a model cannot
+#: loop on blank space.
+FLEXIBLE_WS = r"[ \t\n\r]{1,16}"
+#: Longest ``maxLength`` compiled into a counted regex (each count costs DFA states).
+MAX_COUNTED_LENGTH = 256
+#: Budget of one counted string automaton (about 12 states per character of maxLength).
+MAX_STRING_STATES = 60_000
+
+_RUST_HEX = re.compile(r"(?<!\\)((?:\\\\)*)\\x\{([0-9A-Fa-f]+)\}")
+
+
+def python_regex(rx: str) -> str:
+    """Rewrite the Rust-only ``\\x{HEX}`` escape (as the lowering emits it) for ``re``."""
+    return _RUST_HEX.sub(lambda m: f"{m.group(1)}\\U{int(m.group(2), 16):08X}", rx)
+
+
+@functools.lru_cache(maxsize=2048)
+def cached_dfa(rx: str) -> ByteDFA:
+    """``compile_dfa`` shared across schemas (string, number and format DFAs recur)."""
+    return compile_dfa(rx)
+
+
+@functools.lru_cache(maxsize=8192)
+def cached_literal(data: bytes) -> ByteDFA:
+    """``literal_dfa`` shared across schemas."""
+    return literal_dfa(data)
+
+
+@functools.lru_cache(maxsize=256)
+def json_string_dfa(lo: int, hi: int | None) -> ByteDFA:
+    """The DFA of a JSON string (quotes included) of ``lo`` to ``hi`` characters.
+
+    Built directly rather than from ``"CHAR{lo,hi}"``: one block of the one-character DFA per
+    count, vectorized, so a ``maxLength`` of hundreds costs milliseconds, not the seconds a
+    subset construction over hundreds of copies would.
+
+    Raises:
+        ResourceLimitError: the table would exceed ``MAX_STRING_STATES`` states.
+    """
+    char = cached_dfa(JSON_CHAR)
+    m = char.n_states
+    k = m - 1  # states per block: the one-char DFA without its dead state
+    top = lo if hi is None else hi  # the last block; unbounded strings loop there
+    n = 3 + (top + 1) * k
+    if n > MAX_STRING_STATES:
+        raise ResourceLimitError(
+            f"a string of up to {top} characters needs {n} automaton states "
+            f"(limit {MAX_STRING_STATES})"
+        )
+    base = char.table[1:].astype(np.int64)  # [k, 256] targets in the one-char DFA
+    completes = char.accepting[base] & (base != 0)  # [k, 256] the byte ends a character
+    counts = np.arange(top + 1, dtype=np.int64)[:, None, None]  # [C, 1, 1]
+    next_block = np.minimum(counts + 1, top) if hi is None else counts + 1
+    inside = 3 + counts * k + (base - 1)  # [C, k, 256] stay in this block
+    ready_next = 3 + next_block * k + (char.start - 1)  # the next block's "ready" state
+    blocks = np.where(base == 0, 0, np.where(completes, ready_next, inside))
+    if hi is not None:
+        blocks[top] = 0  # at the maximum only the closing quote may follow
+    table = np.zeros((n, 256), dtype=np.int32)
+    table[3:] = blocks.reshape(-1, 256)
+    table[1, ord('"')] = 3 + (char.start - 1)  # the opening quote -> block 0, ready
+    ready_rows = 3 + np.arange(lo, top + 1) * k + (char.start - 1)
+    table[ready_rows, ord('"')] = 2  # enough characters: the closing quote
+    accepting = np.zeros(n, dtype=bool)
+    accepting[2] = True
+    return ByteDFA(table, accepting, 1)
+
+
+def string_regex(lo: int, hi: int | None) -> str:
+    """A JSON string (quotes included) of ``lo`` to ``hi`` characters."""
+    if hi is not None and hi > MAX_COUNTED_LENGTH:
+        raise ResourceLimitError(
+            f"maxLength {hi} is above the {MAX_COUNTED_LENGTH} this compiler counts exactly"
+        )
+    if lo > MAX_COUNTED_LENGTH:
+        raise ResourceLimitError(
+            f"minLength {lo} is above the {MAX_COUNTED_LENGTH} this compiler counts exactly"
+        )
+    if hi is None:
+        quant = "*" if lo == 0 else f"{{{lo},}}"
+    else:
+        quant = f"{{{lo},{hi}}}"
+    return f'"{JSON_CHAR}{quant}"'
+
+
+class DialectCompiler:
+    """Turns one lowered schema into a :class:`Grammar`. Single use, not thread-safe."""
+
+    def __init__(self, placeholders: dict[str, str], whitespace: str) -> None:
+        self.b = GrammarBuilder()
+        self.placeholders = placeholders
+        self.flexible = whitespace == "flexible"
+        self._any: int | None = None
+
+    def build(self, lowered: Any) -> Grammar:
+        """The grammar of a whole output: optional whitespace, the value, whitespace."""
+        start = self.b.rule("document", seq(self.ws(), self.value(lowered), self.ws()))
+        return self.b.build(start)
+
+    # -- terminals ----------------------------------------------------------------------------
+
+    def lit(self, text: str) -> Expr:
+        data = text.encode()
+        return term(self.b.terminal(cached_literal(data), text, key=b"lit\0" + data))
+
+    def rx(self, regex: str, name: str) -> Expr:
+        dfa = cached_dfa(regex)
+        if dfa.is_empty():
+            return alt()
+        literal = dfa.literal()
+        if literal is not None:
+            return self.lit(literal.decode())
+        return term(self.b.terminal(dfa, name, key=b"rx\0" + regex.encode()))
+
+    def string(self, lo: int, hi: int | None) -> Expr:
+        hi = None if hi is None else int(hi)
+        key = f"str\0{lo}\0{hi}".encode()
+        return term(self.b.terminal(json_string_dfa(lo, hi), "string", key=key))
+
+    def ws(self) -> Expr:
+        return opt(self.rx(FLEXIBLE_WS, "ws")) if self.flexible else EMPTY
+
+    def json_literal(self, value: Any) -> Expr:
+        return self.lit(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+    # -- values -------------------------------------------------------------------------------
+
+    def value(self, d: Any) -> Expr:
+        """The expression of one lowered subschema (``None``: no value at all)."""
+        if d is None:
+            return alt()
+        if "anyOf" in d:
+            return alt(*(self.value(x) for x in d["anyOf"]))
+        if "const" in d:
+            c = d["const"]
+            if isinstance(c, str) and c in self.placeholders:
+                return self.rx(python_regex(self.placeholders[c]), "pattern")
+            return self.json_literal(c)
+        if "enum" in d:
+            return alt(*(self.json_literal(v) for v in d["enum"]))
+        if "prefixItems" in d:
+            return self.array_tuple(d["prefixItems"])
+        t = d.get("type")
+        if t == "null":
+            return self.lit("null")
+        if t == "boolean":
+            return alt(self.lit("true"), self.lit("false"))
+        if t == "integer":
+            return self.rx(INTEGER, "integer")
+        if t == "number":
+            return self.rx(NUMBER, "number")
+        if t == "string":
+            return self.string(int(d.get("minLength", 0)), d.get("maxLength"))
+        if t == "array":
+            return self.array(d)
+        if t == "object":
+            return self.object(d)
+        raise ValueError(f"not a lowered schema: {d!r}")
+
+    def any_value(self) -> Expr:
+        """Any JSON value (one recursive rule, shared)."""
+        if self._any is None:
+            self._any = self.b.declare("any")
+            self.b.define(self._any, alt(
+                self.lit("null"), self.lit("true"), self.lit("false"),
+                self.rx(NUMBER, "number"), self.string(0, None),
+                self.array({"type": "array"}), self.object({"type": "object"}),
+            ))
+        return ref(self._any)
+
+    def sub(self, d: Any) -> Expr:
+        """A nested value: the shared rule for "any value", else the value itself."""
+        if d is None or d is True:
+            return self.any_value() if d is True else alt()
+        return self.value(d)
+
+    # -- arrays -------------------------------------------------------------------------------
+
+    def array(self, d: dict[str, Any]) -> Expr:
+        # The item is a rule of its own: bounded repetition copies only a reference to it.
+        item = ref(self.b.rule("item", self.value(d["items"]))) if "items" in d \
+            else self.any_value()
+        lo, hi = int(d.get("minItems", 0)), d.get("maxItems")
+        hi = None if hi is None else int(hi)
+        if hi == 0:
+            return seq(self.lit("["), self.ws(), self.lit("]"))
+        more = seq(self.ws(), self.lit(","), self.ws(), item)
+        rest = rep(more, max(lo - 1, 0), None if hi is None else hi - 1)
+        body = seq(item, rest)
+        items = body if lo > 0 else opt(body)
+        return seq(self.lit("["), self.ws(), items, self.ws(), self.lit("]"))
+
+    def array_tuple(self, items: list[Any]) -> Expr:
+        if not items:
+            return seq(self.lit("["), self.ws(), self.lit("]"))
+        parts: list[Expr] = []
+        for i, d in enumerate(items):
+            if i:
+                parts += [self.ws(), self.lit(","), self.ws()]
+            parts.append(self.value(d))
+        return seq(self.lit("["), self.ws(), *parts, self.ws(), self.lit("]"))
+
+    # -- objects ------------------------------------------------------------------------------
+
+    def object(self, d: dict[str, Any]) -> Expr:
+        open_, close = seq(self.lit("{"), self.ws()), seq(self.ws(), self.lit("}"))
+        if "properties" in d:
+            return seq(open_, self.named_members(d["properties"], set(d.get("required", []))),
+                       close)
+        if d.get("maxProperties") == 0:
+            return seq(open_, close)
+        value = self.value(d["additionalProperties"]) if "additionalProperties" in d \
+            else self.any_value()
+        member = seq(self.string(0, None), self.ws(), self.lit(":"),
+                     self.ws(), value)
+        more = rep(seq(self.ws(), self.lit(","), self.ws(), member))
+        members = seq(member, more)
+        return seq(open_, members if d.get("minProperties", 0) else opt(members), close)
+
+    def named_members(self, props: dict[str, Any], required: set[str]) -> Expr:
+        """Named properties in order; optional ones may be absent; commas only between."""
+        names = list(props)
+        members = [seq(self.json_literal(n), self.ws(), self.lit(":"), self.ws(),
+                       self.value(props[n])) for n in names]
+        comma = seq(self.ws(), self.lit(","), self.ws())
+        # rules[(j, e)]: members j.. given whether one was emitted before (e), built backwards.
+        after: dict[bool, Expr] = {False: EMPTY, True: EMPTY}
+        for j in range(len(names) - 1, -1, -1):
+            nxt: dict[bool, Expr] = {}
+            for emitted in (False, True):
+                take = seq(comma if emitted else EMPTY, members[j], after[True])
+                if names[j] in required:
+                    nxt[emitted] = take
+                else:
+                    nxt[emitted] = alt(take, after[emitted])
+            # Share the tails as rules so the expression stays linear in the property count.
+            after = {e: ref(self.b.rule(f"members{j}_{int(e)}", nxt[e])) for e in (False, True)}
+        return after[False]
