@@ -18,6 +18,7 @@ A :class:`ByteDFA` is immutable and thread-safe. State 0 is the dead state.
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from dataclasses import dataclass
@@ -364,7 +365,7 @@ def _determinize(nfa: _NFA, start: int, final: int, limits: DFALimits) -> ByteDF
     bounds = sorted(cuts)
     reps = bounds[:-1]  # one representative byte per class
     class_of = np.zeros(256, dtype=np.int64)
-    for ci, (a, b) in enumerate(zip(bounds, bounds[1:])):
+    for ci, (a, b) in enumerate(itertools.pairwise(bounds)):
         class_of[a:b] = ci
 
     init = closure({start})

@@ -48,8 +48,6 @@ NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 #: Whitespace between JSON tokens under ``whitespace="flexible"``; bounded so a model cannot
 #: loop on blank space.
 FLEXIBLE_WS = r"[ \t\n\r]{1,16}"
-#: Longest ``maxLength`` compiled into a counted regex (each count costs DFA states).
-MAX_COUNTED_LENGTH = 256
 #: Budget of one counted string automaton (about 12 states per character of maxLength).
 MAX_STRING_STATES = 60_000
 
@@ -111,23 +109,6 @@ def json_string_dfa(lo: int, hi: int | None) -> ByteDFA:
     accepting = np.zeros(n, dtype=bool)
     accepting[2] = True
     return ByteDFA(table, accepting, 1)
-
-
-def string_regex(lo: int, hi: int | None) -> str:
-    """A JSON string (quotes included) of ``lo`` to ``hi`` characters."""
-    if hi is not None and hi > MAX_COUNTED_LENGTH:
-        raise ResourceLimitError(
-            f"maxLength {hi} is above the {MAX_COUNTED_LENGTH} this compiler counts exactly"
-        )
-    if lo > MAX_COUNTED_LENGTH:
-        raise ResourceLimitError(
-            f"minLength {lo} is above the {MAX_COUNTED_LENGTH} this compiler counts exactly"
-        )
-    if hi is None:
-        quant = "*" if lo == 0 else f"{{{lo},}}"
-    else:
-        quant = f"{{{lo},{hi}}}"
-    return f'"{JSON_CHAR}{quant}"'
 
 
 class DialectCompiler:
