@@ -70,6 +70,7 @@ __all__ = [
     "TokenMask",
     "UnsupportedSchemaError",
     "Vocabulary",
+    "VocabularyError",
     "__version__",
     "compile_json_schema",
     "compile_regex",

@@ -63,7 +63,9 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return probs
 
 
-def make_generator(params: SamplingParams, device: torch.device | str = "cpu") -> torch.Generator | None:
+def make_generator(
+    params: SamplingParams, device: torch.device | str = "cpu"
+) -> torch.Generator | None:
     """A seeded ``torch.Generator`` for sampling, or ``None`` for greedy / unseeded."""
     if params.greedy or params.seed is None:
         return None

@@ -66,7 +66,8 @@ def tiny_model(smollm_tokenizer):
         eos_token_id=smollm_tokenizer.eos_token_id, bos_token_id=1,
     )
     model = LlamaForCausalLM(config).eval()
-    return LoadedModel(model, smollm_tokenizer, "tiny-random", frozenset({smollm_tokenizer.eos_token_id}))
+    eos = frozenset({smollm_tokenizer.eos_token_id})
+    return LoadedModel(model, smollm_tokenizer, "tiny-random", eos)
 
 
 @pytest.fixture(scope="session")
@@ -77,5 +78,5 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-def pytest_configure(config):  # noqa: D103 - pytest hook
+def pytest_configure(config):
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -53,7 +53,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle):
 
 
 def test_unsupported_keyword_names_keyword_and_pointer(capsys):
-    schema = '{"type":"object","properties":{"n":{"type":"integer","minimum":3}}}'
+    schema = '{"type":"object","properties":{"n":{"type":"number","minimum":0.5}}}'
     code, _, err = _run(capsys, "generate", "--schema", schema, "--prompt", "x")
     assert code == 2
     assert "minimum" in err and "/properties/n" in err

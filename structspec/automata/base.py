@@ -29,7 +29,7 @@ class TokenMask:
     word ``i // 32`` is set when id ``i`` is allowed.
     """
 
-    __slots__ = ("size", "words", "_count")
+    __slots__ = ("_count", "size", "words")
 
     def __init__(self, words: np.ndarray, size: int) -> None:
         if words.dtype != np.uint32 or words.shape != ((size + 31) // 32,):
@@ -137,7 +137,9 @@ class Constraint(Protocol):
         ...
 
 
-def walk(constraint: Constraint, token_ids: Sequence[int], state: State | None = None) -> State | None:
+def walk(
+    constraint: Constraint, token_ids: Sequence[int], state: State | None = None
+) -> State | None:
     """Advance ``constraint`` through ``token_ids`` from ``state`` (default: initial).
 
     Returns the final state, or ``None`` at the first illegal token. Pure.

@@ -130,15 +130,22 @@ class DiskCache:
         directory: where the files live; default ``cache_dir() / "compiled"``, resolved at
             each call so tests can point ``STRUCTSPEC_CACHE`` elsewhere.
         max_files: after a store, the oldest files beyond this count are removed.
+        max_file_bytes: larger pickles are not kept (an ``Index`` with many string states
+            can pickle to hundreds of MB, and loading that is no faster than building it).
+        max_total_bytes: after a store, the oldest files are removed until the directory
+            holds at most this much.
 
     Disabled (every load misses, stores do nothing) when ``STRUCTSPEC_DISK_CACHE=0``.
     Errors of the file system never propagate: a cache that cannot be read or written is a
     miss. Thread- and process-safe: writes go to a temporary file renamed into place.
     """
 
-    def __init__(self, directory: Path | None = None, max_files: int = 256) -> None:
+    def __init__(self, directory: Path | None = None, max_files: int = 256,
+                 max_file_bytes: int = 128 << 20, max_total_bytes: int = 1 << 30) -> None:
         self._directory = directory
         self.max_files = max_files
+        self.max_file_bytes = max_file_bytes
+        self.max_total_bytes = max_total_bytes
 
     @property
     def directory(self) -> Path:
@@ -187,6 +194,9 @@ class DiskCache:
             try:
                 with os.fdopen(fd, "wb") as fh:
                     _Pickler(fh, persistent_id).dump(value)
+                if os.path.getsize(tmp) > self.max_file_bytes:
+                    os.unlink(tmp)
+                    return False
                 os.replace(tmp, path)
             except BaseException:
                 with suppress(OSError):
@@ -198,17 +208,18 @@ class DiskCache:
         return True
 
     def _prune(self) -> None:
-        """Keep at most ``max_files`` files, removing the least recently written."""
+        """Keep at most ``max_files`` files and ``max_total_bytes``, newest first."""
         try:
-            files = [p for p in self.directory.glob("*.pkl") if p.is_file()]
-            if len(files) <= self.max_files:
-                return
-            files.sort(key=lambda p: p.stat().st_mtime)
-            for p in files[: len(files) - self.max_files]:
-                with suppress(OSError):
-                    p.unlink()
+            stats = [(p, p.stat()) for p in self.directory.glob("*.pkl") if p.is_file()]
         except OSError:
-            pass
+            return
+        stats.sort(key=lambda item: item[1].st_mtime, reverse=True)
+        total = 0
+        for i, (path, st) in enumerate(stats):
+            total += st.st_size
+            if i >= self.max_files or total > self.max_total_bytes:
+                with suppress(OSError):
+                    path.unlink()
 
 
 class _Pickler(pickle.Pickler):

@@ -504,19 +504,16 @@ def product(a: ByteDFA, b: ByteDFA, mode: str, limits: DFALimits | None = None) 
         return got
 
     start = sid((a.start, b.start))
+    nb = b.n_states
     i = 1
     while i < len(order):
         sa, sb = order[i]
-        ta, tb = a.table[sa], b.table[sb]
-        row = np.zeros(256, dtype=np.int32)
-        pairs: dict[tuple[int, int], int] = {}
-        for byte in np.flatnonzero(ta):
-            p = (int(ta[byte]), int(tb[byte]))
-            got = pairs.get(p)
-            if got is None:
-                got = pairs[p] = sid(p)
-            row[byte] = got
-        rows.append(row)
+        ta = a.table[sa].astype(np.int64)  # [256]
+        tb = b.table[sb].astype(np.int64)  # [256]
+        keys = ta * nb + tb  # [256] one key per target pair
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        ids_row = np.array([sid((int(k) // nb, int(k) % nb)) for k in uniq], dtype=np.int32)
+        rows.append(ids_row[inverse.reshape(-1)])
         i += 1
     table = np.stack(rows) if len(rows) > 1 else np.zeros((1, 256), dtype=np.int32)
     if mode == "and":

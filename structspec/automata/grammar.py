@@ -121,7 +121,8 @@ class Grammar:
 
 @dataclass(frozen=True)
 class GrammarLimits:
-    """Budgets of the runtime: configurations per state, stack depth, interned states."""
+    """Budgets of the runtime: configurations per state, interned states; ``max_depth`` caps
+    nesting (deeper continuations are not offered: a narrowing, never an error)."""
 
     max_configs: int = 2_000
     max_depth: int = 512
@@ -531,9 +532,7 @@ class GrammarConstraint:
                 if got is None:
                     depth = self._memo.depths[frame[2]] + 1 if self._memo.stacks else 0
                     if depth > self.limits.max_depth:
-                        raise ResourceLimitError(
-                            f"nesting exceeds depth {self.limits.max_depth}"
-                        )
+                        return -1  # too deep: the caller drops this continuation
                     got = len(self._memo.stacks)
                     self._memo.stacks.append(frame)
                     self._memo.depths.append(depth)
@@ -575,13 +574,16 @@ class GrammarConstraint:
                     todo.append(t)
         for s in seen:
             for sym, t in rule.edges[s]:
+                # Nesting beyond ``limits.max_depth`` is not offered (narrowing, documented).
+                frame = self._stack_id((rule_id, t, parent))
+                if frame < 0:
+                    continue
                 if sym >= 0:
-                    out.add((sym, self.grammar.terminals[sym].start,
-                             self._stack_id((rule_id, t, parent))))
+                    out.add((sym, self.grammar.terminals[sym].start, frame))
                 else:
                     callee = -sym - 1
-                    out |= self._predict(callee, self.grammar.rules[callee].start,
-                                         self._stack_id((rule_id, t, parent)), depth + 1)
+                    out |= self._predict(callee, self.grammar.rules[callee].start, frame,
+                                         depth + 1)
             if s in rule.accept:
                 out |= self._complete(parent, depth + 1)
         return out

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa
+from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa, product
 from structspec.automata.grammar import (
     EMPTY,
     Expr,
@@ -111,13 +111,25 @@ def json_string_dfa(lo: int, hi: int | None) -> ByteDFA:
     return ByteDFA(table, accepting, 1)
 
 
+@functools.lru_cache(maxsize=512)
+def string_dfa(lo: int, hi: int | None, regexes: tuple[str, ...]) -> ByteDFA:
+    """The counted string DFA intersected with each regex (pattern, format)."""
+    dfa = json_string_dfa(lo, hi)
+    for rx in regexes:
+        dfa = product(dfa, cached_dfa(rx), "and")
+    return dfa
+
+
 class DialectCompiler:
     """Turns one lowered schema into a :class:`Grammar`. Single use, not thread-safe."""
 
-    def __init__(self, placeholders: dict[str, str], whitespace: str) -> None:
+    def __init__(self, placeholders: dict[str, str], whitespace: str,
+                 rules: dict[str, Any] | None = None) -> None:
         self.b = GrammarBuilder()
         self.placeholders = placeholders
         self.flexible = whitespace == "flexible"
+        self.rules = rules or {}  # recursive targets: pointer -> lowered subschema
+        self._rule_ids: dict[str, int] = {}
         self._any: int | None = None
 
     def build(self, lowered: Any) -> Grammar:
@@ -140,10 +152,20 @@ class DialectCompiler:
             return self.lit(literal.decode())
         return term(self.b.terminal(dfa, name, key=b"rx\0" + regex.encode()))
 
-    def string(self, lo: int, hi: int | None) -> Expr:
+    def string(self, lo: int, hi: int | None, markers: tuple[str, ...] = ()) -> Expr:
+        """A JSON string of ``lo..hi`` characters matching every regex of ``markers``."""
         hi = None if hi is None else int(hi)
-        key = f"str\0{lo}\0{hi}".encode()
-        return term(self.b.terminal(json_string_dfa(lo, hi), "string", key=key))
+        regexes = tuple(python_regex(self.placeholders[m]) for m in markers)
+        if regexes and lo == 0 and hi is None:
+            dfa = cached_dfa(regexes[0]) if len(regexes) == 1 else None
+        else:
+            dfa = None
+        if dfa is None:
+            dfa = string_dfa(lo, hi, regexes)
+        if dfa.is_empty():
+            return alt()
+        key = "\0".join(["str", str(lo), str(hi), *regexes]).encode()
+        return term(self.b.terminal(dfa, "string", key=key))
 
     def ws(self) -> Expr:
         return opt(self.rx(FLEXIBLE_WS, "ws")) if self.flexible else EMPTY
@@ -157,6 +179,13 @@ class DialectCompiler:
         """The expression of one lowered subschema (``None``: no value at all)."""
         if d is None:
             return alt()
+        if "$ref" in d:  # a recursive subschema: one rule, referenced
+            target = d["$ref"]
+            rid = self._rule_ids.get(target)
+            if rid is None:
+                rid = self._rule_ids[target] = self.b.declare(f"ref:{target}")
+                self.b.define(rid, self.value(self.rules[target]))
+            return ref(rid)
         if "anyOf" in d:
             return alt(*(self.value(x) for x in d["anyOf"]))
         if "const" in d:
@@ -178,7 +207,8 @@ class DialectCompiler:
         if t == "number":
             return self.rx(NUMBER, "number")
         if t == "string":
-            return self.string(int(d.get("minLength", 0)), d.get("maxLength"))
+            return self.string(int(d.get("minLength", 0)), d.get("maxLength"),
+                               tuple(d.get("x-regex", ())))
         if t == "array":
             return self.array(d)
         if t == "object":

@@ -1,14 +1,1337 @@
-"""JSON Schema -> token constraint (interim, through outlines-core). Work in progress."""
+"""JSON Schema -> token constraint: the interim compiler, through outlines-core.
+
+The schema is flattened into one regular expression by outlines-core
+(``build_regex_from_schema``) and that regex becomes a :class:`RegexConstraint`. A grammar-based
+compiler (objects, arrays and recursion in a pushdown layer) replaces this later; until then
+this module makes the regex route *exact*: it never lets a constraint accept an output that
+fails the schema.
+
+outlines-core alone silently widens many schemas (it ignores ``minimum``, drops ``pattern``
+beside ``minLength``, concatenates ``allOf`` branches, treats ``oneOf`` as ``anyOf``, emits
+``pattern`` text unescaped into JSON, lets ``\\d`` match Arabic digits, accepts
+``2023-02-31`` as a date, cuts recursion at depth 3, ...). So before outlines-core sees a
+schema we *lower* it into the small dialect it handles correctly, walking every reachable
+subschema (local ``$ref`` included) with a whitelist of keywords:
+
+- what outlines-core enforces exactly passes through (types, ``properties``/``required``,
+  ``items``, ``prefixItems``, ``minItems``/``maxItems``, ``minLength``/``maxLength``,
+  ``anyOf``, ``enum``/``const`` with safe values);
+- what we can enforce exactly another way is rewritten: ``enum``/``const`` are filtered by
+  validating every value against its whole subschema; ``pattern``, ``format`` and numeric
+  bounds become regexes of our own (ECMA-262 ∩ Python semantics, JSON-escaped), spliced in
+  through placeholders; ``oneOf`` is kept when its branches are provably disjoint;
+- everything else raises :class:`UnsupportedSchemaError` naming the keyword and the JSON
+  pointer — or, with ``lenient=True``, warns (:class:`LenientSchemaWarning`) and is dropped,
+  and the constraint reports ``exact=False`` (validate outputs with ``.validator``).
+
+Narrowing (fewer outputs than the schema allows, never more) is allowed and documented in
+``docs/json_schema.md``: only named properties are generated, in schema order; strings use
+short escapes only; ``maxLength`` and pattern repetitions are capped at
+:data:`MAX_STRING_LENGTH`; a top-level string has no ``\\"``; numbers with bounds have no
+exponent; unanchored patterns are matched in full; a top-level number can lose fractions
+(an outlines-core 0.2.14 bug, fixed upstream but unreleased).
+
+The lowered dialect (``_Lowering``'s output plus its ``placeholders``) is also the input of
+the grammar-based compiler, which passes ``max_string_length=None, quote_free_top=False``.
+
+Compiled constraints are cached per process (LRU of 64, keyed by the schema text, the options
+and the vocabulary fingerprint) and, for slow builds, on disk (see :mod:`.cache`).
+"""
 
 from __future__ import annotations
 
-from structspec.automata.regex import RegexConstraint
+import json
+import math
+import re
+import secrets
+import warnings
+from functools import cache
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+from structspec.automata.cache import CompileCache
+from structspec.errors import GrammarError, SchemaError, UnsupportedSchemaError
+
+try:  # Python >= 3.11
+    import re._constants as _sre
+    import re._parser as _sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as _sre  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
+if TYPE_CHECKING:
+    from structspec.automata.base import TokenMask
+    from structspec.automata.grammar import GrammarConstraint
+    from structspec.vocab import Vocabulary
+
+__all__ = [
+    "ANNOTATIONS",
+    "FLEXIBLE_WHITESPACE",
+    "FORMATS",
+    "MAX_STRING_LENGTH",
+    "JsonSchemaConstraint",
+    "LenientSchemaWarning",
+    "compile_json_schema",
+    "pattern_regex",
+]
+
+#: Whitespace allowed between JSON tokens with ``whitespace="flexible"``. Bounded, so a model
+#: cannot loop on blank space; 16 covers a newline plus indentation of most pretty-printers.
+FLEXIBLE_WHITESPACE = r"[ \t\n\r]{0,16}"
+_WHITESPACE = {"compact": "", "flexible": FLEXIBLE_WHITESPACE}
+
+#: Longest string generated for ``maxLength`` and largest upper bound of a repetition in a
+#: ``pattern``; larger ones are narrowed to it. An outlines-core ``Index`` stores every token
+#: of every state, so each allowed character costs ~6 MB with a 49k vocabulary.
+MAX_STRING_LENGTH = 64
+_MAX_REPEAT_LOW = 256  # larger lower bounds (minLength, {m,}) are refused
+_MAX_ENUMERATED = 1024  # integer ranges with multipleOf are enumerated up to this size
+_MAX_LOWERED_BYTES = 2_000_000  # lowered schema text; beyond, the regex would not build
+_MAX_BOUND = 10**30  # numeric bounds beyond this magnitude are refused
 
 
-class JsonSchemaConstraint(RegexConstraint):
-    """Placeholder while the interim compiler is written."""
+class LenientSchemaWarning(UserWarning):
+    """A keyword was dropped for generation because ``lenient=True`` (output not exact)."""
 
 
-def compile_json_schema(schema, vocab, *, whitespace="compact", lenient=False):  # type: ignore[no-untyped-def]
-    """Placeholder while the interim compiler is written."""
-    raise NotImplementedError("compile_json_schema is being written")
+class _Refuse(Exception):
+    """Internal: a regex helper cannot express something exactly (the message says what)."""
+
+
+# -- keyword tables ----------------------------------------------------------------------
+
+#: Keywords with no effect on validation: allowed anywhere and ignored.
+ANNOTATIONS = frozenset({
+    "title", "description", "examples", "default", "$comment", "deprecated", "readOnly",
+    "writeOnly", "contentMediaType", "contentEncoding", "contentSchema", "$schema", "$anchor",
+    "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "$defs", "definitions",
+    "discriminator",  # OpenAPI/pydantic; its oneOf is checked for disjointness on its own
+})
+
+#: Type-specific keywords: they constrain only instances of one JSON type.
+_FAMILY = {
+    **dict.fromkeys(["minLength", "maxLength", "pattern", "format"], "string"),
+    **dict.fromkeys(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                     "multipleOf"], "number"),
+    **dict.fromkeys(["items", "prefixItems", "additionalItems", "minItems", "maxItems",
+                     "uniqueItems", "contains", "minContains", "maxContains",
+                     "unevaluatedItems"], "array"),
+    **dict.fromkeys(["properties", "required", "additionalProperties", "patternProperties",
+                     "propertyNames", "minProperties", "maxProperties", "dependentRequired",
+                     "dependentSchemas", "dependencies", "unevaluatedProperties"], "object"),
+}
+_KNOWN = frozenset(_FAMILY) | {
+    "type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "not", "if", "then", "else",
+    "$dynamicRef", "$recursiveRef", "$id",
+}
+_ABSENT: Any = object()
+
+
+# -- character sets (sorted disjoint inclusive code point ranges) ---------------------------
+
+Ranges = list[tuple[int, int]]
+_ALL: Ranges = [(0, 0x10FFFF)]
+
+
+def _norm(ranges: Ranges) -> Ranges:
+    out: Ranges = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _complement(ranges: Ranges) -> Ranges:
+    out: Ranges = []
+    nxt = 0
+    for lo, hi in _norm(ranges):
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= 0x10FFFF:
+        out.append((nxt, 0x10FFFF))
+    return out
+
+
+def _intersect(a: Ranges, b: Ranges) -> Ranges:
+    return _complement(_complement(a) + _complement(b))
+
+
+def _contains(ranges: Ranges, c: int) -> bool:
+    return any(lo <= c <= hi for lo, hi in ranges)
+
+
+# ECMA-262 and Python disagree on \d \w \s; a pattern's character sets are the intersection
+# of both readings, so outputs satisfy the spec and the ``jsonschema`` validator alike.
+_ECMA_SPACE = _norm([(9, 13), (32, 32), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
+                     (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000),
+                     (0xFEFF, 0xFEFF)])
+_ECMA = {"digit": [(48, 57)], "word": _norm([(48, 57), (65, 90), (95, 95), (97, 122)]),
+         "space": _ECMA_SPACE}
+_LINE_TERMINATORS = [(10, 10), (13, 13), (0x2028, 0x2029)]
+
+
+@cache
+def _python_class(name: str) -> Ranges:
+    """The code points Python's ``re`` puts in ``\\d``/``\\w``/``\\s`` (str patterns)."""
+    text = "".join(map(chr, range(0x110000)))
+    rx = {"digit": r"\d+", "word": r"\w+", "space": r"\s+"}[name]
+    return [(m.start(), m.end() - 1) for m in re.finditer(rx, text)]
+
+
+def _category(cat: Any) -> tuple[Ranges, Ranges]:
+    """(ECMA set, Python set) of a ``re`` category such as ``CATEGORY_NOT_DIGIT``."""
+    name = str(cat).lower()
+    base = next(k for k in ("digit", "word", "space") if k in name)
+    ecma, py = _ECMA[base], _python_class(base)
+    if "not" in name:
+        return _complement(ecma), _complement(py)
+    return ecma, py
+
+
+# JSON string text of a character set: safe code points verbatim, others as escapes.
+_JSON_UNSAFE = [(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0xD800, 0xDFFF)]
+_SHORT_ESCAPES = {0x22: r'\\"', 0x5C: r"\\\\", 0x08: r"\\b", 0x0C: r"\\f", 0x0A: r"\\n",
+                  0x0D: r"\\r", 0x09: r"\\t"}
+
+
+def _rx_char(c: int) -> str:
+    ch = chr(c)
+    return ch if ch.isascii() and ch.isalnum() else f"\\x{{{c:X}}}"
+
+
+def _json_chars(ranges: Ranges, quote: bool = True) -> str:
+    """A regex over JSON string text that spells exactly the characters in ``ranges``
+    (without ``"`` when ``quote`` is false)."""
+    if not quote:
+        ranges = _intersect(ranges, _complement([(0x22, 0x22)]))
+    alts = []
+    safe = _intersect(ranges, _complement(_JSON_UNSAFE))
+    if safe:
+        body = "".join(_rx_char(a) if a == b else f"{_rx_char(a)}-{_rx_char(b)}" for a, b in safe)
+        alts.append(f"[{body}]")
+    hex_escapes = []
+    for c in [0x22, 0x5C, *range(0x20)]:
+        if _contains(ranges, c):
+            if c in _SHORT_ESCAPES:
+                alts.append(_SHORT_ESCAPES[c])
+            else:
+                hex_escapes.append(f"{c:02x}")
+    if hex_escapes:
+        alts.append(r"\\u00(?:" + "|".join(hex_escapes) + ")")
+    if not alts:
+        raise _Refuse("a character class in the pattern matches no character")
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
+# -- pattern: ECMA-262 regex -> regex over JSON string text ------------------------------------
+
+
+def pattern_regex(pattern: str, *, quote: bool = True,
+                  max_repeat: int | None = MAX_STRING_LENGTH) -> str:
+    """A regex over the *text inside the quotes* of a JSON string whose decoded value fully
+    matches ``pattern``: a subset of the strings ``pattern`` accepts under both ECMA-262 and
+    Python ``re.search`` semantics.
+
+    Leading ``^`` and trailing ``$`` are implied (an unanchored pattern is matched in full:
+    narrowing). Characters that JSON must escape are spelled as escapes; ``quote=False``
+    leaves out ``"`` (see :meth:`_Lowering.lower_string`). Repetition upper bounds above
+    ``max_repeat`` are narrowed to it (``None``: kept).
+
+    Raises:
+        _Refuse: look-arounds, back-references, word boundaries, inner anchors, possessive
+            quantifiers, or a repetition lower bound above 256.
+    """
+    try:
+        parsed = _sre_parse.parse(pattern)
+    except re.error as exc:
+        raise _Refuse(f"the pattern does not parse: {exc}") from exc
+    return _rx_seq(list(parsed), True, True, (quote, max_repeat))
+
+
+_Opts = tuple[bool, "int | None"]  # (quote, max_repeat) of pattern_regex
+
+
+def _rx_seq(items: list[tuple[Any, Any]], at_start: bool, at_end: bool, opts: _Opts) -> str:
+    consuming = [i for i, (op, _) in enumerate(items) if op is not _sre.AT]
+    first = consuming[0] if consuming else len(items)
+    last = consuming[-1] if consuming else -1
+    out = []
+    for i, (op, av) in enumerate(items):
+        if op is _sre.AT:
+            if av in (_sre.AT_BEGINNING, _sre.AT_BEGINNING_STRING) and at_start and i < first:
+                continue
+            if av in (_sre.AT_END, _sre.AT_END_STRING) and at_end and i > last:
+                continue
+            raise _Refuse("anchors are supported only at the start and end, word boundaries "
+                          "not at all")
+        out.append(_rx_item(op, av, at_start and i == first, at_end and i == last, opts))
+    return "".join(out)
+
+
+def _rx_item(op: Any, av: Any, at_start: bool, at_end: bool, opts: _Opts) -> str:
+    quote, max_repeat = opts
+    if op is _sre.LITERAL:
+        return _json_chars([(av, av)], quote)
+    if op is _sre.NOT_LITERAL:
+        return _json_chars(_complement([(av, av)]), quote)
+    if op is _sre.ANY:  # ECMA '.' excludes all line terminators, Python only '\n'
+        return _json_chars(_complement(_LINE_TERMINATORS), quote)
+    if op is _sre.IN:
+        ecma: Ranges = []
+        py: Ranges = []
+        negate = False
+        for sub_op, sub_av in av:
+            if sub_op is _sre.NEGATE:
+                negate = True
+            elif sub_op is _sre.LITERAL:
+                ecma.append((sub_av, sub_av))
+                py.append((sub_av, sub_av))
+            elif sub_op is _sre.RANGE:
+                ecma.append(sub_av)
+                py.append(sub_av)
+            elif sub_op is _sre.CATEGORY:
+                e, p = _category(sub_av)
+                ecma += e
+                py += p
+            else:
+                raise _Refuse(f"unsupported character class item {sub_op}")
+        if negate:
+            return _json_chars(_complement(ecma + py), quote)
+        return _json_chars(_intersect(_norm(ecma), _norm(py)), quote)
+    if op is _sre.BRANCH:
+        return "(?:" + "|".join(_rx_seq(list(b), at_start, at_end, opts) for b in av[1]) + ")"
+    if op is _sre.SUBPATTERN:
+        return "(?:" + _rx_seq(list(av[-1]), at_start, at_end, opts) + ")"
+    if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
+        lo, hi, sub = av
+        if lo > _MAX_REPEAT_LOW:
+            raise _Refuse(f"repetition lower bounds above {_MAX_REPEAT_LOW} are too costly")
+        if max_repeat is not None and hi != _sre.MAXREPEAT and hi > max_repeat:
+            hi = max(lo, max_repeat)  # narrowing: see MAX_STRING_LENGTH
+        body = _rx_seq(list(sub), False, False, opts)
+        quant = f"{{{lo},}}" if hi == _sre.MAXREPEAT else f"{{{lo},{hi}}}"
+        quant = {"{0,}": "*", "{1,}": "+", "{0,1}": "?"}.get(quant, quant)
+        return f"(?:{body}){quant}"
+    names = {"GROUPREF": "back-references", "ASSERT": "look-ahead/behind",
+             "ASSERT_NOT": "negative look-ahead/behind", "POSSESSIVE_REPEAT": "possessive "
+             "quantifiers", "ATOMIC_GROUP": "atomic groups", "GROUPREF_EXISTS": "conditionals"}
+    raise _Refuse(f"{names.get(str(op), str(op))} are not supported in patterns")
+
+
+# -- formats: exact regexes (a subset of the RFC grammar and of what jsonschema checks) --------
+
+_YEAR = r"(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"  # 0001-9999
+_LEAP_YEAR = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_MONTH_DAY = (r"(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+              r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))")
+_DATE = rf"(?:{_YEAR}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
+_HOUR_MIN = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]"
+_TIME = rf"{_HOUR_MIN}:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-]{_HOUR_MIN})"
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,18}[A-Za-z0-9])?"  # <= 20 of RFC 1035's 63
+_PCHAR = r"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})"
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+
+#: ``format`` -> regex of the string body (JSON-safe: no quote, backslash or control char).
+FORMATS: dict[str, str] = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": rf"{_DATE}T{_TIME}",
+    "uuid": r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+    # RFC 5321 Mailbox: local part of <= 2 atoms (<= 49 of 64), <= 3 labels and a TLD.
+    # (Bounds kept small: each bounded character is Index states; this one builds in 0.2 s.)
+    "email": rf"{_ATEXT}{{1,24}}(?:\.{_ATEXT}{{1,24}})?@(?:{_LABEL}\.){{1,3}}[A-Za-z]{{2,16}}",
+    # RFC 3986 URI, http(s) with a registered-name host.
+    "uri": (rf"https?://(?:{_LABEL}\.)*{_LABEL}(?::[0-9]{{1,5}})?(?:/{_PCHAR}*)*"
+            rf"(?:\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"),
+    "ipv4": rf"{_OCTET}(?:\.{_OCTET}){{3}}",
+}
+
+
+# -- numbers with bounds ------------------------------------------------------------------
+#
+# _longest_first: outlines-core's DFA has leftmost-first semantics, so where the whole regex
+# matches before the end of the text (a number at the top level of a document), an earlier
+# alternative that matches a prefix cuts off later ones: `(?:[0-9]|[1-9][0-9])` never
+# accepts "99". Alternatives are therefore ordered longest first.
+
+
+def _uint_range(lo: int, hi: int | None) -> str:
+    """Regex of the canonical decimals (no leading zero) of the integers in ``[lo, hi]``."""
+    if hi is None:
+        digits = len(str(lo))
+        return f"(?:[1-9][0-9]{{{digits},}}|{_uint_range(lo, 10**digits - 1)})"
+    parts = []
+    for n in range(len(str(hi)), len(str(lo)) - 1, -1):  # longest first: see _longest_first
+        a, b = max(lo, 10 ** (n - 1) if n > 1 else 0), min(hi, 10**n - 1)
+        if a <= b:
+            parts.append(_same_length(str(a), str(b)))
+    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+
+def _same_length(a: str, b: str) -> str:
+    """Regex of the digit strings of ``len(a)`` between ``a`` and ``b`` inclusive."""
+    if len(a) == 1:
+        return a if a == b else f"[{a}-{b}]"
+    if a[0] == b[0]:
+        return a[0] + _same_length(a[1:], b[1:])
+    rest = len(a) - 1
+    if a[1:] == "0" * rest and b[1:] == "9" * rest:
+        return f"[{a[0]}-{b[0]}][0-9]{{{rest}}}"
+    parts = [a[0] + _same_length(a[1:], "9" * rest)]
+    first, last = int(a[0]) + 1, int(b[0]) - 1
+    if first <= last:
+        mid = f"{first}" if first == last else f"[{first}-{last}]"
+        parts.append(f"{mid}[0-9]{{{rest}}}")
+    parts.append(b[0] + _same_length("0" * rest, b[1:]))
+    return "(?:" + "|".join(parts) + ")"
+
+
+def _int_range(lo: int | None, hi: int | None) -> str | None:
+    """Regex of the JSON integers in ``[lo, hi]`` (``None``: unbounded), or ``None`` if empty."""
+    parts = []
+    if hi is None or hi >= 0:
+        parts.append(_uint_range(max(lo or 0, 0), hi))
+    if lo is None or lo < 0:
+        parts.append("-" + _uint_range(max(-hi, 1) if hi is not None else 1,
+                                       -lo if lo is not None else None))
+    if lo is not None and hi is not None and lo > hi:
+        return None
+    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+
+Bound = tuple[int, bool]  # (value, exclusive)
+
+
+def _magnitude(low: Bound | None, high: Bound | None) -> str | None:
+    """Regex of unsigned decimals ``I(.F)?`` whose value ``w`` lies between the bounds."""
+    start, low_edge = 0, None
+    if low is not None:
+        value, strict = low
+        if strict and value >= 0:
+            start, low_edge = value + 1, value  # w > L: I >= L+1, or I = L with F > 0
+        elif value > 0:
+            start = value
+    end, high_edge = None, None
+    if high is not None:
+        value, strict = high
+        if value < 0 or (strict and value == 0):
+            return None
+        end = value - 1
+        high_edge = None if strict else value  # w <= U: also I = U with F = 0
+    parts = []  # the edges first, longest first: see _longest_first
+    if high_edge is not None and high_edge >= start:
+        parts.append(f"{high_edge}" + r"(?:\.0+)?")
+    if low_edge is not None and (end is None or low_edge <= end):
+        parts.append(f"{low_edge}" + r"\.[0-9]*[1-9][0-9]*")
+    if end is None or start <= end:
+        parts.append(_uint_range(start, end) + r"(?:\.[0-9]+)?")
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+
+def _number_range(low: Bound | None, high: Bound | None) -> str | None:
+    """Regex of the JSON numbers (no exponent) between integer bounds, or ``None`` if none.
+
+    ``x = +w`` keeps the bounds; ``x = -w`` turns ``x >= a`` into ``w <= -a`` and
+    ``x <= b`` into ``w >= -b`` (``-0`` is zero, so it is exact too).
+    """
+    positive = _magnitude(low, high)
+    negative = _magnitude(
+        None if high is None else (-high[0], high[1]),
+        None if low is None else (-low[0], low[1]),
+    )
+    parts = [p for p in (positive, None if negative is None else "-" + negative) if p]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+
+
+# -- JSON values ----------------------------------------------------------------------------
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a Python value, with integers folded into ``number``."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if value is None:
+        return "null"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), "object")
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """JSON Schema equality: ``1 == 1.0``, ``True != 1``, containers compared deeply."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(_json_equal, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if _json_type(a) == _json_type(b) == "number":
+        return bool(a == b)
+    return type(a) is type(b) and a == b
+
+
+_REGEX_META = set(".^$*+?()[]{}|\\\"")
+
+
+def _literal_problem(value: Any) -> str | None:
+    """Why outlines-core would not spell ``value`` exactly as a literal, or ``None``."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return None
+    if isinstance(value, int):
+        return None if -(2**63) <= value < 2**64 else f"integer {value} exceeds 64 bits"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{value} is not a JSON number"
+    if isinstance(value, list):
+        return next((p for p in map(_literal_problem, value) if p), None)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if any(c in _REGEX_META or ord(c) < 0x20 for c in key):
+                return f"object key {key!r} would be spliced into the regex unescaped"
+            problem = _literal_problem(item)
+            if problem:
+                return problem
+        return None
+    return f"{type(value).__name__} is not a JSON value"
+
+
+def _needs_json_escape(text: str) -> bool:
+    return any(c in '"\\' or ord(c) < 0x20 for c in text)
+
+
+def _escape_pointer(token: Any) -> str:
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+def _resolve_pointer(root: Any, pointer: str) -> Any:
+    """The value at an RFC 6901 pointer (``KeyError``/``IndexError`` when absent)."""
+    node = root
+    for token in pointer.split("/")[1:] if pointer else []:
+        token = token.replace("~1", "/").replace("~0", "~")
+        node = node[int(token)] if isinstance(node, list) else node[token]
+    return node
+
+
+# -- lowering: a schema -> the dialect outlines-core handles exactly ---------------------------
+
+
+def _any_value() -> dict[str, Any]:
+    """Any JSON value, spelled so that outlines-core groups it.
+
+    outlines-core turns ``{}`` into ``A|B|...`` *without* parentheses, so nested inside an
+    object it splits the whole regex (``{"k": {}}`` would accept a bare ``null``); an
+    ``anyOf`` of the types is wrapped properly.
+    """
+    return {"anyOf": [{"type": t} for t in ("null", "boolean", "number", "string", "array",
+                                            "object")]}
+
+
+class _Lowering:
+    """One walk over a schema: returns outlines-ready subschemas, collects refusals.
+
+    Every ``lower_*`` method returns a subschema for outlines-core, or ``None`` when the
+    subschema accepts no value (``self.unsat`` says why and where).
+    """
+
+    def __init__(self, root: Any, validator: Any, lenient: bool, *,
+                 max_string_length: int | None = MAX_STRING_LENGTH,
+                 quote_free_top: bool = True, grammar: bool = False) -> None:
+        """``max_string_length`` and ``quote_free_top`` are narrowings the regex route needs
+        (see :meth:`lower_string`); a compiler without its costs passes ``None``/``False``."""
+        self.max_string_length = max_string_length
+        self.quote_free_top = quote_free_top
+        self.root = root
+        self.validator = validator
+        self.lenient = lenient
+        self.dropped: list[tuple[str, str, str]] = []
+        self.placeholders: dict[str, str] = {}
+        self.unsat: tuple[str, str] = ("the schema accepts no value", "")
+        self._nonce = secrets.token_hex(6)
+        self._memo: dict[tuple[str, bool], Any] = {}
+        self._stack: list[str] = [""]
+        # Grammar mode: recursion becomes rule references ({"$ref": target}), and strings
+        # may combine pattern, format and lengths (the grammar intersects their automata).
+        self.grammar = grammar
+        self.recursive: set[str] = set()
+        self.rules: dict[str, Any] = {}
+
+    # -- bookkeeping
+
+    def refuse(self, keyword: str, pointer: str, detail: str = "") -> None:
+        """Raise :class:`UnsupportedSchemaError`, or record the keyword as dropped (lenient)."""
+        if not self.lenient:
+            raise UnsupportedSchemaError(keyword, pointer, detail)
+        if (keyword, pointer, detail) not in self.dropped:
+            self.dropped.append((keyword, pointer, detail))
+
+    def nothing(self, pointer: str, reason: str) -> None:
+        self.unsat = (reason, pointer)
+        return None
+
+    def placeholder(self, regex: str) -> dict[str, Any]:
+        """A ``const`` whose literal is replaced by ``regex`` after outlines-core has run."""
+        marker = f"ssp{self._nonce}n{len(self.placeholders)}"
+        self.placeholders[marker] = regex
+        return {"const": marker}
+
+    def is_valid(self, schema: Any, value: Any) -> bool:
+        """``value`` validates against a subschema of the root (refs resolve from the root)."""
+        try:
+            return bool(self.validator.evolve(schema=schema).is_valid(value))
+        except Exception as exc:  # unresolvable $ref and the like
+            raise SchemaError(f"cannot evaluate the schema: {exc}") from exc
+
+    # -- dispatch
+
+    def lower(self, node: Any, ptr: str, top: bool = False) -> Any:
+        """Lower ``node`` (at pointer ``ptr``); ``top``: it is the whole document."""
+        if node is True:
+            return _any_value()
+        if node is False:
+            return self.nothing(ptr, "the schema is false")
+        kws = {k for k in node if k not in ANNOTATIONS and not k.startswith("x-")}
+        if "$id" in kws:
+            kws.discard("$id")
+            if ptr:
+                self.refuse("$id", ptr, "a nested $id changes how references resolve")
+        for k in sorted(kws - _KNOWN):
+            self.refuse(k, ptr, "unknown keyword")
+        kws &= _KNOWN
+        if "enum" in kws or "const" in kws:
+            return self.lower_enum(node, ptr, top)
+        if "if" in kws and ("then" in kws or "else" in kws):
+            self.refuse("if", ptr, "if/then/else is not enforced by outlines-core")
+        kws -= {"if", "then", "else"}
+        for k in ("not", "$dynamicRef", "$recursiveRef"):
+            if k in kws:
+                self.refuse(k, ptr, "not enforced by outlines-core")
+                kws.discard(k)
+        if "$ref" in kws:
+            for k in sorted(kws - {"$ref"}):
+                self.refuse(k, ptr, "keywords beside $ref are ignored by outlines-core")
+            return self.lower_ref(node["$ref"], ptr, top)
+        if "allOf" in kws:
+            if len(node["allOf"]) == 1 and kws == {"allOf"}:
+                return self.lower(node["allOf"][0], f"{ptr}/allOf/0", top)
+            self.refuse("allOf", ptr, "outlines-core concatenates allOf branches instead of "
+                        "intersecting them; merge them into one schema")
+            kws.discard("allOf")
+        if "anyOf" in kws or "oneOf" in kws:
+            return self.lower_union(node, kws, ptr, top)
+        return self.lower_typed(node, kws, ptr, top)
+
+    def lower_enum(self, node: dict[str, Any], ptr: str, top: bool = False) -> Any:
+        """``enum``/``const``: keep the values that validate against the whole subschema."""
+        keyword = "const" if "const" in node else "enum"
+        candidates = [node["const"]] if keyword == "const" else list(node["enum"])
+        kept, unspellable = [], False
+        for value in candidates:
+            if not self.is_valid(node, value):
+                continue
+            problem = _literal_problem(value)
+            if problem:
+                self.refuse(keyword, ptr, problem)
+                unspellable = True
+                continue
+            kept.append(value)
+        if not kept and unspellable:  # lenient: generate without the enum, validate later
+            rest = {k: v for k, v in node.items() if k not in ("enum", "const")}
+            return self.lower(rest, ptr, top)
+        if not kept:
+            return self.nothing(ptr, f"no {keyword} value satisfies the other keywords")
+        kept.sort(key=lambda v: -len(json.dumps(v)))  # longest first: see _longest_first
+        return {"enum": kept}
+
+    def lower_ref(self, ref: Any, ptr: str, top: bool = False) -> Any:
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            self.refuse("$ref", ptr, f"only local references (#/...) are supported, not {ref!r}")
+            return _any_value()
+        target = unquote(ref[1:])
+        if target and not target.startswith("/"):
+            self.refuse("$ref", ptr, f"anchor references ({ref!r}) are not supported")
+            return _any_value()
+        if target in self._stack:
+            if self.grammar:
+                self.recursive.add(target)
+                return {"$ref": target}
+            self.refuse("$ref", ptr, "recursive reference (outlines-core cuts recursion at "
+                        "depth 3; the grammar-based compiler will support it)")
+            return _any_value()
+        if (target, top) in self._memo:
+            return self._memo[target, top]
+        try:
+            sub = _resolve_pointer(self.root, target)
+        except (KeyError, IndexError, ValueError, TypeError) as exc:
+            raise SchemaError(f"$ref {ref!r} does not resolve", ptr) from exc
+        self._stack.append(target)
+        try:
+            lowered = self.lower(sub, target, top)
+        finally:
+            self._stack.pop()
+        if target in self.recursive:  # referenced from inside itself: one shared rule
+            self.rules[target] = lowered
+            lowered = {"$ref": target}
+        self._memo[target, top] = lowered
+        return lowered
+
+    def lower_union(self, node: dict[str, Any], kws: set[str], ptr: str, top: bool) -> Any:
+        key = "anyOf" if "anyOf" in kws else "oneOf"
+        for k in sorted(kws - {key}):
+            self.refuse(k, ptr, f"keywords beside {key} are ignored by outlines-core")
+        branches = node[key]
+        if key == "oneOf" and not self.disjoint(branches):
+            self.refuse("oneOf", ptr, "cannot prove the branches disjoint (different types, "
+                        "different const/enum values, or a required property with different "
+                        "const values); use anyOf if overlap is fine")
+        lowered = [self.lower(b, f"{ptr}/{key}/{i}", top) for i, b in enumerate(branches)]
+        kept = [b for b in lowered if b is not None]
+        if not kept:
+            return self.nothing(ptr, f"no branch of {key} accepts a value")
+        return kept[0] if len(kept) == 1 else {"anyOf": kept}
+
+    # -- oneOf disjointness
+
+    def deref(self, node: Any) -> Any:
+        """Follow ``$ref`` chains whose siblings are annotations (bounded)."""
+        for _ in range(32):
+            if not (isinstance(node, dict) and isinstance(node.get("$ref"), str)):
+                return node
+            if any(k not in ANNOTATIONS and k != "$ref" for k in node):
+                return node
+            ref = node["$ref"]
+            if not ref.startswith("#/") and ref != "#":
+                return node
+            try:
+                node = _resolve_pointer(self.root, unquote(ref[1:]))
+            except (KeyError, IndexError, ValueError, TypeError):
+                return node
+        return node
+
+    def values_of(self, node: Any) -> list[Any] | None:
+        node = self.deref(node)
+        if isinstance(node, dict) and "const" in node:
+            return [node["const"]]
+        if isinstance(node, dict) and "enum" in node:
+            return list(node["enum"])
+        return None
+
+    def types_of(self, node: Any) -> set[str] | None:
+        """JSON types a subschema may accept (integer folded into number); None: any."""
+        node = self.deref(node)
+        if node is False:
+            return set()
+        if not isinstance(node, dict):
+            return None
+        values = self.values_of(node)
+        if values is not None:
+            return {_json_type(v) for v in values}
+        if "type" in node:
+            types = [node["type"]] if isinstance(node["type"], str) else node["type"]
+            return {"number" if t == "integer" else t for t in types}
+        for key in ("anyOf", "oneOf"):
+            if key in node:
+                out: set[str] = set()
+                for branch in node[key]:
+                    sub = self.types_of(branch)
+                    if sub is None:
+                        return None
+                    out |= sub
+                return out
+        return None
+
+    def tags_of(self, node: Any) -> dict[str, list[Any]]:
+        """Required properties with const/enum values of an object-only subschema."""
+        node = self.deref(node)
+        if not isinstance(node, dict) or self.types_of(node) != {"object"}:
+            return {}
+        props = node.get("properties", {})
+        tags = {}
+        for name in node.get("required", []):
+            values = self.values_of(props.get(name, True))
+            if name in props and values is not None:
+                tags[name] = values
+        return tags
+
+    def disjoint(self, branches: list[Any]) -> bool:
+        """Whether no instance can validate against two of ``branches`` (a cheap proof)."""
+        sigs = [(self.types_of(b), self.values_of(b), self.tags_of(b)) for b in branches]
+        for i, (ta, va, ga) in enumerate(sigs):
+            for tb, vb, gb in sigs[i + 1:]:
+                if ta is not None and tb is not None and not ta & tb:
+                    continue
+                if va is not None and vb is not None and not any(
+                        _json_equal(x, y) for x in va for y in vb):
+                    continue
+                if any(not any(_json_equal(x, y) for x in ga[k] for y in gb[k])
+                       for k in ga.keys() & gb.keys()):
+                    continue
+                return False
+        return True
+
+    # -- typed schemas
+
+    def lower_typed(self, node: dict[str, Any], kws: set[str], ptr: str, top: bool) -> Any:
+        if "type" in node:
+            types = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
+        else:  # no type: generate the types whose keywords are present (narrowing)
+            types = sorted({_FAMILY[k] for k in kws if k in _FAMILY})
+            if not types:
+                return _any_value()
+        out = []
+        for t in types:
+            if t in ("null", "boolean"):
+                lowered: Any = {"type": t}
+            elif t == "string":
+                lowered = self.lower_string(node, ptr, top)
+            else:
+                lowered = getattr(self, f"lower_{t}")(node, ptr)
+            if lowered is not None:
+                out.append(lowered)
+        if not out:
+            if len(types) == 1:  # the type's own reason is more precise
+                return None
+            return self.nothing(ptr, f"no value of type {types} satisfies the keywords")
+        return out[0] if len(out) == 1 else {"anyOf": out}
+
+    def lower_string(self, node: dict[str, Any], ptr: str, top: bool = False) -> Any:
+        """Strings. Long bounds are narrowed to :data:`MAX_STRING_LENGTH`.
+
+        A string that is the whole document is generated without ``\\"`` escapes
+        (narrowing): regex-automata also builds the *unanchored* DFA of the regex, and a
+        quote inside a bounded string restarts it, which blows that DFA up exponentially
+        (``maxLength`` 16 takes 4.5 s, 64 runs out of memory).
+        """
+        lo, hi = node.get("minLength"), node.get("maxLength")
+        pattern, fmt = node.get("pattern"), node.get("format")
+        if lo is not None and hi is not None and lo > hi:
+            return self.nothing(ptr, "minLength exceeds maxLength")
+        if self.grammar:
+            return self.lower_string_grammar(node, ptr, lo, hi, pattern, fmt)
+        if lo is not None and lo > _MAX_REPEAT_LOW:
+            self.refuse("minLength", ptr, f"above {_MAX_REPEAT_LOW} the regex is too costly")
+            lo = None
+        cap = self.max_string_length
+        if hi is not None and cap is not None and hi > cap:
+            hi = max(cap, int(lo or 0))  # narrowing: see MAX_STRING_LENGTH
+        lengths = lo is not None or hi is not None
+        if pattern is not None and lengths:
+            self.refuse("pattern", ptr, "outlines-core drops pattern beside minLength/maxLength")
+            pattern = None
+        if fmt is not None:
+            if fmt not in FORMATS:
+                self.refuse("format", ptr, f"format {fmt!r} is not supported "
+                            f"(supported: {', '.join(sorted(FORMATS))})")
+                fmt = None
+            elif pattern is not None or lengths:
+                self.refuse("format", ptr, "format cannot be combined with pattern, minLength "
+                            "or maxLength")
+                fmt = None
+        if pattern is not None:
+            try:
+                core = pattern_regex(pattern, quote=not (top and self.quote_free_top),
+                                     max_repeat=cap)
+                return self.placeholder(f'"(?:{core})"')
+            except _Refuse as exc:
+                self.refuse("pattern", ptr, str(exc))
+        if fmt is not None:
+            return self.placeholder(f'"(?:{FORMATS[fmt]})"')
+        if top and lengths and self.quote_free_top:
+            unquoted = r'(?:[^"\\\x00-\x1F\x7F-\x9F]|\\[\\/bfnrt])'
+            upper = "" if hi is None else int(hi)
+            return self.placeholder(f'"{unquoted}{{{int(lo or 0)},{upper}}}"')
+        out: dict[str, Any] = {"type": "string"}
+        if lo is not None:
+            out["minLength"] = int(lo)
+        if hi is not None:
+            out["maxLength"] = int(hi)
+        return out
+
+    def lower_string_grammar(self, node: dict[str, Any], ptr: str, lo: Any, hi: Any,
+                             pattern: Any, fmt: Any) -> Any:
+        """Strings for the grammar compiler: lengths, pattern and format all at once (their
+        automata are intersected there), as ``x-regex`` placeholders beside the lengths."""
+        out: dict[str, Any] = {"type": "string"}
+        if lo is not None:
+            out["minLength"] = int(lo)
+        if hi is not None:
+            out["maxLength"] = int(hi)
+        regexes = []
+        if pattern is not None:
+            try:
+                regexes.append(f'"(?:{pattern_regex(pattern, quote=True, max_repeat=None)})"')
+            except _Refuse as exc:
+                self.refuse("pattern", ptr, str(exc))
+        if fmt is not None:
+            if fmt in FORMATS:
+                regexes.append(f'"(?:{FORMATS[fmt]})"')
+            else:
+                self.refuse("format", ptr, f"format {fmt!r} is not supported "
+                            f"(supported: {', '.join(sorted(FORMATS))})")
+        if regexes:
+            out["x-regex"] = [self.placeholder(rx)["const"] for rx in regexes]
+        return out
+
+    def bounds(self, node: dict[str, Any], ptr: str, integer: bool) -> tuple[Any, Any]:
+        """Lower and upper bounds as ``(value, exclusive)``; integers get inclusive ones."""
+        found: list[Any] = [None, None]
+        for side, plain, strict in ((0, "minimum", "exclusiveMinimum"),
+                                    (1, "maximum", "exclusiveMaximum")):
+            cands = []
+            if plain in node:
+                draft4 = node.get(strict) is True
+                cands.append((node[plain], draft4))
+            if strict in node and not isinstance(node[strict], bool):
+                cands.append((node[strict], True))
+            for value, excl in cands:
+                if abs(value) > _MAX_BOUND:
+                    self.refuse(strict if excl and strict in node else plain, ptr,
+                                "bound too large")
+                    continue
+                if integer:  # fold into an inclusive integer bound
+                    value = (math.floor(value) + 1 if excl else math.ceil(value)) if side == 0 \
+                        else (math.ceil(value) - 1 if excl else math.floor(value))
+                    excl = False
+                elif value != int(value):
+                    self.refuse(strict if excl and strict in node else plain, ptr,
+                                "only integer bounds of numbers are supported")
+                    continue
+                bound = (int(value), excl)
+                best = found[side]
+                tighter = best is None or (bound[0] > best[0] if side == 0 else bound[0] < best[0])
+                if tighter or (bound[0] == best[0] and bound[1]):
+                    found[side] = bound
+        return found[0], found[1]
+
+    def lower_integer(self, node: dict[str, Any], ptr: str) -> Any:
+        low, high = self.bounds(node, ptr, integer=True)
+        lo, hi = (low[0] if low else None), (high[0] if high else None)
+        step = node.get("multipleOf")
+        if step is not None and step != 1:
+            if lo is not None and hi is not None and hi - lo <= _MAX_ENUMERATED:
+                values = [v for v in range(hi, lo - 1, -1) if self.is_valid(node, v)]
+                values.sort(key=lambda v: -len(str(v)))  # longest first: see _longest_first
+                return {"enum": values} if values else self.nothing(ptr, "no multiple in range")
+            self.refuse("multipleOf", ptr, "supported only for integers between bounds at "
+                        f"most {_MAX_ENUMERATED} apart")
+        if lo is None and hi is None:
+            return {"type": "integer"}
+        regex = _int_range(lo, hi)
+        return self.placeholder(regex) if regex else self.nothing(ptr, "empty integer range")
+
+    def lower_number(self, node: dict[str, Any], ptr: str) -> Any:
+        if "multipleOf" in node:
+            self.refuse("multipleOf", ptr, "multipleOf is supported only for integers")
+        low, high = self.bounds(node, ptr, integer=False)
+        if low is None and high is None:
+            return {"type": "number"}
+        regex = _number_range(low, high)
+        return self.placeholder(regex) if regex else self.nothing(ptr, "empty number range")
+
+    def lower_array(self, node: dict[str, Any], ptr: str) -> Any:
+        prefix, prefix_key = node.get("prefixItems"), "prefixItems"
+        items, items_ptr = node.get("items", _ABSENT), f"{ptr}/items"
+        if isinstance(items, list):  # drafts 4-2019: items as a tuple
+            prefix, prefix_key = items, "items"
+            items, items_ptr = node.get("additionalItems", _ABSENT), f"{ptr}/additionalItems"
+        lo, hi = int(node.get("minItems", 0)), node.get("maxItems")
+        hi = None if hi is None else int(hi)
+        if hi is not None and lo > hi:
+            return self.nothing(ptr, "minItems exceeds maxItems")
+        if "contains" in node:
+            self.refuse("contains", ptr, "not enforced by outlines-core")
+        unique = node.get("uniqueItems", False)
+        if prefix is not None:  # outlines-core emits exactly len(prefix) items
+            n = len(prefix)
+            if lo > n:
+                self.refuse("minItems", ptr, f"above len({prefix_key}); outlines-core emits "
+                            f"exactly {n} items")
+            if hi is not None and hi < n:
+                self.refuse("maxItems", ptr, f"below len({prefix_key}); outlines-core emits "
+                            f"exactly {n} items")
+            if unique and n > 1:
+                self.refuse("uniqueItems", ptr, "not enforced by outlines-core")
+            lowered = []
+            for i, sub in enumerate(prefix):
+                one = self.lower(sub, f"{ptr}/{prefix_key}/{i}")
+                if one is None:
+                    return None
+                lowered.append(one)
+            return {"prefixItems": lowered}
+        if unique and (hi is None or hi > 1):
+            self.refuse("uniqueItems", ptr, "not enforced by outlines-core")
+        if items is _ABSENT and "unevaluatedItems" in node:
+            items, items_ptr = node["unevaluatedItems"], f"{ptr}/unevaluatedItems"
+        out: dict[str, Any] = {"type": "array"}
+        if items is not _ABSENT:
+            lowered_items = self.lower(items, items_ptr)
+            if lowered_items is None:
+                if lo > 0:
+                    return None
+                hi = 0
+            else:
+                out["items"] = lowered_items
+        if lo:
+            out["minItems"] = lo
+        if hi is not None:
+            out["maxItems"] = hi
+        return out
+
+    def lower_object(self, node: dict[str, Any], ptr: str) -> Any:
+        props = node.get("properties", {})
+        required = list(dict.fromkeys(node.get("required", [])))
+        extra = node.get("additionalProperties", _ABSENT)
+        extra_ptr = f"{ptr}/additionalProperties"
+        if extra is _ABSENT and "unevaluatedProperties" in node:
+            extra, extra_ptr = node["unevaluatedProperties"], f"{ptr}/unevaluatedProperties"
+        patterns = node.get("patternProperties", {})
+        dep_required = dict(node.get("dependentRequired", {}))
+        dep_schemas = dict(node.get("dependentSchemas", {}))
+        for key, value in node.get("dependencies", {}).items():  # drafts 4-7
+            (dep_required if isinstance(value, list) else dep_schemas)[key] = value
+
+        # Every generated property, with the schema and pointer its value comes from.
+        sources: dict[str, tuple[Any, str]] = {}
+        for name, sub in props.items():
+            if any(re.search(p, name) and patterns[p] not in (True, {}) for p in patterns):
+                self.refuse("patternProperties", ptr, f"a pattern also applies to {name!r}")
+            sources[name] = (sub, f"{ptr}/properties/{_escape_pointer(name)}")
+        for name in required:
+            if name in sources:
+                continue
+            hits = [p for p in patterns if re.search(p, name)]
+            if len(hits) > 1:
+                self.refuse("patternProperties", ptr, f"several patterns apply to {name!r}")
+            if hits:
+                sources[name] = (patterns[hits[0]], f"{ptr}/patternProperties/"
+                                 f"{_escape_pointer(hits[0])}")
+            elif extra is False:
+                return self.nothing(ptr, f"required {name!r} is not an allowed property")
+            else:
+                sources[name] = (True if extra is _ABSENT else extra, extra_ptr)
+        if not sources:
+            return self.lower_free_object(node, ptr, extra, extra_ptr, patterns,
+                                          dep_required or dep_schemas)
+
+        req = set(required)
+        names = list(sources)
+        for name in names:
+            if _needs_json_escape(name):
+                self.refuse("properties", ptr, f"property name {name!r} needs JSON escaping, "
+                            "which outlines-core does not do")
+                if name in req:
+                    return self.nothing(ptr, f"required {name!r} cannot be generated")
+                sources.pop(name)
+        if "propertyNames" in node:
+            for name in list(sources):
+                if not self.is_valid(node["propertyNames"], name):
+                    if name in req:
+                        return self.nothing(ptr, f"required {name!r} fails propertyNames")
+                    sources.pop(name)
+        changed = True
+        while changed:  # an optional trigger's dependencies become required (narrowing)
+            changed = False
+            for trigger, deps in dep_required.items():
+                if trigger not in sources:
+                    continue
+                if any(d not in sources for d in deps):
+                    if trigger in req:
+                        self.refuse("dependentRequired", ptr, f"{trigger!r} needs properties "
+                                    "that are not generated")
+                    else:
+                        sources.pop(trigger)
+                        changed = True
+                elif not set(deps) <= req:
+                    req |= set(deps)
+                    changed = True
+        for trigger, sub in dep_schemas.items():
+            if trigger in sources and sub not in (True, {}):
+                if trigger in req:
+                    self.refuse("dependentSchemas", ptr, "not enforced by outlines-core")
+                else:
+                    sources.pop(trigger)
+
+        lowered: dict[str, Any] = {}
+        for name, (sub, sub_ptr) in sources.items():
+            one = self.lower(sub, sub_ptr)
+            if one is None:
+                if name in req:
+                    return None
+                continue
+            lowered[name] = one
+        required_now = [n for n in lowered if n in req]
+        optional = [n for n in lowered if n not in req]
+        max_p, min_p = node.get("maxProperties"), int(node.get("minProperties", 0))
+        if max_p is not None:
+            if len(required_now) > max_p:
+                return self.nothing(ptr, "more required properties than maxProperties")
+            for name in optional[int(max_p) - len(required_now):]:
+                del lowered[name]  # narrowing: fewer optional properties
+            optional = optional[: int(max_p) - len(required_now)]
+        if min_p > len(required_now):
+            need = min_p - len(required_now)
+            if need > len(optional):
+                self.refuse("minProperties", ptr, "exceeds the properties the schema names")
+            req |= set(optional[:need])  # narrowing: some optional ones become required
+        return {"type": "object", "properties": lowered,
+                "required": [n for n in lowered if n in req]}
+
+    def lower_free_object(self, node: dict[str, Any], ptr: str, extra: Any, extra_ptr: str,
+                          patterns: dict[str, Any], dependencies: Any) -> Any:
+        """An object without named properties: arbitrary keys (outlines-core's object)."""
+        min_p, max_p = int(node.get("minProperties", 0)), node.get("maxProperties")
+        names = node.get("propertyNames", True)
+        closed = extra is False or names is False or max_p == 0
+        if not closed:
+            if patterns:
+                self.refuse("patternProperties", ptr, "generated keys are arbitrary strings")
+            if names not in (True, {}):
+                self.refuse("propertyNames", ptr, "generated keys are arbitrary strings")
+            if dependencies:
+                key = "dependentRequired" if "dependentRequired" in node else "dependentSchemas"
+                self.refuse(key if key in node else "dependencies", ptr,
+                            "generated keys are arbitrary strings")
+            if min_p > 1:
+                self.refuse("minProperties", ptr, "generated keys may repeat, so only "
+                            "minProperties <= 1 is exact")
+            if max_p is not None:
+                self.refuse("maxProperties", ptr, "outlines-core ignores maxProperties above 0 "
+                            "on objects without named properties")
+                max_p = None
+        out: dict[str, Any] = {"type": "object"}
+        if not closed and extra not in (_ABSENT, True):
+            value = self.lower(extra, extra_ptr)
+            if value is None:
+                closed = True
+            else:
+                out["additionalProperties"] = value
+        if closed:
+            if min_p > 0:
+                return self.nothing(ptr, "no property is allowed but minProperties > 0")
+            return {"type": "object", "maxProperties": 0}
+        if min_p:
+            out["minProperties"] = 1
+        return out
+
+
+# -- schema loading and metaschema errors -------------------------------------------------------
+
+_SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas",
+                "dependencies"}
+_SCHEMA_LISTS = {"allOf", "anyOf", "oneOf", "prefixItems"}
+_SCHEMA_ONE = {"items", "additionalItems", "additionalProperties", "not", "if", "then", "else",
+               "contains", "propertyNames", "unevaluatedItems", "unevaluatedProperties",
+               "contentSchema"}
+
+
+def _subschema_pointer(root: Any, path: list[Any]) -> tuple[str, list[Any]]:
+    """Split a metaschema error path into (pointer of the deepest subschema, rest of path)."""
+    node, depth, i = root, 0, 0
+    while i < len(path) and isinstance(node, dict) and path[i] in node:
+        key, value = path[i], node[path[i]]
+        if key in _SCHEMA_MAPS | _SCHEMA_LISTS | {"items"} and i + 1 < len(path) and \
+                isinstance(value, (dict, list)) and (key != "items" or isinstance(value, list)):
+            try:
+                node = value[path[i + 1]]
+            except (KeyError, IndexError, TypeError):
+                break
+            i += 2
+        elif key in _SCHEMA_ONE and isinstance(value, (dict, bool)):
+            node = value
+            i += 1
+        else:
+            break
+        depth = i
+    pointer = "".join(f"/{_escape_pointer(p)}" for p in path[:depth])
+    return pointer, list(path[depth:])
+
+
+def _load_schema(schema: Any) -> tuple[Any, Any]:
+    """Parse (if text) and check ``schema`` against its metaschema; returns (schema, validator)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError as JsonSchemaError
+    from jsonschema.validators import validator_for
+
+    if isinstance(schema, (str, bytes)):
+        try:
+            schema = json.loads(schema)
+        except ValueError as exc:
+            raise SchemaError(f"the schema is not valid JSON: {exc}") from exc
+    cls = validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except JsonSchemaError as exc:
+        pointer, _ = _subschema_pointer(schema, list(exc.path))
+        full = "".join(f"/{_escape_pointer(p)}" for p in exc.path)
+        raise SchemaError(f"invalid schema{f' at {full}' if full else ''}: {exc.message}",
+                          pointer) from exc
+    return schema, cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+# -- the compiled constraint ---------------------------------------------------------------------
+
+
+class JsonSchemaConstraint:
+    """Outputs that are JSON documents valid against a schema, token by token.
+
+    Implements the :class:`~structspec.automata.base.Constraint` protocol by delegating to the
+    :class:`RegexConstraint` of the lowered schema (states are its integers). Immutable and
+    thread-safe; build it with :func:`compile_json_schema`.
+
+    Attributes:
+        schema: the schema as given (a private parsed copy).
+        validator: a ``jsonschema`` validator of ``schema`` with format checking on, for
+            validating outputs after generation (needed when ``exact`` is false).
+        exact: whether every accepted output validates (``False`` when ``lenient=True``
+            dropped a keyword). Narrowing (fewer outputs than the schema allows) keeps it true.
+        whitespace: the whitespace policy, ``"compact"`` or ``"flexible"``.
+        dropped: ``(keyword, pointer, reason)`` of each keyword dropped in lenient mode.
+        regex: the :class:`RegexConstraint` this delegates to; ``regex.pattern`` is the regex.
+    """
+
+    def __init__(self, inner: GrammarConstraint, schema: Any, validator: Any, *, whitespace: str,
+                 dropped: tuple[tuple[str, str, str], ...] = ()) -> None:
+        self.inner = inner
+        self.schema = schema
+        self.validator = validator
+        self.whitespace = whitespace
+        self.dropped = dropped
+        self.exact = not dropped
+
+    @property
+    def vocab(self) -> Vocabulary:
+        """The vocabulary the masks are for."""
+        return self.inner.vocab
+
+    @property
+    def initial(self) -> int:
+        """The state before any token."""
+        return self.inner.initial
+
+    @property
+    def vocab_size(self) -> int:
+        """The number of ids a mask covers."""
+        return self.inner.vocab_size
+
+    def advance(self, state: int, token: int) -> int | None:
+        """The state after ``token``, or ``None`` if it is illegal. Pure."""
+        return self.inner.advance(state, token)
+
+    def allowed(self, state: int) -> TokenMask:
+        """The legal ids in ``state`` (EOS exactly when accepting); memoized."""
+        return self.inner.allowed(state)
+
+    def is_accepting(self, state: int) -> bool:
+        """Whether the text so far is a complete document of the schema."""
+        return self.inner.is_accepting(state)
+
+    def forced(self, state: int) -> bytes:
+        """Bytes every valid continuation from ``state`` must emit next."""
+        return self.inner.forced(state)
+
+    def warn(self, stacklevel: int = 2) -> None:
+        """Emit one :class:`LenientSchemaWarning` per dropped keyword."""
+        for keyword, pointer, reason in self.dropped:
+            warnings.warn(LenientSchemaWarning(
+                f"lenient=True: keyword {keyword!r} at schema {pointer or '/'} is not enforced "
+                f"during generation ({reason}); validate the output"), stacklevel=stacklevel + 1)
+
+    def __repr__(self) -> str:
+        return (f"JsonSchemaConstraint(exact={self.exact}, whitespace={self.whitespace!r}, "
+                f"states={self.inner.state_count()})")
+
+
+# -- compiling --------------------------------------------------------------------------------
+
+_MEMORY: CompileCache[JsonSchemaConstraint] = CompileCache(maxsize=64)
+
+
+def _whitespace_pattern(whitespace: Any) -> str:
+    if isinstance(whitespace, str) and whitespace in _WHITESPACE:
+        return _WHITESPACE[whitespace]
+    if isinstance(whitespace, int):
+        raise ValueError(f"whitespace={whitespace!r}: indentation (indent=N) is not supported "
+                         "yet; use 'compact' or 'flexible'")
+    raise ValueError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
+
+
+def compile_json_schema(
+    schema: dict[str, Any] | bool | str,
+    vocab: Vocabulary,
+    *,
+    whitespace: str = "compact",
+    lenient: bool = False,
+) -> JsonSchemaConstraint:
+    """Compile a JSON Schema into a token-level constraint for ``vocab``.
+
+    Args:
+        schema: the schema as a dict, a boolean, or JSON text. Its ``$schema`` picks the
+            draft (default 2020-12).
+        vocab: the vocabulary the masks are for.
+        whitespace: ``"compact"`` (no whitespace between JSON tokens) or ``"flexible"``
+            (up to 16 of space/tab/newline/CR between tokens; see ``FLEXIBLE_WHITESPACE``).
+        lenient: instead of refusing a keyword that cannot be enforced exactly, warn
+            (:class:`LenientSchemaWarning`), drop it for generation and return a constraint
+            with ``exact=False``; validate outputs with ``.validator``.
+
+    Returns:
+        An immutable, thread-safe :class:`JsonSchemaConstraint`. Results are cached per
+        process (bounded LRU) and slow builds also on disk; the call does not mutate
+        ``schema``. Thread-safe.
+
+    Raises:
+        SchemaError: the schema is not JSON, fails its metaschema (``.pointer`` names the
+            subschema), has an unresolvable ``$ref``, or accepts no value at all.
+        UnsupportedSchemaError: a keyword cannot be enforced exactly (``.keyword``,
+            ``.pointer``), unless ``lenient``.
+        ResourceLimitError: the schema expands into a regex too large to build.
+        VocabularyError: the vocabulary cannot spell some text the schema requires.
+        ValueError: ``whitespace`` is not ``"compact"`` or ``"flexible"``.
+    """
+    _whitespace_pattern(whitespace)  # validates the argument
+    if isinstance(schema, (str, bytes)):
+        try:
+            schema = json.loads(schema)
+        except ValueError as exc:
+            raise SchemaError(f"the schema is not valid JSON: {exc}") from exc
+    try:  # insertion order kept: property order is part of what gets generated
+        text = json.dumps(schema, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"the schema is not JSON-serializable: {exc}") from exc
+    key = (text, whitespace, bool(lenient), vocab.fingerprint)
+    constraint = _MEMORY.get_or_compile(
+        key, lambda: _compile(json.loads(text), vocab, whitespace, bool(lenient)))
+    constraint.warn(stacklevel=2)
+    return constraint
+
+
+def _compile(
+    schema: Any, vocab: Vocabulary, whitespace: str, lenient: bool
+) -> JsonSchemaConstraint:
+    from structspec.automata.grammar import GrammarConstraint
+    from structspec.automata.json_grammar import DialectCompiler
+
+    schema, validator = _load_schema(schema)
+    lowering = _Lowering(schema, validator, lenient, max_string_length=None,
+                         quote_free_top=False, grammar=True)
+    lowered = lowering.lower(schema, "", top=True)
+    if "" in lowering.recursive:  # the root refers to itself ("$ref": "#")
+        lowering.rules[""] = lowered
+        lowered = {"$ref": ""}
+    if lowered is None:
+        reason, pointer = lowering.unsat
+        raise SchemaError(f"the schema accepts no value: {reason}", pointer)
+    compiler = DialectCompiler(lowering.placeholders, whitespace, lowering.rules)
+    try:
+        grammar = compiler.build(lowered)
+    except GrammarError as exc:
+        raise SchemaError(f"the schema accepts no value: {exc}") from exc
+    return JsonSchemaConstraint(GrammarConstraint(grammar, vocab), schema, validator,
+                                whitespace=whitespace, dropped=tuple(lowering.dropped))

@@ -1,0 +1,745 @@
+"""The interim JSON Schema compiler: golden tables, soundness and completeness, refusals.
+
+Instances are driven through the constraint token by token, tokenized two ways over a toy
+byte vocabulary: greedily (longest token first, so multi-byte pieces such as ``":`` cross
+JSON lexemes as real BPE tokens do) and one byte per token.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import random
+import subprocess
+import sys
+import threading
+import warnings
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+
+from structspec.automata import JsonSchemaConstraint, accepts, compile_json_schema, walk
+from structspec.automata.cache import CompileCache
+from structspec.automata.json_schema import LenientSchemaWarning, pattern_regex
+from structspec.errors import SchemaError, UnsupportedSchemaError
+from structspec.vocab import Vocabulary
+
+SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large]
+
+# -- tokenization helpers ------------------------------------------------------------------------
+
+
+def tokenize_greedy(vocab: Vocabulary, text: str) -> list[int]:
+    """Longest-match tokenization of ``text`` with the (toy) vocabulary's text tokens."""
+    by_bytes = {t: i for i, t in enumerate(vocab.tokens) if t and i not in vocab.special_token_ids}
+    longest = max(map(len, by_bytes))
+    data, ids, i = text.encode(), [], 0
+    while i < len(data):
+        for n in range(min(longest, len(data) - i), 0, -1):
+            if data[i:i + n] in by_bytes:
+                ids.append(by_bytes[data[i:i + n]])
+                i += n
+                break
+        else:
+            raise AssertionError(f"byte {data[i]} not in vocabulary")
+    return ids
+
+
+def tokenize_bytes(vocab: Vocabulary, text: str) -> list[int]:
+    """One token per byte (the toy vocabulary has every single byte)."""
+    return [vocab.ids_for(bytes([b]))[0] for b in text.encode()]
+
+
+def accepted(constraint: JsonSchemaConstraint, text: str) -> bool:
+    """Whether both tokenizations of ``text`` are complete outputs; they must agree."""
+    vocab = constraint.vocab
+    greedy = accepts(constraint, tokenize_greedy(vocab, text))
+    single = accepts(constraint, tokenize_bytes(vocab, text))
+    assert greedy == single, f"tokenizations disagree on {text!r}: {greedy} vs {single}"
+    return greedy
+
+
+def compile_(schema: Any, vocab: Vocabulary, **kw: Any) -> JsonSchemaConstraint:
+    return compile_json_schema(schema, vocab, **kw)
+
+
+# -- golden tables ---------------------------------------------------------------------------------
+# (name, schema, accept, reject, narrowed): ``reject`` are invalid instances; ``narrowed`` are
+# valid instances the interim compiler does not generate (documented in docs/json_schema.md).
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "email": {"type": "string", "format": "email"},
+    },
+    "required": ["name", "age"],
+}
+
+GOLDEN: list[tuple[str, Any, list[str], list[str], list[str]]] = [
+    ("true", True, ["1", '"x"', "null", '{"a":[1,{"b":false}]}', "[]"], ["", "{", "nul"], []),
+    ("empty", {}, ["true", '{"a":"b"}', "[1,2]"], ["[1,]", "tru"], []),
+    ("string", {"type": "string"}, ['""', '"héllo"', '"a\\"b"', '"\\n\\\\"'],
+     ['"a', "1", '"a\nb"', '"\\x"', '"\\ud800"'], []),
+    ("string-unicode-escape", {"type": "string"}, ['"\\u0041"', '"\\u00e9x"'], ['"\\u00"'],
+     []),
+    ("integer", {"type": "integer"}, ["0", "-7", "120"], ["1.5", "01", "+1", '"1"'], ["1.0"]),
+    ("number", {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]},
+     ['{"x":1}', '{"x":-2.5}', '{"x":1.5e+10}', '{"x":0.25}', '{"x":1e5}'],
+     ['{"x":.5}', '{"x":1.}'], []),
+    ("boolean", {"type": "boolean"}, ["true", "false"], ["1", "True"], []),
+    ("null", {"type": "null"}, ["null"], ["0", '""'], []),
+    ("type-list", {"type": ["string", "null"], "maxLength": 2}, ["null", '"ab"'],
+     ['"abc"', "1"], []),
+    ("required-optional", PERSON,
+     ['{"name":"Ana","age":31}', '{"name":"Ana","age":31,"email":"ana@example.org"}'],
+     ['{"name":"Ana"}', '{"age":31}', '{"name":"Ana","age":"31"}',
+      '{"name":"Ana","age":31,"email":"not-an-email"}'],
+     ['{"age":31,"name":"Ana"}', '{"name":"Ana","age":31,"extra":1}']),
+    ("all-optional", {"type": "object", "properties": {"a": {"type": "integer"},
+                                                       "b": {"type": "boolean"}}},
+     ["{}", '{"a":1}', '{"b":true}', '{"a":1,"b":false}'], ['{"a":true}', '{"a":1,}'],
+     ['{"b":true,"a":1}']),
+    ("additional-false", {"type": "object", "properties": {"a": {"type": "integer"}},
+                          "additionalProperties": False},
+     ["{}", '{"a":1}'], ['{"a":1,"b":2}'], []),
+    ("additional-schema", {"type": "object", "additionalProperties": {"type": "integer"}},
+     ["{}", '{"a":1}', '{"a":1,"b":-2}'], ['{"a":"x"}', '{"a":1,}'], []),
+    ("no-properties-allowed", {"type": "object", "additionalProperties": False},
+     ["{}"], ['{"a":1}'], []),
+    ("required-without-properties", {"type": "object", "required": ["k"]},
+     ['{"k":1}', '{"k":{"a":null}}'], ["{}"], ['{"k":1,"j":2}']),
+    ("nested-any", {"type": "object", "properties": {"k": {}}, "required": ["k"]},
+     ['{"k":null}', '{"k":[1,"a"]}', '{"k":{"a":{}}}'], ["null", '{"k":true', '{"k":}'], []),
+    ("items", {"type": "array", "items": {"type": "integer"}},
+     ["[]", "[1]", "[1,2,3]"], ["[1,]", '["a"]', "[1 2]"], []),
+    ("min-max-items", {"type": "array", "items": {"type": "boolean"}, "minItems": 1,
+                       "maxItems": 2},
+     ["[true]", "[true,false]"], ["[]", "[true,true,true]"], []),
+    ("prefix-items", {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
+                      "items": False},
+     ['[1,"a"]'], ['["a",1]', '[1,"a",2]'], ["[1]", "[]"]),
+    ("tuple-draft7", {"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
+                      "items": [{"type": "null"}, {"type": "boolean"}]},
+     ["[null,true]"], ["[true,null]"], ["[null]"]),
+    ("enum", {"enum": ["red", "green", 3, None, {"x": [1, "a"]}]},
+     ['"red"', '"green"', "3", "null", '{"x":[1,"a"]}'], ['"blue"', "4", '{"x":[1]}'],
+     ["3.0"]),
+    ("enum-filtered-by-type", {"type": "string", "enum": ["a", 1, "b"]},
+     ['"a"', '"b"'], ["1"], []),
+    ("const", {"const": {"a": [True, None]}}, ['{"a":[true,null]}'], ['{"a":[true]}'], []),
+    ("string-escapes-in-enum", {"enum": ['a"b', "c\\d", "e\nf", "ü"]},
+     ['"a\\"b"', '"c\\\\d"', '"e\\nf"', '"ü"'], ['"a"b"', '"e\nf"'], []),
+    ("anyOf", {"anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer"}]},
+     ['"a"', "12"], ['"ab"', "null"], []),
+    ("oneOf-disjoint-types", {"oneOf": [{"type": "string"}, {"type": "boolean"}]},
+     ['"x"', "true"], ["1"], []),
+    ("oneOf-tagged", {"oneOf": [
+        {"type": "object", "properties": {"kind": {"const": "a"}, "x": {"type": "integer"}},
+         "required": ["kind", "x"]},
+        {"type": "object", "properties": {"kind": {"const": "b"}, "y": {"type": "string"}},
+         "required": ["kind", "y"]}]},
+     ['{"kind":"a","x":1}', '{"kind":"b","y":"z"}'], ['{"kind":"a","y":"z"}'], []),
+    ("oneOf-pydantic-discriminated", {
+        "$defs": {
+            "Cat": {"type": "object", "title": "Cat", "required": ["pet_type", "meows"],
+                    "properties": {"pet_type": {"const": "cat", "type": "string"},
+                                   "meows": {"type": "integer"}}},
+            "Dog": {"type": "object", "title": "Dog", "required": ["pet_type", "barks"],
+                    "properties": {"pet_type": {"const": "dog", "type": "string"},
+                                   "barks": {"type": "number"}}}},
+        "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
+        "discriminator": {"propertyName": "pet_type",
+                          "mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}}},
+     ['{"pet_type":"cat","meows":3}', '{"pet_type":"dog","barks":1.5}'],
+     ['{"pet_type":"dog","meows":3}', '{"pet_type":"cat"}'], []),
+    ("ref", {"$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer"}},
+                                 "required": ["x"]}},
+             "type": "array", "items": {"$ref": "#/$defs/point"}},
+     ['[{"x":1},{"x":2}]', "[]"], ['[{"y":1}]', '[{"x":"1"}]'], []),
+    ("ref-definitions", {"definitions": {"s": {"type": "string"}},
+                         "properties": {"a": {"$ref": "#/definitions/s"}}, "required": ["a"]},
+     ['{"a":"x"}'], ['{"a":1}'], []),
+    ("min-max-length", {"type": "string", "minLength": 2, "maxLength": 3},
+     ['"ab"', '"abc"', '"é😀"', '"\\n\\t"'], ['"a"', '"abcd"'], []),
+    ("pattern", {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+     ['"AB-123"'], ['"ab-123"', '"AB-12"', '"AB-١٢٣"'], []),
+    ("pattern-dot", {"type": "array", "items": {"type": "string", "pattern": "^a.c$"}},
+     ['["abc","a\\"c","a\\\\c","a c"]'], ['["a"c"]', '["a\\nc"]', '["ac"]'], []),
+    ("pattern-top-level", {"type": "string", "pattern": "^a.c$"},
+     ['"abc"', '"a\\\\c"', '"a\\"c"'], ['"a"c"', '"a\\nc"'], []),
+    ("pattern-unanchored", {"type": "string", "pattern": "ab+"},
+     ['"ab"', '"abbb"'], ['"a"'], ['"xaby"']),
+    ("integer-bounds", {"type": "integer", "minimum": -5, "exclusiveMaximum": 100},
+     ["-5", "0", "99", "42"], ["-6", "100", "-0"], []),
+    ("integer-multiple", {"type": "integer", "minimum": 0, "maximum": 20, "multipleOf": 5},
+     ["0", "5", "20"], ["3", "25"], []),
+    ("number-bounds", {"type": "array", "items": {"type": "number", "minimum": 0,
+                                                  "maximum": 1}},
+     ["[0,1,0.5,1.0,0.999]"], ["[1.5]", "[-0.1]", "[2]", "[1.01]"], ["[1e-1]"]),
+    ("number-exclusive", {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0}},
+     ["[0.1,3,1000.5]"], ["[0]", "[0.0]", "[-1]"], []),
+    ("format-date", {"type": "string", "format": "date"},
+     ['"2024-02-29"', '"1999-12-31"'], ['"2023-02-29"', '"2023-04-31"', '"2023-13-01"',
+                                        '"0000-01-01"', '"2023-1-01"'], []),
+    ("format-time", {"type": "string", "format": "time"},
+     ['"12:30:00Z"', '"23:59:59.123+02:00"'], ['"24:00:00Z"', '"12:30:00"'], ['"12:30:00z"']),
+    ("format-date-time", {"type": "string", "format": "date-time"},
+     ['"2024-02-29T12:00:00Z"', '"2023-01-01T00:00:00.5-05:30"'],
+     ['"2024-02-29T12:00:00"', '"2023-02-29T12:00:00Z"', '"2023-01-01 00:00:00Z"'], []),
+    ("format-uuid", {"type": "string", "format": "uuid"},
+     ['"123e4567-e89b-12d3-a456-426614174000"'], ['"123e4567e89b12d3a456426614174000"'],
+     ['"123E4567-E89B-12D3-A456-426614174000"']),
+    ("format-email", {"type": "string", "format": "email"},
+     ['"a.b@example.com"', '"x+y@sub.example.org"'], ['"ab"', '"a@"', '"a b@example.com"'],
+     ['"a@localhost"']),
+    ("format-uri", {"type": "string", "format": "uri"},
+     ['"https://example.com"', '"http://a.b:80/p/q?x=1&y=%20#frag"'],
+     ['"example.com"', '"https://exa mple.com"', '"https://a.com/\\"x"'], ['"urn:isbn:1"']),
+    ("format-ipv4", {"type": "string", "format": "ipv4"},
+     ['"192.168.0.1"', '"0.0.0.0"'], ['"256.1.1.1"', '"01.1.1.1"', '"1.1.1"'], []),
+    ("draft4-exclusive", {"$schema": "http://json-schema.org/draft-04/schema#",
+                          "type": "integer", "minimum": 0, "exclusiveMinimum": True,
+                          "maximum": 3},
+     ["1", "3"], ["0", "4"], []),
+    ("max-properties-narrows", {"type": "object", "properties": {
+        "a": {"type": "integer"}, "b": {"type": "integer"}}, "maxProperties": 1},
+     ["{}", '{"a":1}'], ['{"a":1,"b":2}'], ['{"b":2}']),
+    ("dependent-required", {"type": "object", "properties": {"a": {}, "b": {}, "c": {}},
+                            "dependentRequired": {"a": ["c"]}, "maxProperties": 2},
+     ['{"c":1}', '{"a":1,"c":2}'], ['{"a":1}', '{"a":1,"b":2,"c":3}'], ["{}", '{"b":1}']),
+    ("property-names", {"type": "object", "properties": {"ab": {"type": "integer"},
+                                                         "b": {"type": "integer"}},
+                        "propertyNames": {"pattern": "^a"}},
+     ["{}", '{"ab":1}'], ['{"b":1}'], []),
+    ("pattern-properties-required", {"type": "object", "properties": {"x": {"type": "integer"}},
+                                     "patternProperties": {"^y": {"type": "string"}},
+                                     "required": ["y1"]},
+     ['{"y1":"s"}', '{"x":1,"y1":"s"}'], ['{"y1":1}', '{"x":1}'], ['{"y1":"s","x":1}']),
+    ("oneOf-tagged-enum", {"type": "array", "items": {"oneOf": [
+        {"type": "object", "properties": {"t": {"enum": ["a", "b"]}, "v": {"type": "integer"}},
+         "required": ["t", "v"]},
+        {"type": "object", "properties": {"t": {"const": "c"}}, "required": ["t"]}]}},
+     ['[{"t":"a","v":1},{"t":"c"}]'], ['[{"t":"c","v":1}]', '[{"t":"a"}]'], []),
+    ("type-list-keywords", {"type": ["integer", "string", "null"], "maxLength": 2,
+                            "minimum": 5, "maximum": 9},
+     ["5", "9", '"ab"', "null"], ["4", "10", '"abc"'], []),
+    ("ref-chain", {"$defs": {"a": {"type": "array", "items": {"$ref": "#/$defs/b"},
+                                   "maxItems": 2},
+                             "b": {"type": "object", "properties": {"q": {"$ref": "#/$defs/c"}}},
+                             "c": {"enum": [1, 2]}},
+                   "$ref": "#/$defs/a"},
+     ['[{"q":1},{}]'], ['[{"q":3}]', "[{},{},{}]"], []),
+    ("min-properties-one", {"type": "object", "minProperties": 1,
+                            "additionalProperties": {"type": "boolean"}},
+     ['{"a":true}', '{"a":true,"b":false}'], ["{}", '{"a":1}'], []),
+    ("unevaluated-properties", {"type": "object", "properties": {"a": {"type": "integer"}},
+                                "unevaluatedProperties": False, "required": ["a"]},
+     ['{"a":1}'], ['{"a":1,"b":2}', "{}"], []),
+    ("long-max-length", {"type": "object", "properties": {"t": {
+        "type": "string", "maxLength": 500}}},
+     ['{"t":"' + "x" * 500 + '"}'], ['{"t":"' + "x" * 501 + '"}'], []),
+    ("top-level-string-with-lengths", {"type": "string", "maxLength": 5},
+     ['"abc"', '"a\\b"', '"a\\"b"'], ['"abcdef"'], []),
+    ("pattern-and-lengths", {"properties": {"a": {"type": "string", "pattern": "^a+$",
+                                                  "minLength": 2}}},
+     ['{"a":"aa"}', '{"a":"aaaa"}'], ['{"a":"a"}', '{"a":"ab"}'], []),
+    ("format-and-length", {"type": "string", "format": "date", "maxLength": 10},
+     ['"2024-02-29"'], ['"2023-02-29"', '"2024-2-1"'], []),
+    ("long-min-length", {"type": "string", "minLength": 300},
+     ['"' + "y" * 300 + '"'], ['"' + "y" * 299 + '"'], []),
+    ("recursive-ref", {"$defs": {"node": {"type": "object", "properties": {
+        "v": {"type": "integer"}, "next": {"$ref": "#/$defs/node"}}, "required": ["v"]}},
+        "$ref": "#/$defs/node"},
+     ['{"v":1}', '{"v":1,"next":{"v":2,"next":{"v":3,"next":{"v":4}}}}'],
+     ['{"v":1,"next":{}}', '{"next":{"v":1}}'], []),
+    ("recursive-root", {"type": "array", "items": {"$ref": "#"}},
+     ["[]", "[[],[[[]]]]"], ["[1]", "[[],]"], []),
+    ("annotations", {"title": "T", "description": "d", "examples": [1], "default": 0,
+                     "$comment": "c", "deprecated": False, "x-vendor": 1, "type": "integer"},
+     ["1"], ['"a"'], []),
+]
+
+
+@pytest.mark.parametrize(("name", "schema", "accept", "reject", "narrowed"), GOLDEN,
+                         ids=[row[0] for row in GOLDEN])
+def test_golden(byte_vocab, name, schema, accept, reject, narrowed):
+    constraint = compile_(schema, byte_vocab)
+    assert constraint.exact
+    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER) \
+        if "$schema" not in json.dumps(schema) else constraint.validator
+    for text in accept:
+        assert validator.is_valid(json.loads(text)), f"table error: {text} is invalid"
+        assert accepted(constraint, text), f"{name}: should accept {text}"
+    for text in reject:
+        assert not accepted(constraint, text), f"{name}: should reject {text}"
+    for text in narrowed:
+        assert not accepted(constraint, text), f"{name}: narrowing changed for {text}"
+
+
+def test_golden_with_flexible_whitespace(byte_vocab):
+    constraint = compile_(PERSON, byte_vocab, whitespace="flexible")
+    assert constraint.whitespace == "flexible"
+    for text in ['{"name":"Ana","age":31}', '{ "name" : "Ana",\n  "age": 31 }',
+                 '{\n\t"name": "Ana",\r\n\t"age": 31\n}']:
+        assert accepted(constraint, text), text
+    assert not accepted(constraint, '{"name":"Ana","age":31' + " " * 17 + "}")
+    assert accepted(constraint, ' {"name":"Ana","age":31}\n')
+    assert not accepted(compile_(PERSON, byte_vocab), '{ "name":"Ana","age":31}')
+
+
+def test_narrowing_root_number_alternatives(byte_vocab):
+    """Alternatives are ordered so a top-level number is not cut by an earlier, shorter one."""
+    assert accepted(compile_(True, byte_vocab), "10")
+    assert accepted(compile_({"enum": [1, 10, 100]}, byte_vocab), "100")
+    assert accepted(compile_({"type": "integer", "minimum": 0, "maximum": 150}, byte_vocab), "150")
+
+
+# -- refusals ----------------------------------------------------------------------------------
+
+UNSUPPORTED: list[tuple[Any, str, str]] = [
+    ({"type": "integer", "minimum": 0, "multipleOf": 7}, "multipleOf", ""),
+    ({"type": "number", "multipleOf": 0.5}, "multipleOf", ""),
+    ({"type": "number", "minimum": 0.5}, "minimum", ""),
+    ({"type": "number", "exclusiveMaximum": 2.5}, "exclusiveMaximum", ""),
+    ({"type": "string", "format": "hostname"}, "format", ""),
+    ({"type": "string", "pattern": "^(?=a)a$"}, "pattern", ""),
+    ({"type": "string", "pattern": "^(a)\\1$"}, "pattern", ""),
+    ({"type": "string", "pattern": "a\\bb"}, "pattern", ""),
+    ({"type": "string", "pattern": "^a{2000}$"}, "pattern", ""),
+    ({"allOf": [{"type": "string"}, {"maxLength": 3}]}, "allOf", ""),
+    ({"not": {"type": "string"}}, "not", ""),
+    ({"if": {"type": "string"}, "then": {"maxLength": 2}}, "if", ""),
+    ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf", ""),
+    ({"oneOf": [{"type": "string"}, {"maxLength": 2}]}, "oneOf", ""),
+    ({"anyOf": [{"type": "string"}], "maxLength": 2}, "maxLength", ""),
+    ({"$defs": {"a": {"type": "string"}}, "$ref": "#/$defs/a", "maxLength": 2}, "maxLength", ""),
+    ({"$ref": "https://example.com/schema.json"}, "$ref", ""),
+    ({"type": "object", "properties": {"a": {"type": "integer"}},
+      "patternProperties": {"^a": {"minimum": 1}}}, "patternProperties", ""),
+    ({"type": "object", "patternProperties": {"^x": {"type": "integer"}}}, "patternProperties",
+     ""),
+    ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames", ""),
+    ({"type": "object", "minProperties": 2}, "minProperties", ""),
+    ({"type": "object", "maxProperties": 2}, "maxProperties", ""),
+    ({"type": "object", "properties": {"a": {}}, "minProperties": 2}, "minProperties", ""),
+    ({"type": "object", "properties": {"a": {}}, "required": ["a"],
+      "dependentSchemas": {"a": {"required": ["b"]}}}, "dependentSchemas", ""),
+    ({"type": "object", "properties": {"a": {}}, "required": ["a"],
+      "dependentRequired": {"a": ["zz"]}}, "dependentRequired", ""),
+    ({"type": "array", "uniqueItems": True}, "uniqueItems", ""),
+    ({"type": "array", "contains": {"type": "integer"}}, "contains", ""),
+    ({"type": "array", "prefixItems": [{"type": "integer"}], "minItems": 2}, "minItems", ""),
+    ({"type": "array", "prefixItems": [{}, {}], "maxItems": 1}, "maxItems", ""),
+    ({"type": "object", "properties": {'a"b': {"type": "integer"}}}, "properties", ""),
+    ({"enum": [2**70]}, "enum", ""),
+    ({"const": {"a.b": 1}}, "const", ""),
+    ({"type": "integer", "minDigits": 2}, "minDigits", ""),
+    ({"properties": {"x": {"$id": "http://example.com/x", "type": "string"}}}, "$id",
+     "/properties/x"),
+    ({"properties": {"a/b": {"items": {"not": {}}}}}, "not", "/properties/a~1b/items"),
+]
+
+
+@pytest.mark.parametrize(("schema", "keyword", "pointer"), UNSUPPORTED,
+                         ids=[f"{k}@{p or '/'}-{i}" for i, (_, k, p) in enumerate(UNSUPPORTED)])
+def test_unsupported_keyword_is_refused(byte_vocab, schema, keyword, pointer):
+    with pytest.raises(UnsupportedSchemaError) as info:
+        compile_(schema, byte_vocab)
+    assert info.value.keyword == keyword
+    assert info.value.pointer == pointer
+    assert keyword in str(info.value) and "lenient=True" in str(info.value)
+
+
+@pytest.mark.parametrize(("schema", "keyword", "pointer"), UNSUPPORTED,
+                         ids=[f"{k}@{p or '/'}-{i}" for i, (_, k, p) in enumerate(UNSUPPORTED)])
+def test_lenient_mode_warns_and_drops(byte_vocab, schema, keyword, pointer):
+    with pytest.warns(LenientSchemaWarning) as record:
+        constraint = compile_(schema, byte_vocab, lenient=True)
+    assert not constraint.exact
+    assert (keyword, pointer) in [(k, p) for k, p, _ in constraint.dropped]
+    assert any(repr(keyword) in str(w.message) for w in record)
+    # the generator still yields JSON; the caller validates it with constraint.validator
+    state = constraint.initial
+    assert constraint.allowed(state).count() > 0
+
+
+def test_lenient_warns_again_on_cache_hit(byte_vocab):
+    schema = {"type": "integer", "minimum": 0, "multipleOf": 3, "title": "cache-hit"}
+    with pytest.warns(LenientSchemaWarning):
+        first = compile_(schema, byte_vocab, lenient=True)
+    with pytest.warns(LenientSchemaWarning):
+        second = compile_(schema, byte_vocab, lenient=True)
+    assert first is second
+
+
+def test_lenient_without_unsupported_keywords_is_exact(byte_vocab):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        constraint = compile_(PERSON, byte_vocab, lenient=True)
+    assert constraint.exact and constraint.dropped == ()
+
+
+INVALID: list[tuple[Any, str]] = [
+    ({"type": "object", "properties": {"age": {"type": "integre"}}}, "/properties/age"),
+    ({"properties": {"age": {"minLength": -1}}}, "/properties/age"),
+    ({"type": "array", "items": {"type": "string", "pattern": "(("}}, "/items"),
+    ({"anyOf": [{"type": "string"}, {"type": 5}]}, "/anyOf/1"),
+    ({"$defs": {"x": {"enum": "notalist"}}}, "/$defs/x"),
+    ({"required": "a"}, ""),
+    ({"properties": 5}, ""),
+    ([1, 2], ""),
+]
+
+
+@pytest.mark.parametrize(("schema", "pointer"), INVALID, ids=[p or "/" for _, p in INVALID])
+def test_invalid_schema_names_the_subschema(byte_vocab, schema, pointer):
+    with pytest.raises(SchemaError) as info:
+        compile_(schema, byte_vocab)
+    assert not isinstance(info.value, UnsupportedSchemaError)
+    assert info.value.pointer == pointer
+
+
+def test_schema_as_json_text(byte_vocab):
+    constraint = compile_(json.dumps(PERSON), byte_vocab)
+    assert accepted(constraint, '{"name":"Ana","age":31}')
+    assert constraint.schema == PERSON
+    with pytest.raises(SchemaError, match="not valid JSON"):
+        compile_("{'type': 'string'}", byte_vocab)
+
+
+@pytest.mark.parametrize("schema", [
+    False,
+    {"type": "object", "properties": {"a": False}, "required": ["a"]},
+    {"type": "string", "minLength": 3, "maxLength": 2},
+    {"type": "integer", "minimum": 5, "maximum": 4},
+    {"type": "string", "enum": [1, 2]},
+    {"type": "object", "required": ["a"], "additionalProperties": False},
+])
+def test_unsatisfiable_schema(byte_vocab, schema):
+    with pytest.raises(SchemaError, match="accepts no value"):
+        compile_(schema, byte_vocab)
+
+
+def test_unresolvable_ref(byte_vocab):
+    with pytest.raises(SchemaError, match="does not resolve") as info:
+        compile_({"properties": {"a": {"$ref": "#/$defs/missing"}}}, byte_vocab)
+    assert info.value.pointer == "/properties/a"
+
+
+@pytest.mark.parametrize("whitespace", [2, 4, True, "pretty", None, ""])
+def test_bad_whitespace_argument(byte_vocab, whitespace):
+    with pytest.raises(ValueError, match="whitespace") as info:
+        compile_(PERSON, byte_vocab, whitespace=whitespace)
+    if isinstance(whitespace, int) and not isinstance(whitespace, bool):
+        assert "not supported yet" in str(info.value)
+
+
+def test_false_property_is_never_generated(byte_vocab):
+    constraint = compile_({"type": "object", "properties": {"a": {"type": "integer"},
+                                                            "b": False}}, byte_vocab)
+    assert accepted(constraint, '{"a":1}')
+    assert not accepted(constraint, '{"a":1,"b":1}')
+
+
+def test_pattern_regex_is_json_escaped():
+    assert pattern_regex("^ab$") == "[a][b]"
+    assert "\\\\\"" in pattern_regex('^"$')  # a quote is spelled \"
+
+
+# -- constraint behaviour --------------------------------------------------------------------------
+
+
+def test_constraint_protocol_and_attributes(byte_vocab):
+    from structspec.automata import Constraint
+
+    constraint = compile_(PERSON, byte_vocab)
+    assert isinstance(constraint, Constraint)
+    assert constraint.vocab_size == len(byte_vocab)
+    assert constraint.forced(constraint.initial) == b'{"name":"'
+    assert constraint.validator.is_valid({"name": "a", "age": 1})
+    assert not constraint.validator.is_valid({"name": "a", "age": 1, "email": "nope"})
+    eos = 0
+    ids = tokenize_greedy(byte_vocab, '{"name":"A","age":1}')
+    end = walk(constraint, ids)
+    assert end is not None and constraint.is_accepting(end)
+    assert eos in constraint.allowed(end)
+    assert constraint.advance(end, eos) == end
+    assert eos not in constraint.allowed(walk(constraint, ids[:-1]))
+    assert "states=" in repr(constraint)
+
+
+def test_cross_lexeme_tokens_allowed(byte_vocab):
+    constraint = compile_(PERSON, byte_vocab)
+    state = walk(constraint, tokenize_greedy(byte_vocab, '{"name'))
+    allowed = constraint.allowed(state)
+    assert byte_vocab.ids_for(b'":')[0] in allowed
+    assert byte_vocab.ids_for(b'":"')[0] in allowed
+    assert byte_vocab.ids_for(b'",')[0] not in allowed
+
+
+# -- soundness: every random walk through the constraint is a valid document ----------------------
+
+
+class Walker:
+    """Random complete walks through a constraint (toy vocabularies with every single byte).
+
+    A walk takes random legal tokens for a while, then finishes along a shortest completion
+    found by breadth-first search over single-byte tokens (states are values, so the search
+    deduplicates them; pushdown constraints have unboundedly many, so none are enumerated).
+    """
+
+    def __init__(self, constraint: JsonSchemaConstraint) -> None:
+        self.c = constraint
+        vocab = constraint.vocab
+        self.eos = set(vocab.eos_token_ids)
+        self.bytes = [vocab.ids_for(bytes([b]))[0] for b in range(256) if vocab.ids_for(bytes([b]))]
+
+    def finish(self, s: Any, limit: int = 400) -> list[int] | None:
+        seen = {s: None}
+        queue = collections.deque([s])
+        while queue and len(seen) < 50_000:
+            cur = queue.popleft()
+            if self.c.is_accepting(cur):
+                path = []
+                while seen[cur] is not None:
+                    prev, t = seen[cur]
+                    path.append(t)
+                    cur = prev
+                return path[::-1]
+            allowed = self.c.allowed(cur)
+            for t in self.bytes:
+                if t in allowed:
+                    nxt = self.c.advance(cur, t)
+                    if nxt not in seen:
+                        seen[nxt] = (cur, t)
+                        queue.append(nxt)
+        return None
+
+    def walk(self, rng: random.Random, budget: int) -> list[int]:
+        s, ids = self.c.initial, []
+        while len(ids) < budget:
+            if self.c.is_accepting(s) and rng.random() < 0.25:
+                return ids
+            out = [int(t) for t in self.c.allowed(s).ids() if int(t) not in self.eos]
+            if not out:
+                break
+            t = rng.choice(out)
+            ids.append(t)
+            s = self.c.advance(s, t)
+        tail = self.finish(s)
+        assert tail is not None, "no completion found: a live state that cannot finish"
+        return ids + tail
+
+
+SOUND = [row for row in GOLDEN if row[0] not in ("true", "empty")] + [
+    ("map-of-arrays", {"type": "object", "additionalProperties": {
+        "type": "array", "items": {"type": "integer", "minimum": 1}}}, [], [], []),
+]
+
+
+@pytest.mark.parametrize(("name", "schema"), [(r[0], r[1]) for r in SOUND],
+                         ids=[r[0] for r in SOUND])
+def test_soundness_random_walks(byte_vocab, name, schema):
+    walker = Walker(compile_(schema, byte_vocab))
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=SLOW,
+              database=None)
+    @given(seed=st.integers(0, 2**32 - 1))
+    def check(seed):
+        ids = walker.walk(random.Random(seed), budget=60)
+        text = byte_vocab.decode(ids).decode("utf-8")
+        instance = json.loads(text)
+        assert walker.c.validator.is_valid(instance), f"{name}: generated invalid {text!r}"
+
+    check()
+
+
+# -- completeness: Hypothesis-drawn instances, serialized in schema order, are accepted ----------
+
+_UNSPELLED = {chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)]} - set("\b\f\n\r\t")
+
+
+def serialize(instance: Any, schema: Any) -> str:
+    """Compact JSON in schema property order; numbers without exponents."""
+    if isinstance(instance, dict):
+        order = list((schema or {}).get("properties", {}))
+        keys = sorted(instance, key=lambda k: order.index(k) if k in order else len(order))
+        props = (schema or {}).get("properties", {})
+        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:"
+                              f"{serialize(instance[k], props.get(k))}" for k in keys) + "}"
+    if isinstance(instance, list):
+        items = (schema or {}).get("items")
+        return "[" + ",".join(serialize(x, items) for x in instance) + "]"
+    if isinstance(instance, float):
+        text = format(Decimal(repr(instance)), "f")
+        return text if "." in text else text + ".0"
+    if isinstance(instance, str):
+        assume(not _UNSPELLED & set(instance))
+    return json.dumps(instance, ensure_ascii=False)
+
+
+COMPLETE = [
+    PERSON | {"properties": {"name": {"type": "string", "maxLength": 8},
+                             "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+              "additionalProperties": False},
+    {"type": "object", "additionalProperties": False, "properties": {
+        "tags": {"type": "array", "items": {"enum": ["a", "b", 1, None]}, "maxItems": 3},
+        "score": {"type": "number", "minimum": -10, "exclusiveMaximum": 10},
+        "when": {"type": "string", "format": "date"},
+        "id": {"type": "string", "format": "uuid"},
+        "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{2,3}$"},
+        "flag": {"type": ["boolean", "null"]},
+    }, "required": ["tags"]},
+    {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "string",
+                                                                 "maxLength": 3}]}},
+    {"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
+     "items": [{"type": "string", "format": "ipv4"}, {"const": "x"}], "minItems": 2,
+     "additionalItems": False},
+]
+
+
+def instances(schema: Any) -> st.SearchStrategy[Any]:
+    """``hypothesis_jsonschema.from_schema``, with objects drawn here: its object strategy
+    relies on Hypothesis internals that the installed Hypothesis no longer has."""
+    from hypothesis_jsonschema import from_schema
+
+    if isinstance(schema, dict) and schema.get("type") == "object":
+        props, required = schema.get("properties", {}), set(schema.get("required", []))
+        return st.fixed_dictionaries(
+            {k: instances(v) for k, v in props.items() if k in required},
+            optional={k: instances(v) for k, v in props.items() if k not in required})
+    if isinstance(schema, dict) and schema.get("type") == "array" and \
+            isinstance(schema.get("items"), dict) and schema["items"].get("type") == "object":
+        return st.lists(instances(schema["items"]), min_size=schema.get("minItems", 0),
+                        max_size=schema.get("maxItems", 4))
+    return from_schema(schema)
+
+
+@pytest.mark.parametrize("schema", COMPLETE, ids=[f"complete-{i}" for i in range(len(COMPLETE))])
+def test_completeness_hypothesis_jsonschema(byte_vocab, schema):
+    constraint = compile_(schema, byte_vocab)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=SLOW,
+              database=None)
+    @given(instances(schema))
+    def check(instance):
+        assume(constraint.validator.is_valid(instance))
+        text = serialize(instance, schema)
+        assert accepted(constraint, text), f"valid instance rejected: {text}"
+
+    check()
+
+
+PATTERNS = [r"^\S{1,4}$", r"^[^a-c]{0,3}$", r"^\w+@\d$", r"^(foo|ba[rz])?!$", r"^.{0,3}$",
+            r"^[\s\d]{1,3}$", r"^a*?b$", r'^"\\$', r"^[à-ÿ]+$", r"^\D\W$", r"(?i)^ab$",
+            r"^[\x00-\x1f]{1,2}$"]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_pattern_soundness(byte_vocab, pattern):
+    """Random strings generated for a pattern match it (Python ``re.search``) and are JSON."""
+    import re
+
+    schema = {"type": "array", "items": {"type": "string", "pattern": pattern}, "maxItems": 2}
+    walker = Walker(compile_(schema, byte_vocab))
+    rng = random.Random(0)
+    for _ in range(40):
+        text = byte_vocab.decode(walker.walk(rng, budget=16)).decode("utf-8")
+        for value in json.loads(text):
+            assert re.search(pattern, value), f"{pattern!r} generated {text!r}"
+
+
+# -- caching ---------------------------------------------------------------------------------------
+
+
+def test_compile_cache_is_shared_and_order_sensitive(byte_vocab):
+    a = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+         "required": ["x", "y"]}
+    b = {"type": "object", "properties": {"y": {"type": "integer"}, "x": {"type": "integer"}},
+         "required": ["x", "y"]}
+    assert compile_(a, byte_vocab) is compile_(json.loads(json.dumps(a)), byte_vocab)
+    cb = compile_(b, byte_vocab)
+    assert cb is not compile_(a, byte_vocab)  # property order is generated, so it is keyed
+    assert accepted(cb, '{"y":1,"x":2}') and not accepted(cb, '{"x":2,"y":1}')
+    assert compile_(a, byte_vocab, whitespace="flexible") is not compile_(a, byte_vocab)
+
+
+def test_compiled_schema_is_a_private_copy(byte_vocab):
+    schema = {"type": "object", "properties": {"n": {"type": "string"}}, "title": "copy"}
+    constraint = compile_(schema, byte_vocab)
+    schema["properties"]["n"]["type"] = "integer"
+    assert constraint.schema["properties"]["n"]["type"] == "string"
+
+
+def test_compile_cache_lru_and_single_flight():
+    cache: CompileCache[int] = CompileCache(maxsize=2)
+    calls: list[str] = []
+    gate = threading.Event()
+
+    def slow() -> int:
+        calls.append("slow")
+        gate.wait(5)
+        return 1
+
+    threads = [threading.Thread(target=cache.get_or_compile, args=("k", slow)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join()
+    assert calls == ["slow"] and cache.get("k") == 1
+    cache.get_or_compile("a", lambda: 2)
+    cache.get_or_compile("b", lambda: 3)
+    assert cache.get("k") is None and len(cache) == 2  # least recently used went first
+    with pytest.raises(ZeroDivisionError):
+        cache.get_or_compile("bad", lambda: 1 // 0)
+    assert cache.get("bad") is None
+
+
+def test_disk_cache_limits(tmp_path):
+    import os
+    import time
+
+    from structspec.automata.cache import DiskCache
+
+    disk = DiskCache(tmp_path, max_files=2, max_file_bytes=1000)
+    assert not disk.store("big", b"x" * 5000) and disk.load("big") is None
+    for i, key in enumerate(["a", "b", "c"]):
+        assert disk.store(key, i)
+        os.utime(disk.path_for(key), (time.time() + i, time.time() + i))
+    disk.store("c", 2)  # prune again now that the times differ
+    assert disk.load("a") is None and disk.load("b") == 1 and disk.load("c") == 2
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+# -- the real tokenizer ------------------------------------------------------------------------
+
+
+@pytest.mark.real_model
+def test_real_vocab_person_schema(smollm_tokenizer, smollm_vocab):
+    constraint = compile_(PERSON, smollm_vocab)
+    text = '{"name":"Ana Silva","age":31,"email":"ana.silva@example.org"}'
+    ids = smollm_tokenizer.encode(text, add_special_tokens=False)
+    assert accepts(constraint, ids)
+    assert not accepts(constraint, smollm_tokenizer.encode('{"name":"Ana"}',
+                                                            add_special_tokens=False))
+    state = walk(constraint, smollm_tokenizer.encode('{"name', add_special_tokens=False))
+    allowed = constraint.allowed(state)
+    for piece in (b'":', b'":"'):
+        assert any(i in allowed for i in smollm_vocab.ids_for(piece)), piece
+    assert not any(i in allowed for i in smollm_vocab.ids_for(b'",'))
+    assert not set(smollm_vocab.special_token_ids - smollm_vocab.eos_token_ids) & \
+        set(constraint.allowed(constraint.initial).ids().tolist())
+
+
+def test_import_automata_does_not_load_torch():
+    code = ("import sys, structspec.automata; "
+            "assert 'torch' not in sys.modules, 'torch imported'; "
+            "assert 'transformers' not in sys.modules, 'transformers imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
