@@ -315,7 +315,7 @@ class ByteDFA:
         return None
 
 
-def _trimmed(table: np.ndarray, accepting: np.ndarray, start: int) -> ByteDFA:
+def trimmed(table: np.ndarray, accepting: np.ndarray, start: int) -> ByteDFA:
     """Drop states that cannot reach an accepting state (they become the dead state 0)."""
     n = table.shape[0]
     alive = accepting.copy()
@@ -404,7 +404,7 @@ def _determinize(nfa: _NFA, start: int, final: int, limits: DFALimits) -> ByteDF
         i += 1
     table = np.stack(rows)
     accepting = np.array([final in s for s in order], dtype=bool)
-    return _trimmed(table, accepting, 1)
+    return trimmed(table, accepting, 1)
 
 
 def minimized(dfa: ByteDFA, max_states: int = 256) -> ByteDFA:
@@ -524,4 +524,4 @@ def product(a: ByteDFA, b: ByteDFA, mode: str, limits: DFALimits | None = None) 
     accepting[0] = False
     if start == 0:
         return ByteDFA(np.zeros((1, 256), dtype=np.int32), np.zeros(1, dtype=bool), 0)
-    return _trimmed(table, accepting, start)
+    return trimmed(table, accepting, start)

@@ -1,86 +1,77 @@
-"""Regular expression -> token automaton, through outlines-core's ``Index``.
+"""Regular expression -> token-level constraint.
 
-outlines-core builds, for one regex and one vocabulary, the token-level DFA (which tokens
-keep the text inside the language and where they land) in Rust; that is what it does well,
-so we use it for the regular pieces. On top of it this module adds what the constraint
-contract needs: all EOS ids of the vocabulary (outlines-core knows one), special tokens kept
-out, masks memoized per state as packed bitsets, and ``forced`` text.
+A regex is a one-terminal grammar: its byte DFA (:mod:`.dfa`) runs under the same
+token-level runtime as JSON Schemas and Lark grammars (:mod:`.grammar`), so masks are
+exact (tokens that pass through a non-accepting state after an accepting one included —
+outlines-core 0.2.14's ``Index`` drops those) and memoized per state.
 
-States are the integers of the outlines-core index. Instances are immutable after
-construction and thread-safe (memo tables only grow, and dict updates are atomic in CPython).
+Syntax is Python's ``re`` (whole-text match), with ASCII ``\\d``/``\\w`` and ECMA-262
+``.``; look-arounds, back-references and flags are refused with :class:`GrammarError`.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from structspec.automata.base import TokenMask
-from structspec.errors import GrammarError, VocabularyError
+from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa, product, trimmed
+from structspec.automata.grammar import GrammarBuilder, GrammarConstraint, opt, term
+from structspec.errors import VocabularyError
 
 if TYPE_CHECKING:
     from structspec.vocab import Vocabulary
 
-_OC_VOCABS: dict[str, object] = {}
-_OC_VOCABS_LOCK = threading.Lock()
 
-
-def outlines_vocabulary(vocab: Vocabulary) -> object:
-    """The outlines-core ``Vocabulary`` for ``vocab`` (built once per fingerprint).
-
-    Special and empty tokens are left out; the smallest EOS id stands for all of them.
-    """
-    from outlines_core import Vocabulary as OCVocabulary
-
-    key = vocab.fingerprint
-    with _OC_VOCABS_LOCK:
-        oc = _OC_VOCABS.get(key)
-        if oc is None:
-            mapping: dict[bytes, list[int]] = {}
-            for i, t in enumerate(vocab.tokens):
-                if t and i not in vocab.special_token_ids:
-                    mapping.setdefault(t, []).append(i)
-            oc = OCVocabulary(min(vocab.eos_token_ids), mapping)
-            _OC_VOCABS[key] = oc
-    return oc
+def spellable(dfa: ByteDFA, vocab: Vocabulary) -> ByteDFA:
+    """``dfa`` restricted to the bytes some token of ``vocab`` contains."""
+    present = np.zeros(256, dtype=bool)
+    for t in vocab.tokens:
+        if t:
+            present[np.frombuffer(t, dtype=np.uint8)] = True
+    table = np.where(present[None, :], dfa.table, 0).astype(np.int32)
+    return trimmed(table, dfa.accepting.copy(), dfa.start)
 
 
 class RegexConstraint:
-    """Outputs that match a regular expression (whole-text match), token by token.
+    """Outputs that match a regular expression in full, token by token.
 
     Args:
-        pattern: the regex, in the syntax of Rust's ``regex`` crate (outlines-core).
+        pattern: the regex (Python ``re`` syntax, see the module docstring).
         vocab: the vocabulary the masks are for.
 
     Raises:
-        GrammarError: the pattern does not parse.
-        VocabularyError: no token sequence of ``vocab`` can spell some required text.
+        GrammarError: the pattern does not parse or uses an unsupported construct.
+        VocabularyError: the vocabulary cannot spell any text the pattern matches.
+        ResourceLimitError: the automaton exceeds its state budget.
+
+    Immutable and thread-safe; states are small ints.
     """
 
     def __init__(self, pattern: str, vocab: Vocabulary) -> None:
-        from outlines_core import Index
-
         self.pattern = pattern
         self.vocab = vocab
-        try:
-            self._index = Index(pattern, outlines_vocabulary(vocab))
-        except ValueError as exc:
-            message = str(exc)
-            if "incompatible" in message or "vocabulary" in message.lower():
-                raise VocabularyError(f"regex {pattern[:80]!r}: {message}") from exc
-            raise GrammarError(f"invalid regular expression {pattern[:80]!r}: {message}") from exc
-        self._oc_eos = min(vocab.eos_token_ids)
-        self._eos = np.fromiter(sorted(vocab.eos_token_ids), dtype=np.int64)
-        self._masks: dict[int, TokenMask] = {}
-        self._forced: dict[int, bytes] = {}
-        self._initial: int = self._index.get_initial_state()
+        dfa = compile_dfa(pattern)
+        if spellable(dfa, vocab).is_empty():
+            raise VocabularyError(
+                f"no text matching {pattern[:80]!r} can be spelled with this vocabulary"
+            )
+        b = GrammarBuilder()
+        if dfa.accepting[dfa.start]:  # terminals are non-empty: the empty match is optional
+            nonempty = product(dfa, literal_dfa(b""), "minus")
+            body = opt(term(b.terminal(nonempty, "regex"))) if not nonempty.is_empty() \
+                else None
+        else:
+            body = term(b.terminal(dfa, "regex"))
+        if body is None:  # the pattern matches only the empty string
+            raise VocabularyError(f"regex {pattern!r} matches only the empty string")
+        self._inner = GrammarConstraint(b.build(b.rule("regex", body)), vocab)
 
     @property
     def initial(self) -> int:
         """The state before any token."""
-        return self._initial
+        return self._inner.initial
 
     @property
     def vocab_size(self) -> int:
@@ -89,69 +80,19 @@ class RegexConstraint:
 
     def advance(self, state: int, token: int) -> int | None:
         """The state after ``token`` or ``None`` if it is illegal; EOS keeps an accepting state."""
-        if token in self.vocab.eos_token_ids:
-            return state if self._index.is_final_state(state) else None
-        if token in self.vocab.special_token_ids:
-            return None
-        return self._index.get_next_state(state, token)
+        return self._inner.advance(state, token)
 
     def allowed(self, state: int) -> TokenMask:
         """The legal ids in ``state``; memoized."""
-        mask = self._masks.get(state)
-        if mask is None:
-            ids = np.asarray(self._index.get_allowed_tokens(state) or [], dtype=np.int64)
-            if self._index.is_final_state(state):
-                ids = np.concatenate([ids[ids != self._oc_eos], self._eos])
-            else:
-                ids = ids[ids != self._oc_eos]
-            mask = TokenMask.from_ids(ids, len(self.vocab))
-            self._masks[state] = mask
-        return mask
+        return self._inner.allowed(state)
 
     def is_accepting(self, state: int) -> bool:
         """Whether the text so far matches the whole pattern."""
-        return bool(self._index.is_final_state(state))
+        return self._inner.is_accepting(state)
 
     def forced(self, state: int) -> bytes:
-        """The bytes every continuation from ``state`` starts with; memoized.
-
-        Follows single-option stretches: while the state does not accept and all legal tokens
-        share a common byte prefix ``p``, ``p`` is forced; if some token spells exactly ``p``
-        the walk continues from where it lands.
-        """
-        cached = self._forced.get(state)
-        if cached is not None:
-            return cached
-        out = bytearray()
-        s: int | None = state
-        seen: set[int] = set()
-        while s is not None and s not in seen and not self.is_accepting(s):
-            seen.add(s)
-            ids = self.allowed(s).ids()
-            if ids.size == 0:
-                break
-            prefix = _common_prefix([self.vocab.tokens[i] for i in ids])
-            if not prefix:
-                break
-            out += prefix
-            exact = [i for i in self.vocab.ids_for(prefix) if i in self.allowed(s)]
-            s = self.advance(s, exact[0]) if exact else None
-        result = bytes(out)
-        self._forced[state] = result
-        return result
-
-
-def _common_prefix(items: list[bytes]) -> bytes:
-    """The longest common prefix of byte strings (``b""`` for an empty list)."""
-    if not items:
-        return b""
-    lo, hi = min(items), max(items)
-    n = 0
-    for a, b in zip(lo, hi):
-        if a != b:
-            break
-        n += 1
-    return lo[:n]
+        """The bytes every continuation from ``state`` starts with; memoized."""
+        return self._inner.forced(state)
 
 
 def compile_regex(pattern: str, vocab: Vocabulary) -> RegexConstraint:
@@ -162,8 +103,10 @@ def compile_regex(pattern: str, vocab: Vocabulary) -> RegexConstraint:
 
     Raises:
         GrammarError: the pattern is not a valid regular expression.
-        VocabularyError: the vocabulary cannot spell some text the pattern requires.
+        VocabularyError: the vocabulary cannot spell any text the pattern matches.
     """
+    from structspec.errors import GrammarError
+
     if not isinstance(pattern, str) or not pattern:
         raise GrammarError("the regex pattern must be a non-empty string")
     return RegexConstraint(pattern, vocab)
