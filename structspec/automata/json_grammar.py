@@ -124,12 +124,14 @@ class DialectCompiler:
     """Turns one lowered schema into a :class:`Grammar`. Single use, not thread-safe."""
 
     def __init__(self, placeholders: dict[str, str], whitespace: str,
-                 rules: dict[str, Any] | None = None) -> None:
+                 rules: dict[str, Any] | None = None, *,
+                 max_array_items: int | None = None) -> None:
         self.b = GrammarBuilder()
         self.placeholders = placeholders
         self.flexible = whitespace == "flexible"
         self.rules = rules or {}  # recursive targets: pointer -> lowered subschema
         self._rule_ids: dict[str, int] = {}
+        self.max_array_items = max_array_items
         self._any: int | None = None
 
     def build(self, lowered: Any) -> Grammar:
@@ -240,6 +242,8 @@ class DialectCompiler:
             else self.any_value()
         lo, hi = int(d.get("minItems", 0)), d.get("maxItems")
         hi = None if hi is None else int(hi)
+        if hi is None and self.max_array_items is not None:  # generation cap (narrowing)
+            hi = max(lo, self.max_array_items)
         if hi == 0:
             return seq(self.lit("["), self.ws(), self.lit("]"))
         more = seq(self.ws(), self.lit(","), self.ws(), item)
@@ -263,8 +267,9 @@ class DialectCompiler:
     def object(self, d: dict[str, Any]) -> Expr:
         open_, close = seq(self.lit("{"), self.ws()), seq(self.ws(), self.lit("}"))
         if "properties" in d:
-            return seq(open_, self.named_members(d["properties"], set(d.get("required", []))),
-                       close)
+            members = self.named_members(d["properties"], set(d.get("required", [])),
+                                         d.get("x-extra"))
+            return seq(open_, members, close)
         if d.get("maxProperties") == 0:
             return seq(open_, close)
         value = self.value(d["additionalProperties"]) if "additionalProperties" in d \
@@ -275,14 +280,31 @@ class DialectCompiler:
         members = seq(member, more)
         return seq(open_, members if d.get("minProperties", 0) else opt(members), close)
 
-    def named_members(self, props: dict[str, Any], required: set[str]) -> Expr:
-        """Named properties in order; optional ones may be absent; commas only between."""
+    def extra_key(self, names: list[str]) -> Expr:
+        """Keys other than ``names``: strings without escapes (an escaped spelling of a named
+        key would duplicate it) minus the named keys."""
+        dfa = cached_dfa(r'"[^"\\\x00-\x1f]*"')
+        for n in names:
+            dfa = product(dfa, cached_literal(json.dumps(n, ensure_ascii=False).encode()),
+                          "minus")
+        key = "\0".join(["extra-key", *names]).encode()
+        return term(self.b.terminal(dfa, "key", key=key))
+
+    def named_members(self, props: dict[str, Any], required: set[str],
+                      extra: Any = None) -> Expr:
+        """Named properties in order, then (if ``extra``) other keys with ``extra`` values;
+        optional ones may be absent; commas only between members."""
         names = list(props)
         members = [seq(self.json_literal(n), self.ws(), self.lit(":"), self.ws(),
                        self.value(props[n])) for n in names]
         comma = seq(self.ws(), self.lit(","), self.ws())
-        # rules[(j, e)]: members j.. given whether one was emitted before (e), built backwards.
         after: dict[bool, Expr] = {False: EMPTY, True: EMPTY}
+        if extra is not None:
+            value = self.any_value() if extra is True else self.value(extra)
+            member = seq(self.extra_key(names), self.ws(), self.lit(":"), self.ws(), value)
+            more = ref(self.b.rule("extras", rep(seq(comma, member))))
+            after = {False: opt(seq(member, more)), True: more}
+        # after[e]: members j.. given whether one was emitted before (e), built backwards.
         for j in range(len(names) - 1, -1, -1):
             nxt: dict[bool, Expr] = {}
             for emitted in (False, True):

@@ -90,6 +90,11 @@ _MAX_LOWERED_BYTES = 2_000_000  # lowered schema text; beyond, the regex would n
 _MAX_BOUND = 10**30  # numeric bounds beyond this magnitude are refused
 
 
+#: Generation-time cap on arrays without ``maxItems`` (small models otherwise repeat items
+#: until the token limit); ``max_array_items=None`` is the spec-faithful mode.
+DEFAULT_MAX_ARRAY_ITEMS = 16
+
+
 class LenientSchemaWarning(UserWarning):
     """A keyword was dropped for generation because ``lenient=True`` (output not exact)."""
 
@@ -543,7 +548,8 @@ class _Lowering:
 
     def __init__(self, root: Any, validator: Any, lenient: bool, *,
                  max_string_length: int | None = MAX_STRING_LENGTH,
-                 quote_free_top: bool = True, grammar: bool = False) -> None:
+                 quote_free_top: bool = True, grammar: bool = False,
+                 extra_properties: bool = False) -> None:
         """``max_string_length`` and ``quote_free_top`` are narrowings the regex route needs
         (see :meth:`lower_string`); a compiler without its costs passes ``None``/``False``."""
         self.max_string_length = max_string_length
@@ -560,6 +566,7 @@ class _Lowering:
         # Grammar mode: recursion becomes rule references ({"$ref": target}), and strings
         # may combine pattern, format and lengths (the grammar intersects their automata).
         self.grammar = grammar
+        self.extra_properties = extra_properties and grammar
         self.recursive: set[str] = set()
         self.rules: dict[str, Any] = {}
 
@@ -1080,8 +1087,26 @@ class _Lowering:
             if need > len(optional):
                 self.refuse("minProperties", ptr, "exceeds the properties the schema names")
             req |= set(optional[:need])  # narrowing: some optional ones become required
-        return {"type": "object", "properties": lowered,
-                "required": [n for n in lowered if n in req]}
+        out = {"type": "object", "properties": lowered,
+               "required": [n for n in lowered if n in req]}
+        extras = self.lower_extras(node, extra, extra_ptr)
+        if extras is not None:
+            out["x-extra"] = extras
+        return out
+
+    def lower_extras(self, node: dict[str, Any], extra: Any, extra_ptr: str) -> Any:
+        """The value schema of properties beyond the named ones (spec-faithful mode), or
+        ``None`` where they are not generated: not asked for, forbidden, or constrained by
+        keywords that also count them (generating none of them is then a narrowing)."""
+        if not self.extra_properties or extra is False:
+            return None
+        counted = ("patternProperties", "propertyNames", "minProperties", "maxProperties",
+                   "dependentRequired", "dependentSchemas", "dependencies")
+        if any(k in node for k in counted):
+            return None
+        if extra is _ABSENT or extra is True:
+            return True
+        return self.lower(extra, extra_ptr)
 
     def lower_free_object(self, node: dict[str, Any], ptr: str, extra: Any, extra_ptr: str,
                           patterns: dict[str, Any], dependencies: Any) -> Any:
@@ -1268,6 +1293,8 @@ def compile_json_schema(
     *,
     whitespace: str = "compact",
     lenient: bool = False,
+    extra_properties: bool = False,
+    max_array_items: int | None = DEFAULT_MAX_ARRAY_ITEMS,
 ) -> JsonSchemaConstraint:
     """Compile a JSON Schema into a token-level constraint for ``vocab``.
 
@@ -1277,6 +1304,13 @@ def compile_json_schema(
         vocab: the vocabulary the masks are for.
         whitespace: ``"compact"`` (no whitespace between JSON tokens) or ``"flexible"``
             (up to 16 of space/tab/newline/CR between tokens; see ``FLEXIBLE_WHITESPACE``).
+        extra_properties: also generate properties the schema does not name where it
+            allows them (``additionalProperties`` absent, true or a schema), after the named
+            ones; ``False`` (default) generates only named properties — validation is the same
+            either way, but small models otherwise invent keys until the token limit.
+        max_array_items: cap on the length of arrays that have no ``maxItems`` (default
+            16); ``None`` is spec-faithful. Together with ``extra_properties=True`` this is
+            the mode the MaskBench harness uses.
         lenient: instead of refusing a keyword that cannot be enforced exactly, warn
             (:class:`LenientSchemaWarning`), drop it for generation and return a constraint
             with ``exact=False``; validate outputs with ``.validator``.
@@ -1305,22 +1339,29 @@ def compile_json_schema(
         text = json.dumps(schema, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise SchemaError(f"the schema is not JSON-serializable: {exc}") from exc
-    key = (text, whitespace, bool(lenient), vocab.fingerprint)
+    if max_array_items is not None and (not isinstance(max_array_items, int)
+                                        or max_array_items < 1):
+        raise ValueError(f"max_array_items must be a positive integer or None, "
+                         f"not {max_array_items!r}")
+    options = (whitespace, bool(lenient), bool(extra_properties), max_array_items)
+    key = (text, *options, vocab.fingerprint)
     constraint = _MEMORY.get_or_compile(
-        key, lambda: _compile(json.loads(text), vocab, whitespace, bool(lenient)))
+        key, lambda: _compile(json.loads(text), vocab, whitespace, bool(lenient),
+                              bool(extra_properties), max_array_items))
     constraint.warn(stacklevel=2)
     return constraint
 
 
 def _compile(
-    schema: Any, vocab: Vocabulary, whitespace: str, lenient: bool
+    schema: Any, vocab: Vocabulary, whitespace: str, lenient: bool, extra_properties: bool,
+    max_array_items: int | None,
 ) -> JsonSchemaConstraint:
     from structspec.automata.grammar import GrammarConstraint
     from structspec.automata.json_grammar import DialectCompiler
 
     schema, validator = _load_schema(schema)
     lowering = _Lowering(schema, validator, lenient, max_string_length=None,
-                         quote_free_top=False, grammar=True)
+                         quote_free_top=False, grammar=True, extra_properties=extra_properties)
     lowered = lowering.lower(schema, "", top=True)
     if "" in lowering.recursive:  # the root refers to itself ("$ref": "#")
         lowering.rules[""] = lowered
@@ -1328,7 +1369,8 @@ def _compile(
     if lowered is None:
         reason, pointer = lowering.unsat
         raise SchemaError(f"the schema accepts no value: {reason}", pointer)
-    compiler = DialectCompiler(lowering.placeholders, whitespace, lowering.rules)
+    compiler = DialectCompiler(lowering.placeholders, whitespace, lowering.rules,
+                               max_array_items=max_array_items)
     try:
         grammar = compiler.build(lowered)
     except GrammarError as exc:
