@@ -94,6 +94,10 @@ def _generate(args: argparse.Namespace) -> int:
     if args.temperature < 0:
         raise _UsageError(f"--temperature must be >= 0, got {args.temperature}")
     schema = _read_schema(args.schema) if args.schema is not None else None
+    if schema is not None:  # fail fast, before the model loads
+        from structspec.automata.json_schema import check_json_schema
+
+        check_json_schema(schema, lenient=args.lenient)
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _quiet_transformers()

@@ -86,7 +86,7 @@ class _FreeText:
     def advance(self, state: State, token: int) -> State | None:
         return 0 if token in self._mask else None
 
-    def allowed(self, state: State):  # noqa: ANN201 - TokenMask
+    def allowed(self, state: State):
         return self._mask
 
     def is_accepting(self, state: State) -> bool:

@@ -743,3 +743,29 @@ def test_import_automata_does_not_load_torch():
             "assert 'torch' not in sys.modules, 'torch imported'; "
             "assert 'transformers' not in sys.modules, 'transformers imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# -- generation-time options -------------------------------------------------------------------
+
+
+def test_extra_properties_follow_the_named_ones_and_never_repeat_them(byte_vocab):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+              "additionalProperties": {"type": "boolean"}}
+    spec = compile_(schema, byte_vocab, extra_properties=True)
+    assert accepted(spec, '{"a":1,"b":true,"c":false}')
+    for text in ['{"a":1,"b":1}', '{"a":1,"a":2}', '{"a":1,"\\u0061":true}']:
+        assert not accepted(spec, text), text
+    assert not accepted(compile_(schema, byte_vocab), '{"a":1,"b":true}')  # default: named only
+    closed = compile_({**schema, "additionalProperties": False}, byte_vocab,
+                      extra_properties=True)
+    assert not accepted(closed, '{"a":1,"b":true}')
+
+
+def test_unbounded_arrays_are_capped_for_generation_only(byte_vocab):
+    schema = {"type": "array", "items": {"type": "integer"}, "minItems": 1}
+    seventeen = "[" + ",".join(["1"] * 17) + "]"
+    assert not accepted(compile_(schema, byte_vocab), seventeen)
+    assert accepted(compile_(schema, byte_vocab, max_array_items=None), seventeen)
+    assert accepted(compile_(schema, byte_vocab, max_array_items=2), "[1,2]")
+    with pytest.raises(ValueError, match="max_array_items"):
+        compile_(schema, byte_vocab, max_array_items=0)

@@ -1352,6 +1352,28 @@ def compile_json_schema(
     return constraint
 
 
+def check_json_schema(schema: dict[str, Any] | bool | str, *, lenient: bool = False) -> None:
+    """Raise what :func:`compile_json_schema` would raise for ``schema``, without a vocabulary.
+
+    Cheap (no automaton is built): the CLI and servers call it before loading a model so
+    that a bad schema fails fast. Pure.
+
+    Raises:
+        SchemaError, UnsupportedSchemaError: as :func:`compile_json_schema`.
+    """
+    if isinstance(schema, (str, bytes)):
+        try:
+            schema = json.loads(schema)
+        except ValueError as exc:
+            raise SchemaError(f"the schema is not valid JSON: {exc}") from exc
+    schema, validator = _load_schema(schema)
+    lowering = _Lowering(schema, validator, lenient, max_string_length=None,
+                         quote_free_top=False, grammar=True)
+    if lowering.lower(schema, "", top=True) is None and "" not in lowering.recursive:
+        reason, pointer = lowering.unsat
+        raise SchemaError(f"the schema accepts no value: {reason}", pointer)
+
+
 def _compile(
     schema: Any, vocab: Vocabulary, whitespace: str, lenient: bool, extra_properties: bool,
     max_array_items: int | None,

@@ -1,0 +1,604 @@
+"""Drafters: cheap guesses of what comes next, grown into a draft tree.
+
+Every drafter adds branches under a node of a :class:`~structspec.spec.tree.TreeBuilder`,
+which refuses any token the constraint rejects — so every node of a tree is legal. The
+sources (DESIGN.md, "Speculation"):
+
+- ``forced``: text every valid continuation must emit next (keys, punctuation, fixed
+  indentation), tokenized canonically in context; where the constraint allows exactly one
+  token, that token. Always accepted where only one token is legal.
+- ``alternatives``: where the constraint allows few tokens (an enum, ``true|false``, the next
+  key), one branch per option, each extended by its forced continuation.
+- ``lookup``: n-gram matches of the latest tokens in the prompt and the output so far; the
+  tokens that followed each match are a branch (prompt lookup decoding, Saxena 2023).
+- ``values``: literals of the request (numbers first, then quoted strings, names) that fit
+  the constraint here, tokenized in context; also the rest of a literal whose beginning was
+  just written.
+- ``closers``: where a free value (number, string) may end, the punctuation that would end
+  it — the tokens this output used most — with the forced continuation (the next key).
+- ``splits``: other tokenizations of forced text along the forced chain (models do not
+  always split ``'":"'`` canonically); with :func:`learn_choice` the forced chain itself
+  follows the splits the model has shown.
+- ``topk``: the most likely tokens of the target's last distribution, for the first free
+  position (a stale guess: it predicted the token *before*; cheap and sometimes right).
+
+:func:`build_tree` runs them: first the forced chain from the root (bounded by the draft
+depth only — forced tokens are nearly always accepted), then each drafter in priority order
+at the chain's end, within the speculative node and branch budgets.
+
+Drafters are deterministic functions of the context, which is what lossless sampling needs
+(a draft is a point mass). New drafters register with :func:`register_drafter`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from structspec.automata.base import Constraint, State
+from structspec.spec.tree import TreeBuilder
+from structspec.vocab import Vocabulary
+
+FORCED = "forced"
+
+
+# -- canonical tokenization -------------------------------------------------------------
+
+
+def _utf8_prefix(data: bytes) -> str:
+    """The longest prefix of ``data`` that is valid UTF-8, decoded."""
+    for cut in range(len(data), max(-1, len(data) - 4), -1):
+        try:
+            return data[:cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return ""
+
+
+class CanonicalTokenizer:
+    """Tokenize text the way the tokenizer would, in the context of the previous token.
+
+    ``tokens_after(prev, text)`` encodes ``prev + text`` and returns the ids after the part
+    that spells ``prev`` — so ``text`` is split exactly as in a full re-tokenization. If the
+    re-tokenization merges across the boundary (the committed token would have been cut
+    differently), ``text`` is encoded alone. Results are memoized (bounded). Not thread-safe.
+    """
+
+    def __init__(self, tokenizer: Any, vocab: Vocabulary, max_entries: int = 8192) -> None:
+        self.tokenizer = tokenizer
+        self.vocab = vocab
+        self.max_entries = max_entries
+        self._memo: dict[tuple[bytes, bytes], tuple[int, ...]] = {}
+
+    def encode(self, text: str) -> list[int]:
+        """Plain ``tokenizer.encode`` without special tokens."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def tokens_after(self, prev: bytes, text: bytes) -> tuple[int, ...]:
+        """Canonical ids for ``text`` written right after a token spelling ``prev``."""
+        key = (prev, text)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        body = _utf8_prefix(text)
+        result: tuple[int, ...] = ()
+        if body:
+            try:
+                head = prev.decode("utf-8")
+            except UnicodeDecodeError:
+                head = ""
+            tokens = self.vocab.tokens
+            ids = self.encode(head + body) if head else []
+            acc, i = b"", 0
+            while i < len(ids) and len(acc) < len(prev):
+                acc += tokens[ids[i]]
+                i += 1
+            if head and acc == prev and i < len(ids):
+                result = tuple(ids[i:])
+            else:
+                result = tuple(self.encode(body))
+            if self.vocab.decode(result) != body.encode("utf-8"):  # not a faithful split
+                result = ()
+        if len(self._memo) >= self.max_entries:
+            self._memo.clear()
+        self._memo[key] = result
+        return result
+
+
+# -- n-gram index ---------------------------------------------------------------------
+
+
+class NgramIndex:
+    """Where each n-gram (``1 <= n <= max_n``) of a growing token list ends.
+
+    ``extend`` appends tokens; ``continuations(context, ...)`` finds earlier occurrences of
+    the context's last ``n`` tokens (longest ``n`` first, latest occurrence first) and returns
+    the tokens that followed. Not thread-safe.
+    """
+
+    def __init__(self, max_n: int = 3) -> None:
+        self.max_n = max_n
+        self.tokens: list[int] = []
+        self._ends: list[dict[tuple[int, ...], list[int]]] = [{} for _ in range(max_n + 1)]
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` and index the n-grams that end in them."""
+        for t in tokens:
+            self.tokens.append(int(t))
+            end = len(self.tokens)
+            for n in range(1, self.max_n + 1):
+                if end >= n:
+                    self._ends[n].setdefault(tuple(self.tokens[end - n:end]), []).append(end)
+
+    def continuations(
+        self, context: Sequence[int], length: int, *, min_n: int = 1, per_n: int = 4,
+        scan: int = 16,
+    ) -> list[tuple[int, list[int]]]:
+        """``(n, tokens)`` pairs: what followed earlier matches of ``context[-n:]``.
+
+        Longest ``n`` first; per ``n`` the ``scan`` latest matches are read and at most
+        ``per_n`` continuations kept, latest first, ``length`` tokens each at most. A
+        continuation that is a prefix of one already kept adds nothing (a tree shares
+        prefixes) and is dropped; one that extends a kept one replaces it.
+        """
+        out: list[tuple[int, list[int]]] = []
+        total = len(self.tokens)
+        for n in range(min(self.max_n, len(context)), min_n - 1, -1):
+            ends = self._ends[n].get(tuple(context[-n:]))
+            if not ends:
+                continue
+            kept: list[list[int]] = []
+            for end in reversed(ends[-scan:]):
+                if end >= total:
+                    continue
+                cont = self.tokens[end:end + length]
+                if any(k[: len(cont)] == cont for k in kept) or any(
+                        k[: len(cont)] == cont for _, k in out):
+                    continue
+                longer = [i for i, k in enumerate(kept) if cont[: len(k)] == k]
+                if longer:
+                    kept[longer[0]] = cont
+                    continue
+                if len(kept) < per_n:
+                    kept.append(cont)
+            out.extend((n, k) for k in kept)
+        return out
+
+
+# -- literals of the request --------------------------------------------------------------
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
+_QUOTED = re.compile(r"\"([^\"\\\n]{1,80})\"|'([^'\\\n]{1,80})'")
+_NAME = re.compile(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*|\b[A-Za-z_]\w*[._]\w[\w.]*")
+
+
+def extract_literals(text: str, limit: int = 64) -> list[str]:
+    """Values a request mentions, in priority order: numbers, quoted strings, capitalized
+    names and dotted/underscored identifiers; deduplicated, at most ``limit``."""
+    found: list[str] = []
+    for m in _NUMBER.finditer(text):
+        found.append(m.group(0))
+    for m in _QUOTED.finditer(text):
+        found.append(m.group(1) or m.group(2))
+    for m in _NAME.finditer(text):
+        found.append(m.group(0))
+    out: list[str] = []
+    seen: set[str] = set()
+    for item in found:
+        item = item.strip()
+        if item and item not in seen:
+            seen.add(item)
+            out.append(item)
+            if len(out) >= limit:
+                break
+    return out
+
+
+# -- context, protocol, registry -------------------------------------------------------------
+
+
+@dataclass
+class DraftContext:
+    """What drafters may look at for one step. Built by the decode loop; not thread-safe.
+
+    Attributes:
+        constraint: the compiled constraint.
+        vocab: its vocabulary.
+        canon: canonical tokenization in context.
+        history: ``NgramIndex`` over prompt + committed output (the root token included).
+        prompt_len: how many of ``history.tokens`` are the prompt.
+        literals: values from the request (see :func:`extract_literals`).
+        last_logits: ``[V]`` masked logits the root token was chosen from, if any.
+        options: per-drafter knobs (``lookup_max_n``, ``alternatives_max``, ``topk``, ...).
+        choices: canonical first token (bytes) of some forced text -> the token the model
+            chose there instead (see :func:`learn_choice`).
+        split_suffixes: suffixes the model splits off canonical tokens (ordered set).
+    """
+
+    constraint: Constraint
+    vocab: Vocabulary
+    canon: CanonicalTokenizer
+    history: NgramIndex
+    prompt_len: int
+    literals: list[str] = field(default_factory=list)
+    last_logits: torch.Tensor | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    choices: dict[bytes, int] = field(default_factory=dict)
+    split_suffixes: dict[bytes, None] = field(default_factory=dict)
+
+    def output_text(self, tail: int = 64) -> bytes:
+        """The last ``tail`` tokens of the committed output, as bytes."""
+        toks = self.history.tokens
+        start = max(self.prompt_len, len(toks) - tail)
+        return self.vocab.decode(toks[start:])
+
+
+class Drafter(Protocol):
+    """Adds branches under ``frontier``; every token goes through ``builder`` (legality)."""
+
+    name: str
+
+    def propose(self, ctx: DraftContext, builder: TreeBuilder, frontier: int) -> None:
+        """Add branches below node ``frontier`` of ``builder``. Mutates ``builder`` only."""
+        ...
+
+
+DRAFTERS: dict[str, Callable[[], Drafter]] = {}
+
+
+def register_drafter(name: str, factory: Callable[[], Drafter]) -> None:
+    """Make ``factory`` available under ``name`` for :func:`make_drafters` (overrides)."""
+    DRAFTERS[name] = factory
+
+
+def make_drafters(names: Sequence[str]) -> list[Drafter]:
+    """Instantiate registered drafters by name, in order.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones).
+    """
+    out = []
+    for name in names:
+        if name == FORCED:  # the forced chain is always built by build_tree
+            continue
+        factory = DRAFTERS.get(name)
+        if factory is None:
+            raise ValueError(f"unknown drafter {name!r}; known: {sorted([*DRAFTERS, FORCED])}")
+        out.append(factory())
+    return out
+
+
+# -- forced continuation --------------------------------------------------------------------
+
+
+def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]:
+    """The tokens of the text forced in ``state``, tokenized canonically after ``prev_token``.
+
+    Where the constraint allows exactly one token (and the state does not accept), that
+    token. Where the model has shown it splits some forced text differently (``ctx.choices``,
+    learned by :func:`learn_choice` — e.g. ``'":'`` then ``'"'`` rather than the canonical
+    ``'":"'``), its split is used and the rest re-tokenized after it. May be empty; the builder
+    still checks each token's legality.
+    """
+    c = ctx.constraint
+    mask = c.allowed(state)
+    if mask.count() == 1 and not c.is_accepting(state):
+        return [int(mask.ids()[0])]
+    text = c.forced(state)
+    if not text:
+        return []
+    tokens = ctx.vocab.tokens
+    ids = list(ctx.canon.tokens_after(tokens[prev_token], text))
+    if ctx.choices or ctx.split_suffixes:
+        out: list[int] = []
+        pos = 0
+        while ids:
+            first = _preferred(ctx, ids[0])
+            out.append(first)
+            pos += len(tokens[first])
+            if first == ids[0]:
+                ids = ids[1:]
+            elif pos < len(text) and text.startswith(tokens[first], pos - len(tokens[first])):
+                ids = list(ctx.canon.tokens_after(tokens[first], text[pos:]))
+            else:
+                break
+        ids = out
+    if ids and ids[0] in mask:
+        return ids
+    # The canonical split does not fit here: fall back to the longest allowed token that is
+    # a prefix of the forced text.
+    for cut in range(min(len(text), 32), 0, -1):
+        for i in ctx.vocab.ids_for(text[:cut]):
+            if i in mask:
+                return [i]
+    return []
+
+
+def _preferred(ctx: DraftContext, canonical: int) -> int:
+    """The token the model is expected to write where ``canonical`` is the canonical split:
+    a learned exact choice, else ``canonical`` shortened by a suffix the model splits off."""
+    tokens = ctx.vocab.tokens
+    cb = tokens[canonical]
+    exact = ctx.choices.get(cb)
+    if exact is not None:
+        return exact
+    for suffix in ctx.split_suffixes:
+        if len(cb) > len(suffix) and cb.endswith(suffix):
+            shorter = ctx.vocab.ids_for(cb[: -len(suffix)])
+            if shorter:
+                return shorter[0]
+    return canonical
+
+
+def learn_choice(ctx: DraftContext, state: State, prev_token: int, chosen: int) -> None:
+    """Remember how the model split forced text: in ``state`` (after ``prev_token``) it chose
+    ``chosen``. Records the exact choice, and when ``chosen`` is the canonical token minus a
+    suffix (``'":'`` for ``'":"'``), that suffix, so ``'","'`` is split the same way next.
+    Mutates ``ctx``; cheap (memoized tokenization)."""
+    text = ctx.constraint.forced(state)
+    if not text:
+        return
+    tokens = ctx.vocab.tokens
+    ids = ctx.canon.tokens_after(tokens[prev_token], text)
+    if not ids:
+        return
+    canonical = tokens[ids[0]]
+    got = tokens[chosen]
+    if chosen == ids[0] or not got or not text.startswith(got):
+        if ctx.choices.get(canonical, ids[0]) != ids[0] or _preferred(ctx, ids[0]) != ids[0]:
+            ctx.choices[canonical] = ids[0]
+        return
+    ctx.choices[canonical] = chosen
+    if canonical.startswith(got) and len(ctx.split_suffixes) < 8:
+        ctx.split_suffixes[canonical[len(got):]] = None
+
+
+def extend_forced(ctx: DraftContext, builder: TreeBuilder, node: int, *, counted: bool = True,
+                  max_tokens: int | None = None) -> int:
+    """Follow forced text from ``node`` as far as the builder allows; returns the last node."""
+    added = 0
+    while max_tokens is None or added < max_tokens:
+        ids = forced_tokens(ctx, builder.states[node], builder.tokens[node])
+        if max_tokens is not None:
+            ids = ids[: max_tokens - added]
+        end = builder.add_chain(node, ids, FORCED, counted=counted)
+        if end == node:
+            return node
+        added += builder.depths[end] - builder.depths[node]
+        node = end
+    return node
+
+
+# -- the drafters ----------------------------------------------------------------------------
+
+
+class LookupDrafter:
+    """Branches copied from what followed earlier occurrences of the latest n-gram."""
+
+    name = "lookup"
+
+    def propose(self, ctx: DraftContext, builder: TreeBuilder, frontier: int) -> None:
+        max_n = int(ctx.options.get("lookup_max_n", ctx.history.max_n))
+        per_n = int(ctx.options.get("lookup_per_n", 2))
+        length = builder.room(frontier)
+        if length <= 0 or max_n <= 0:
+            return
+        context = (ctx.history.tokens[-max_n:] + _path_tokens(builder, frontier))[-max_n:]
+        for _, cont in ctx.history.continuations(context, length, per_n=per_n):
+            end = builder.add_branch(frontier, cont, self.name)
+            if end is not None:
+                extend_forced(ctx, builder, end, max_tokens=4)
+
+
+class ValuesDrafter:
+    """Literals of the request that fit the constraint here, tokenized in context."""
+
+    name = "values"
+
+    def propose(self, ctx: DraftContext, builder: TreeBuilder, frontier: int) -> None:
+        if not ctx.literals or builder.room(frontier) <= 0:
+            return
+        prev = ctx.vocab.token_bytes(builder.tokens[frontier])
+        state = builder.states[frontier]
+        mask = ctx.constraint.allowed(state)
+        max_branches = int(ctx.options.get("values_max", 4))
+        opened = 0
+        tail = ctx.output_text() + ctx.vocab.decode(_path_tokens(builder, frontier))
+        for literal in ctx.literals:
+            if opened >= max_branches:
+                break
+            raw = literal.encode("utf-8")
+            for rest in _remainders(raw, tail):
+                ids = ctx.canon.tokens_after(prev, rest)
+                if not ids or ids[0] not in mask:
+                    continue
+                end = builder.add_branch(frontier, ids, self.name)
+                if end is not None:
+                    opened += 1
+                    extend_forced(ctx, builder, end, max_tokens=4)
+                    break
+
+
+def _remainders(literal: bytes, tail: bytes) -> list[bytes]:
+    """What is left to write of ``literal``: the rest after the longest prefix the output
+    already ends with (partially written), then the whole literal."""
+    out = []
+    for k in range(min(len(literal) - 1, len(tail)), 0, -1):
+        if tail.endswith(literal[:k]):
+            out.append(literal[k:])
+            break
+    out.append(literal)
+    return out
+
+
+class AlternativesDrafter:
+    """One branch per option where the constraint allows only a few tokens."""
+
+    name = "alternatives"
+
+    def propose(self, ctx: DraftContext, builder: TreeBuilder, frontier: int) -> None:
+        state = builder.states[frontier]
+        mask = ctx.constraint.allowed(state)
+        limit = int(ctx.options.get("alternatives_max", 8))
+        n = mask.count()
+        if n < 2 or n > limit + len(builder.eos_ids):
+            return
+        for token in mask.ids():
+            token = int(token)
+            if token in builder.eos_ids or builder.child(frontier, token) is not None:
+                continue
+            end = builder.add_branch(frontier, [token], self.name)
+            if end is None:
+                break
+            extend_forced(ctx, builder, end, max_tokens=4)
+
+
+_STRUCTURAL_BYTES = frozenset(b',:{}[]" \n\t')
+_STRUCTURAL: dict[str, np.ndarray] = {}  # vocabulary fingerprint -> bool [V]; a memo
+
+
+def structural_tokens(vocab: Vocabulary) -> np.ndarray:
+    """``[V]`` bool: tokens spelled only with JSON punctuation and whitespace (memoized)."""
+    key = vocab.fingerprint
+    hit = _STRUCTURAL.get(key)
+    if hit is None:
+        hit = np.fromiter((bool(t) and set(t) <= _STRUCTURAL_BYTES for t in vocab.tokens),
+                          dtype=bool, count=len(vocab.tokens))
+        hit.setflags(write=False)
+        _STRUCTURAL[key] = hit
+    return hit
+
+
+class ClosersDrafter:
+    """Where a free value may end (a number, a string), the punctuation that ends it.
+
+    Among the allowed tokens made only of punctuation (``,"``, ``}``, ``"}}``, ...) — when
+    they are not all that is allowed — the ones this output (then the prompt) used most, each
+    extended by its forced continuation (usually the next key). Numbers and strings are where
+    no other draft knows when the value stops.
+    """
+
+    name = "closers"
+
+    def __init__(self) -> None:
+        self._memo: dict[Any, list[int]] = {}
+
+    def propose(self, ctx: DraftContext, builder: TreeBuilder, frontier: int) -> None:
+        state = builder.states[frontier]
+        cands = self._memo.get(state)
+        if cands is None:
+            mask = ctx.constraint.allowed(state)
+            allowed = mask.to_bool()
+            struct = structural_tokens(ctx.vocab)[: allowed.size]
+            picked = np.flatnonzero(allowed[: struct.size] & struct)
+            cands = [] if picked.size == mask.count() else [
+                int(t) for t in picked if int(t) not in builder.eos_ids]
+            self._memo[state] = cands
+        if not cands:
+            return
+        limit = int(ctx.options.get("closers_max", 3))
+        ends = ctx.history._ends[1]
+        prompt_len = ctx.prompt_len
+
+        def score(t: int) -> tuple[int, int]:
+            pos = ends.get((t,), ())
+            in_output = sum(1 for e in pos if e > prompt_len)
+            return (in_output, len(pos))
+
+        for token in sorted(cands, key=score, reverse=True)[:limit]:
+            end = builder.add_branch(frontier, [token], self.name)
+            if end is None:
+                break
+            extend_forced(ctx, builder, end, max_tokens=int(ctx.options.get("closers_length", 4)))
+
+
+class SplitsDrafter:
+    """Other splits of forced text along the forced chain: where the chain writes ``'":"'``,
+    a branch that writes ``'":'`` (and its forced continuation) instead. Models do not always
+    follow the canonical tokenization of text they did not choose."""
+
+    name = "splits"
+
+    def propose(self, ctx: DraftContext, builder: TreeBuilder, frontier: int) -> None:
+        tokens = ctx.vocab.tokens
+        length = int(ctx.options.get("splits_length", 6))
+        chain = []
+        node = frontier
+        while node > 0:
+            chain.append(node)
+            node = builder.parents[node]
+        for child in reversed(chain):
+            parent = builder.parents[child]
+            if builder.sources[child] != FORCED:
+                continue
+            state = builder.states[parent]
+            text = ctx.constraint.forced(state)
+            if not text:
+                continue
+            mask = ctx.constraint.allowed(state)
+            taken = tokens[builder.tokens[child]]
+            best = None
+            for cut in range(min(len(text), 16), 0, -1):
+                if cut == len(taken):
+                    continue
+                ids = [i for i in ctx.vocab.ids_for(text[:cut]) if i in mask]
+                if ids:  # the longest other split
+                    best = ids[0]
+                    break
+            if best is None:
+                continue
+            end = builder.add_branch(parent, [best], self.name)
+            if end is None:
+                if builder.room(parent) <= 0 or builder.branches >= builder.max_branches:
+                    return
+                continue
+            extend_forced(ctx, builder, end, max_tokens=length)
+
+
+class TopKDrafter:
+    """The top-k tokens of the target's last distribution, where they are legal."""
+
+    name = "topk"
+
+    def propose(self, ctx: DraftContext, builder: TreeBuilder, frontier: int) -> None:
+        logits = ctx.last_logits
+        k = int(ctx.options.get("topk", 2))
+        if logits is None or k <= 0:
+            return
+        candidates = torch.topk(logits, min(k + 1, logits.numel())).indices.tolist()  # [k+1]
+        root = builder.tokens[0]
+        for token in candidates[: k + 1]:
+            if token == root or not torch.isfinite(logits[token]):
+                continue
+            builder.add_branch(frontier, [int(token)], self.name)
+
+
+def _path_tokens(builder: TreeBuilder, node: int) -> list[int]:
+    """Drafted tokens from the root (excluded) to ``node``."""
+    out = []
+    while node > 0:
+        out.append(builder.tokens[node])
+        node = builder.parents[node]
+    return out[::-1]
+
+
+for _cls in (ClosersDrafter, SplitsDrafter, LookupDrafter, ValuesDrafter, AlternativesDrafter,
+             TopKDrafter):
+    register_drafter(_cls.name, _cls)
+
+
+def build_tree(ctx: DraftContext, builder: TreeBuilder, drafters: Sequence[Drafter],
+               *, forced: bool = True) -> int:
+    """Grow ``builder``: the forced chain from the root (uncounted), then each drafter at
+    its end. Returns the frontier node (the chain's end). Mutates ``builder``."""
+    frontier = extend_forced(ctx, builder, 0, counted=False) if forced else 0
+    for drafter in drafters:
+        if builder.room(frontier) <= 0 or builder.branches >= builder.max_branches:
+            break
+        drafter.propose(ctx, builder, frontier)
+    return frontier

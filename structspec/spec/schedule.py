@@ -1,0 +1,91 @@
+"""Adaptive speculation budget: shrink the speculative part of the tree when it stops paying.
+
+The forced chain is never scheduled (forced tokens are accepted all but always). The
+*speculative* part — lookup, values, alternatives, top-k branches — has a node budget that
+moves along levels ``max_nodes, max_nodes/2, ..., 2, 0``. Over a window of speculative steps
+the scheduler measures the hit rate: the fraction of steps where at least one speculative
+token was accepted. Below ``min_acceptance`` it steps down a level (down to none), at or
+above it steps back up. At level none it still probes with the smallest budget every
+``probe_every`` steps, and two probes decide whether to step back up, so a change of regime
+(prose turning into copying) is noticed.
+
+Not thread-safe; one per decode.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits for the speculative part of one step's tree."""
+
+    nodes: int
+    branches: int
+
+
+class Scheduler:
+    """See the module docstring.
+
+    Args:
+        max_nodes: speculative node budget at the top level.
+        max_branches: branch budget at the top level (scaled with the node budget).
+        adaptive: ``False`` keeps the top level for ever.
+        window: speculative steps per decision.
+        min_acceptance: hit rate below which the budget shrinks.
+        probe_every: at level none, speculate once every this many steps.
+    """
+
+    def __init__(self, max_nodes: int, max_branches: int, *, adaptive: bool = True,
+                 window: int = 8, min_acceptance: float = 0.6, probe_every: int = 16) -> None:
+        levels = []
+        n = max_nodes
+        while n >= 2:
+            levels.append(n)
+            n //= 2
+        levels.append(0)
+        self.levels = levels
+        self.max_nodes = max_nodes
+        self.max_branches = max_branches
+        self.adaptive = adaptive
+        self.window = max(1, window)
+        self.min_acceptance = min_acceptance
+        self.probe_every = max(1, probe_every)
+        self.level = 0
+        self._hits: deque[bool] = deque(maxlen=self.window)
+        self._steps_at_none = 0
+        self.history: list[int] = []  # node budget per step, for stats
+
+    def budget(self) -> Budget:
+        """The speculative budget for the next step."""
+        nodes = self.levels[self.level]
+        if nodes == 0 and self.adaptive:
+            self._steps_at_none += 1
+            if self._steps_at_none % self.probe_every == 0:
+                nodes = self.levels[-2] if len(self.levels) > 1 else 0
+        branches = 0
+        if nodes:
+            branches = max(1, round(self.max_branches * nodes / max(1, self.max_nodes)))
+        self.history.append(nodes)
+        return Budget(nodes, branches)
+
+    def record(self, offered: int, accepted: int) -> None:
+        """Report one step: ``offered`` speculative nodes drafted, ``accepted`` of them
+        accepted. Steps without speculative nodes are ignored."""
+        if not self.adaptive or offered <= 0:
+            return
+        self._hits.append(accepted > 0)
+        at_none = self.level == len(self.levels) - 1
+        if len(self._hits) < (min(2, self.window) if at_none else self.window):
+            return
+        rate = sum(self._hits) / len(self._hits)
+        if rate < self.min_acceptance and self.level < len(self.levels) - 1:
+            self.level += 1
+        elif rate >= self.min_acceptance and self.level > 0:
+            self.level -= 1
+        else:
+            return
+        self._hits.clear()
+        self._steps_at_none = 0

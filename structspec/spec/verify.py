@@ -1,0 +1,160 @@
+"""Verification: one forward pass of the target model over every node of a draft tree.
+
+The pass runs on top of a ``transformers`` ``DynamicCache`` holding the committed tokens
+before the tree's root. It appends the key/values of all ``q`` tree nodes; after acceptance,
+:func:`keep_path` compacts the cache to the accepted path (root included), so the cache holds
+exactly the committed sequence again. If the forward raises midway, the cache is cropped back
+layer by layer (a partial forward leaves layers with different lengths).
+
+Verified for transformers 5.24 (see DESIGN.md): the cache keyword is ``cache=``; a custom 4D
+mask is passed through as is, so it must be additive float (a bool mask is silently wrong
+under eager attention); ``position_ids`` must be ``past + depth``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from structspec.errors import StructSpecError
+from structspec.spec.tree import DraftTree, tree_attention
+
+# Attention implementations known to honour a custom 4D additive mask.
+TREE_ATTENTION_IMPLEMENTATIONS = frozenset({"eager", "sdpa"})
+
+
+class UnsupportedModelError(StructSpecError, ValueError):
+    """The model cannot verify a draft tree (no custom 4D attention masks, or a cache layout
+    that :func:`keep_path` cannot compact)."""
+
+
+def check_tree_support(model: Any, cache: Any | None = None) -> None:
+    """Refuse models that cannot run tree attention; pure (reads the config only).
+
+    Args:
+        model: a ``transformers`` causal LM.
+        cache: optionally the cache that will be used; every layer must be a plain
+            (full-attention) dynamic layer with ``keys``/``values`` tensors.
+
+    Raises:
+        UnsupportedModelError: the attention implementation does not take a custom 4D mask
+            (e.g. ``flash_attention_2``), or the cache has sliding-window / compressed layers.
+    """
+    config = getattr(model, "config", None)
+    impl = getattr(config, "_attn_implementation", None)
+    if impl not in TREE_ATTENTION_IMPLEMENTATIONS:
+        raise UnsupportedModelError(
+            f"speculative decoding needs a model whose attention accepts a custom 4D mask "
+            f"(attn_implementation in {sorted(TREE_ATTENTION_IMPLEMENTATIONS)}); this model uses "
+            f"{impl!r}. Load it with attn_implementation='sdpa' or 'eager', or disable "
+            f"speculation."
+        )
+    if cache is not None:
+        from transformers.cache_utils import DynamicLayer
+
+        for i, layer in enumerate(getattr(cache, "layers", [])):
+            if type(layer) is not DynamicLayer:
+                raise UnsupportedModelError(
+                    f"cache layer {i} is a {type(layer).__name__}; tree verification needs "
+                    f"plain DynamicLayer layers"
+                )
+
+
+def cache_length(cache: Any) -> int:
+    """Tokens held by the cache (``0`` for an empty one)."""
+    return int(cache.get_seq_length())
+
+
+def rollback(cache: Any, past_len: int) -> None:
+    """Crop every layer of ``cache`` to ``past_len`` tokens. Mutates ``cache``.
+
+    Safe after a forward that raised midway (layers of different lengths, some maybe not yet
+    initialized).
+    """
+    for layer in cache.layers:
+        keys = getattr(layer, "keys", None)
+        if keys is None or not getattr(layer, "is_initialized", True) or keys.dim() < 2:
+            continue
+        if keys.shape[-2] > past_len:
+            layer.keys = keys[..., :past_len, :]
+            layer.values = layer.values[..., :past_len, :]
+
+
+def verify_tree(
+    model: Any, cache: Any, tree: DraftTree, past_len: int, prefix: Sequence[int] = (),
+) -> torch.Tensor:
+    """Run every node of ``tree`` through ``model`` in one forward pass.
+
+    Args:
+        model: a ``transformers`` causal LM that passed :func:`check_tree_support`.
+        cache: its ``DynamicCache`` holding exactly ``past_len`` tokens.
+        tree: the draft tree (``q`` nodes, the root first).
+        past_len: the cache length.
+        prefix: committed tokens between the cache and the root, not yet in the cache
+            (typically the prompt minus its last token: the prefill and the first tree then
+            share one pass).
+
+    Returns:
+        Logits ``[q, V]`` (on the model's device): row ``i`` is the next-token logits after
+        the path root → node ``i``.
+
+    Mutates ``cache``: afterwards it holds ``past_len + len(prefix) + q`` tokens (the prefix,
+    then the tree in node order); call :func:`keep_path` with ``past_len + len(prefix)``
+    next. If the forward raises, the cache is rolled back to ``past_len`` and the exception
+    propagates.
+    """
+    device = model.device
+    q = len(tree)
+    input_ids = torch.tensor([[*prefix, *tree.tokens]], dtype=torch.long, device=device)  # [1, L+q]
+    if q == 1:  # a lone root is an ordinary causal step: no custom mask needed
+        kwargs: dict[str, Any] = {}
+    else:
+        mask, positions = tree_attention(tree, past_len, model.dtype, device,
+                                         prefix_len=len(prefix))  # [1,1,L+q,P+L+q], [1,L+q]
+        kwargs = {"attention_mask": mask, "position_ids": positions}
+    try:
+        out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=q, **kwargs)
+    except BaseException:
+        rollback(cache, past_len)
+        raise
+    return out.logits[0, -q:]  # [q, V]
+
+
+def keep_path(cache: Any, past_len: int, node_indices: Sequence[int]) -> None:
+    """Keep only ``node_indices`` of the tree segment in ``cache``. Mutates ``cache``.
+
+    Args:
+        cache: a cache holding ``past_len`` committed tokens followed by a tree's nodes.
+        past_len: the committed length before the tree.
+        node_indices: the accepted path, root first, ascending (a path in a topologically
+            ordered tree always is).
+
+    Afterwards the cache holds ``past_len + len(node_indices)`` tokens: the past, then the
+    kept nodes in order (their positions ``past_len + depth`` are already right, since a
+    path's depths are ``0, 1, 2, ...``).
+    """
+    k = len(node_indices)
+    if list(node_indices) == list(range(k)):  # already in place: just crop
+        rollback(cache, past_len + k)
+        return
+    if any(b <= a for a, b in itertools.pairwise(node_indices)):
+        raise ValueError(f"node_indices must be ascending, got {list(node_indices)}")
+    index = None
+    with torch.inference_mode():
+        for layer in cache.layers:
+            keys = getattr(layer, "keys", None)
+            if keys is None or keys.dim() < 2 or keys.shape[-2] <= past_len:
+                continue
+            if index is None or index.device != keys.device:
+                index = torch.as_tensor(node_indices, dtype=torch.long, device=keys.device)
+                index = index + past_len  # [k]
+            kept_k = keys.index_select(-2, index)  # [B, H, k, D]
+            kept_v = layer.values.index_select(-2, index)  # [B, H, k, D]
+            # Overwrite the tree segment in place, then crop: no copy of the past.
+            keys[..., past_len:past_len + k, :] = kept_k
+            layer.values[..., past_len:past_len + k, :] = kept_v
+            layer.keys = keys[..., :past_len + k, :]
+            layer.values = layer.values[..., :past_len + k, :]
