@@ -268,7 +268,7 @@ class DialectCompiler:
         open_, close = seq(self.lit("{"), self.ws()), seq(self.ws(), self.lit("}"))
         if "properties" in d:
             members = self.named_members(d["properties"], set(d.get("required", [])),
-                                         d.get("x-extra"))
+                                         d.get("x-extra"), d.get("x-exclude", ()))
             return seq(open_, members, close)
         if d.get("maxProperties") == 0:
             return seq(open_, close)
@@ -291,7 +291,7 @@ class DialectCompiler:
         return term(self.b.terminal(dfa, "key", key=key))
 
     def named_members(self, props: dict[str, Any], required: set[str],
-                      extra: Any = None) -> Expr:
+                      extra: Any = None, exclude: Any = ()) -> Expr:
         """Named properties in order, then (if ``extra``) other keys with ``extra`` values;
         optional ones may be absent; commas only between members."""
         names = list(props)
@@ -301,7 +301,8 @@ class DialectCompiler:
         after: dict[bool, Expr] = {False: EMPTY, True: EMPTY}
         if extra is not None:
             value = self.any_value() if extra is True else self.value(extra)
-            member = seq(self.extra_key(names), self.ws(), self.lit(":"), self.ws(), value)
+            taken = list(dict.fromkeys([*names, *exclude]))
+            member = seq(self.extra_key(taken), self.ws(), self.lit(":"), self.ws(), value)
             more = ref(self.b.rule("extras", rep(seq(comma, member))))
             after = {False: opt(seq(member, more)), True: more}
         # after[e]: members j.. given whether one was emitted before (e), built backwards.

@@ -567,6 +567,10 @@ class _Lowering:
         # may combine pattern, format and lengths (the grammar intersects their automata).
         self.grammar = grammar
         self.extra_properties = extra_properties and grammar
+        self.validator_keywords = frozenset(getattr(validator, "VALIDATORS", {}))
+        draft4 = type(validator).__name__ in ("Draft3Validator", "Draft4Validator")
+        self.id_keywords = {"$id", "id"} if draft4 else {"$id"}
+        self.has_refs = '"$ref"' in json.dumps(root)
         self.recursive: set[str] = set()
         self.rules: dict[str, Any] = {}
 
@@ -605,12 +609,18 @@ class _Lowering:
         if node is False:
             return self.nothing(ptr, "the schema is false")
         kws = {k for k in node if k not in ANNOTATIONS and not k.startswith("x-")}
-        if "$id" in kws:
-            kws.discard("$id")
-            if ptr:
-                self.refuse("$id", ptr, "a nested $id changes how references resolve")
+        for id_kw in self.id_keywords & kws:
+            kws.discard(id_kw)
+            ident = node[id_kw]
+            # A nested id moves the base URI of the $refs below it; harmless when it is a
+            # plain fragment or when the schema has no $ref at all.
+            if ptr and self.has_refs and not (isinstance(ident, str) and ident.startswith("#")):
+                self.refuse(id_kw, ptr, "a nested id changes how references resolve")
+        # Keywords neither we nor the draft's validator know are annotations (the spec says
+        # to ignore them), e.g. "example", "readonly", "_format": ignoring them is exact.
+        kws &= _KNOWN | self.validator_keywords
         for k in sorted(kws - _KNOWN):
-            self.refuse(k, ptr, "unknown keyword")
+            self.refuse(k, ptr, "keyword of this draft not supported")
         kws &= _KNOWN
         if "enum" in kws or "const" in kws:
             return self.lower_enum(node, ptr, top)
@@ -643,7 +653,7 @@ class _Lowering:
         for value in candidates:
             if not self.is_valid(node, value):
                 continue
-            problem = _literal_problem(value)
+            problem = None if self.grammar else _literal_problem(value)
             if problem:
                 self.refuse(keyword, ptr, problem)
                 unspellable = True
@@ -1030,7 +1040,7 @@ class _Lowering:
         req = set(required)
         names = list(sources)
         for name in names:
-            if _needs_json_escape(name):
+            if not self.grammar and _needs_json_escape(name):
                 self.refuse("properties", ptr, f"property name {name!r} needs JSON escaping, "
                             "which outlines-core does not do")
                 if name in req:
@@ -1092,6 +1102,9 @@ class _Lowering:
         extras = self.lower_extras(node, extra, extra_ptr)
         if extras is not None:
             out["x-extra"] = extras
+            # Every name the schema mentions is settled by its own rules (possibly "never",
+            # like a `false` property), so no extra key may spell one of them.
+            out["x-exclude"] = list(dict.fromkeys([*props, *required, *lowered]))
         return out
 
     def lower_extras(self, node: dict[str, Any], extra: Any, extra_ptr: str) -> Any:
