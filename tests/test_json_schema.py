@@ -176,7 +176,7 @@ GOLDEN: list[tuple[str, Any, list[str], list[str], list[str]]] = [
     ("pattern-top-level", {"type": "string", "pattern": "^a.c$"},
      ['"abc"', '"a\\\\c"', '"a\\"c"'], ['"a"c"', '"a\\nc"'], []),
     ("pattern-unanchored", {"type": "string", "pattern": "ab+"},
-     ['"ab"', '"abbb"'], ['"a"'], ['"xaby"']),
+     ['"ab"', '"abbb"', '"xaby"'], ['"a"', '"xay"'], []),
     ("integer-bounds", {"type": "integer", "minimum": -5, "exclusiveMaximum": 100},
      ["-5", "0", "99", "42"], ["-6", "100", "-0"], []),
     ("integer-multiple", {"type": "integer", "minimum": 0, "maximum": 20, "multipleOf": 5},
@@ -316,6 +316,30 @@ def test_literals_with_escapes_and_big_numbers(byte_vocab):
     assert accepted(compile_({"const": {"a.b": 1}}, byte_vocab), '{"a.b":1}')
 
 
+def test_allof_is_an_intersection(byte_vocab):
+    schema = {"$defs": {"base": {"type": "object", "properties": {"id": {"type": "integer"}},
+                                 "required": ["id"], "additionalProperties": False}},
+              "allOf": [{"$ref": "#/$defs/base"},
+                        {"properties": {"id": {"minimum": 1}, "name": {"type": "string"}}}]}
+    c = compile_(schema, byte_vocab, extra_properties=True)
+    assert accepted(c, '{"id":3}')
+    for text in ['{"id":0}', '{"id":3,"name":"x"}', "{}"]:
+        assert not accepted(c, text), text
+    assert accepted(compile_({"allOf": [{"type": "string"}, {"maxLength": 3}]}, byte_vocab),
+                    '"abc"')
+    assert not accepted(compile_({"allOf": [{"type": "string"}, {"maxLength": 3}]},
+                                 byte_vocab), '"abcd"')
+
+
+def test_siblings_of_ref_and_anyof_apply_to_every_branch(byte_vocab):
+    ref = {"$defs": {"a": {"type": "string"}}, "$ref": "#/$defs/a", "maxLength": 2}
+    assert accepted(compile_(ref, byte_vocab), '"ab"')
+    assert not accepted(compile_(ref, byte_vocab), '"abc"')
+    union = {"anyOf": [{"type": "string"}, {"type": "integer"}], "maxLength": 2}
+    c = compile_(union, byte_vocab)
+    assert accepted(c, '"ab"') and accepted(c, "12345") and not accepted(c, '"abc"')
+
+
 # -- refusals ----------------------------------------------------------------------------------
 
 UNSUPPORTED: list[tuple[Any, str, str]] = [
@@ -324,17 +348,17 @@ UNSUPPORTED: list[tuple[Any, str, str]] = [
     ({"type": "number", "minimum": 0.5}, "minimum", ""),
     ({"type": "number", "exclusiveMaximum": 2.5}, "exclusiveMaximum", ""),
     ({"type": "string", "format": "hostname"}, "format", ""),
+    ({"allOf": [{"items": {"type": "integer"}}, {"prefixItems": [{"type": "string"}]}]},
+     "allOf", ""),
+    ({"allOf": [{"unevaluatedProperties": False}, {"properties": {"a": {}}}]}, "allOf", ""),
     ({"type": "string", "pattern": "^(?=a)a$"}, "pattern", ""),
     ({"type": "string", "pattern": "^(a)\\1$"}, "pattern", ""),
     ({"type": "string", "pattern": "a\\bb"}, "pattern", ""),
     ({"type": "string", "pattern": "^a{2000}$"}, "pattern", ""),
-    ({"allOf": [{"type": "string"}, {"maxLength": 3}]}, "allOf", ""),
     ({"not": {"type": "string"}}, "not", ""),
     ({"if": {"type": "string"}, "then": {"maxLength": 2}}, "if", ""),
     ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "oneOf", ""),
     ({"oneOf": [{"type": "string"}, {"maxLength": 2}]}, "oneOf", ""),
-    ({"anyOf": [{"type": "string"}], "maxLength": 2}, "maxLength", ""),
-    ({"$defs": {"a": {"type": "string"}}, "$ref": "#/$defs/a", "maxLength": 2}, "maxLength", ""),
     ({"$ref": "https://example.com/schema.json"}, "$ref", ""),
     ({"type": "object", "properties": {"a": {"type": "integer"}},
       "patternProperties": {"^a": {"minimum": 1}}}, "patternProperties", ""),

@@ -269,7 +269,7 @@ class ByteDFA:
         start: the start state (0 if the language is empty).
     """
 
-    __slots__ = ("accepting", "start", "table")
+    __slots__ = ("accepting", "memo", "start", "table")
 
     def __init__(self, table: np.ndarray, accepting: np.ndarray, start: int) -> None:
         table.setflags(write=False)
@@ -277,6 +277,9 @@ class ByteDFA:
         self.table = table
         self.accepting = accepting
         self.start = start
+        # Results derived from this DFA alone (vocabulary walks, keyed by the vocabulary's
+        # fingerprint): shared by every grammar that uses the DFA. Grows only.
+        self.memo: dict[object, object] = {}
 
     @property
     def n_states(self) -> int:

@@ -614,6 +614,13 @@ class GrammarConstraint:
         key = (tid, q)
         got = self._memo.inside.get(key)
         if got is None:
+            # The walk depends on the DFA and the vocabulary only: share it across grammars.
+            dfa = self.grammar.terminals[tid]
+            shared_key = (self.vocab.fingerprint, q)
+            got = dfa.memo.get(shared_key)  # type: ignore[assignment]
+            if got is not None:
+                self._memo.inside[key] = got
+                return got
             tt = token_table(self.vocab)
             table, acc = self._tables[tid], self._acc[tid]
             rows = np.arange(len(tt.ids))  # [T] rows of tokens still alive, longest first
@@ -647,6 +654,7 @@ class GrammarConstraint:
             candidates = tt.ids[crossing]
             got = (words, candidates)
             self._memo.inside[key] = got
+            dfa.memo[shared_key] = got
         return got
 
     def _compute_mask(self, state: int) -> TokenMask:

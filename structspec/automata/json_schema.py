@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from structspec.automata.cache import CompileCache
+from structspec.automata.schema_merge import MergeError, merge_all
 from structspec.errors import GrammarError, SchemaError, UnsupportedSchemaError
 
 try:  # Python >= 3.11
@@ -234,8 +235,28 @@ def _json_chars(ranges: Ranges, quote: bool = True) -> str:
 # -- pattern: ECMA-262 regex -> regex over JSON string text ------------------------------------
 
 
+def _anchors(items: Any) -> tuple[bool, bool]:
+    """Whether a parsed pattern uses a start anchor / an end anchor anywhere."""
+    start = end = False
+    for op, av in items:
+        if op is _sre.AT:
+            start |= av in (_sre.AT_BEGINNING, _sre.AT_BEGINNING_STRING)
+            end |= av in (_sre.AT_END, _sre.AT_END_STRING)
+        subs = []
+        if op is _sre.BRANCH:
+            subs = list(av[1])
+        elif op is _sre.SUBPATTERN:
+            subs = [av[-1]]
+        elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
+            subs = [av[2]]
+        for sub in subs:
+            s2, e2 = _anchors(list(sub))
+            start, end = start or s2, end or e2
+    return start, end
+
+
 def pattern_regex(pattern: str, *, quote: bool = True,
-                  max_repeat: int | None = MAX_STRING_LENGTH) -> str:
+                  max_repeat: int | None = MAX_STRING_LENGTH, search: bool = False) -> str:
     """A regex over the *text inside the quotes* of a JSON string whose decoded value fully
     matches ``pattern``: a subset of the strings ``pattern`` accepts under both ECMA-262 and
     Python ``re.search`` semantics.
@@ -253,7 +274,15 @@ def pattern_regex(pattern: str, *, quote: bool = True,
         parsed = _sre_parse.parse(pattern)
     except re.error as exc:
         raise _Refuse(f"the pattern does not parse: {exc}") from exc
-    return _rx_seq(list(parsed), True, True, (quote, max_repeat))
+    core = _rx_seq(list(parsed), True, True, (quote, max_repeat))
+    if not search:
+        return core
+    # Search semantics (``search=True``): an unanchored side may have any text around the
+    # match. Only where the pattern has no anchor of that kind at all, so that an anchored
+    # branch of an alternation is never widened (anchored patterns stay narrowed instead).
+    start, end = _anchors(list(parsed))
+    anything = f"{_json_chars([(0, 0x10FFFF)])}*"
+    return f"{'' if start else anything}(?:{core}){'' if end else anything}"
 
 
 _Opts = tuple[bool, "int | None"]  # (quote, max_repeat) of pattern_regex
@@ -631,6 +660,11 @@ class _Lowering:
             if k in kws:
                 self.refuse(k, ptr, "not enforced by outlines-core")
                 kws.discard(k)
+        if self.grammar and ("allOf" in kws or ("$ref" in kws and len(kws) > 1)):
+            merged = self.merged(node, kws, ptr)
+            if merged is not _ABSENT:
+                return self.lower(merged, ptr, top)
+            kws.discard("allOf")
         if "$ref" in kws:
             for k in sorted(kws - {"$ref"}):
                 self.refuse(k, ptr, "keywords beside $ref are ignored by outlines-core")
@@ -699,11 +733,34 @@ class _Lowering:
         self._memo[target, top] = lowered
         return lowered
 
+    def merged(self, node: dict[str, Any], kws: set[str], ptr: str) -> Any:
+        """``allOf`` (and keywords beside ``$ref``) folded into one schema; ``_ABSENT`` after a
+        lenient refusal."""
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#") and unquote(ref[1:]) in self._stack:
+            self.refuse("$ref", ptr, "a recursive $ref with sibling keywords")
+            return _ABSENT
+        rest = {k: v for k, v in node.items() if k != "allOf"}
+        try:
+            return merge_all([rest, *node.get("allOf", [])], self.deref)
+        except MergeError as exc:
+            self.refuse("allOf" if "allOf" in kws else exc.keyword, ptr,
+                        f"cannot intersect exactly: {exc}")
+            return _ABSENT
+
     def lower_union(self, node: dict[str, Any], kws: set[str], ptr: str, top: bool) -> Any:
         key = "anyOf" if "anyOf" in kws else "oneOf"
-        for k in sorted(kws - {key}):
-            self.refuse(k, ptr, f"keywords beside {key} are ignored by outlines-core")
         branches = node[key]
+        siblings = {k: v for k, v in node.items() if k in kws and k != key}
+        if self.grammar and siblings:  # each branch is intersected with the siblings
+            try:
+                branches = [merge_all([siblings, b], self.deref) for b in branches]
+                siblings = {}
+            except MergeError as exc:
+                self.refuse(key, ptr, f"cannot intersect the branches with their siblings: "
+                            f"{exc}")
+        for k in sorted(siblings):
+            self.refuse(k, ptr, f"keywords beside {key} are ignored by outlines-core")
         if key == "oneOf" and not self.disjoint(branches):
             self.refuse("oneOf", ptr, "cannot prove the branches disjoint (different types, "
                         "different const/enum values, or a required property with different "
@@ -883,7 +940,8 @@ class _Lowering:
         regexes = []
         if pattern is not None:
             try:
-                regexes.append(f'"(?:{pattern_regex(pattern, quote=True, max_repeat=None)})"')
+                body = pattern_regex(pattern, quote=True, max_repeat=None, search=True)
+                regexes.append(f'"(?:{body})"')
             except _Refuse as exc:
                 self.refuse("pattern", ptr, str(exc))
         if fmt is not None:

@@ -1,0 +1,186 @@
+"""``allOf`` as a real intersection: merge subschemas into one, exactly, or say why not.
+
+Real schemas compose with ``allOf: [{"$ref": base}, {"properties": ..., "required": ...}]``
+and put keywords beside ``$ref`` or ``anyOf``. The lowering handles one schema at a time, so
+composition is folded into a single equivalent schema first. Every rule here is an exact
+identity of JSON Schema semantics (intersection of constraints); where none applies the
+merge fails with :class:`MergeError` naming the keyword, and the caller refuses the schema
+(never a silent widening).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+#: Keywords that only annotate; dropped by the merge.
+_IGNORED = {"title", "description", "examples", "default", "$comment", "deprecated",
+            "readOnly", "writeOnly", "$schema", "$id", "$anchor", "$defs", "definitions"}
+_LOWER_BOUNDS = {"minLength", "minItems", "minProperties", "minimum"}
+_UPPER_BOUNDS = {"maxLength", "maxItems", "maxProperties", "maximum"}
+_TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
+
+
+class MergeError(Exception):
+    """The subschemas cannot be merged exactly; ``keyword`` is the obstacle."""
+
+    def __init__(self, keyword: str, detail: str) -> None:
+        self.keyword = keyword
+        super().__init__(detail)
+
+
+def _types(value: Any) -> set[str]:
+    return {value} if isinstance(value, str) else set(value)
+
+
+def _merge_types(a: Any, b: Any) -> list[str]:
+    ta, tb = _types(a), _types(b)
+    out = ta & tb
+    if "number" in ta and "integer" in tb:
+        out.add("integer")
+    if "integer" in ta and "number" in tb:
+        out.add("integer")
+    return [t for t in _TYPES if t in out]
+
+
+def _same(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _equal_values(a: Any, b: Any) -> bool:
+    """JSON equality (``1 == 1.0``, ``True != 1``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return _same(a, b)
+
+
+def _both(a: Any, b: Any) -> Any:
+    """The conjunction of two subschemas (an ``allOf`` unless one side is trivial)."""
+    if a is True or a == {}:
+        return b
+    if b is True or b == {}:
+        return a
+    if a is False or b is False:
+        return False
+    return {"allOf": [a, b]}
+
+
+def merge_pair(a: Any, b: Any) -> Any:
+    """One schema accepting exactly what both ``a`` and ``b`` accept.
+
+    Raises:
+        MergeError: no exact merge is known for some keyword.
+    """
+    if a is True or a == {}:
+        return b
+    if b is True or b == {}:
+        return a
+    if a is False or b is False:
+        return False
+    a = {k: v for k, v in a.items() if k not in _IGNORED}
+    b = {k: v for k, v in b.items() if k not in _IGNORED}
+    for key in ("unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"):
+        if key in a or key in b:  # these see annotations across applicators: not local
+            raise MergeError(key, f"{key} depends on what sibling applicators evaluate")
+    tuple_a = "prefixItems" in a or isinstance(a.get("items"), list)
+    tuple_b = "prefixItems" in b or isinstance(b.get("items"), list)
+    if tuple_a or tuple_b:  # `items` means "after the prefix" only beside its own prefix
+        array_keys = ("items", "prefixItems", "additionalItems")
+        if any(k in a for k in array_keys) and any(k in b for k in array_keys) and not all(
+                _same(a.get(k), b.get(k)) for k in array_keys):
+            raise MergeError("prefixItems", "tuple arrays from two subschemas")
+    out: dict[str, Any] = {}
+    for key in list(dict.fromkeys([*a, *b])):
+        if key in ("properties", "additionalProperties", "patternProperties"):
+            continue  # objects are merged together below
+        if key not in b:
+            out[key] = a[key]
+        elif key not in a:
+            out[key] = b[key]
+        elif _same(a[key], b[key]):
+            out[key] = a[key]
+        elif key == "type":
+            out[key] = _merge_types(a[key], b[key])
+        elif key == "required":
+            out[key] = list(dict.fromkeys([*a[key], *b[key]]))
+        elif key == "enum":
+            out[key] = [x for x in a[key] if any(_equal_values(x, y) for y in b[key])]
+        elif key == "const":
+            if not _equal_values(a[key], b[key]):
+                return False
+            out[key] = a[key]
+        elif key in _LOWER_BOUNDS and not isinstance(a[key], bool):
+            out[key] = max(a[key], b[key])
+        elif key in _UPPER_BOUNDS and not isinstance(a[key], bool):
+            out[key] = min(a[key], b[key])
+        elif key in ("items", "additionalItems", "propertyNames", "contains") \
+                and isinstance(a[key], (dict, bool)) and isinstance(b[key], (dict, bool)):
+            out[key] = _both(a[key], b[key])
+        elif key == "allOf":
+            out[key] = [*a[key], *b[key]]
+        elif key == "anyOf" or key == "oneOf":
+            # (A1 | A2) & (B1 | B2): distribute, keeping branch order.
+            if key == "oneOf":
+                raise MergeError(key, "two oneOf lists cannot be intersected exactly here")
+            out[key] = [_both(x, y) for x in a[key] for y in b[key]]
+        elif key == "uniqueItems":
+            out[key] = bool(a[key]) or bool(b[key])
+        else:
+            raise MergeError(key, f"two different {key!r} values cannot be merged")
+    if "type" in out and out["type"] == []:
+        return False
+    _merge_objects(a, b, out)
+    return out
+
+
+def _merge_objects(a: dict[str, Any], b: dict[str, Any], out: dict[str, Any]) -> None:
+    """``properties``/``additionalProperties``: a key's value must satisfy, in each part,
+    the property schema naming it, or else that part's ``additionalProperties``."""
+    if not any(k in part for part in (a, b)
+               for k in ("properties", "additionalProperties", "patternProperties")):
+        return
+    if "patternProperties" in a or "patternProperties" in b:
+        if not _same(a.get("patternProperties"), b.get("patternProperties")) or \
+                "additionalProperties" in a or "additionalProperties" in b:
+            raise MergeError("patternProperties",
+                             "patternProperties cannot be merged with other properties here")
+        out["patternProperties"] = a.get("patternProperties", b.get("patternProperties"))
+    pa, pb = a.get("properties", {}), b.get("properties", {})
+    xa, xb = a.get("additionalProperties", True), b.get("additionalProperties", True)
+    props: dict[str, Any] = {}
+    for name in list(dict.fromkeys([*pa, *pb])):
+        props[name] = _both(pa.get(name, xa), pb.get(name, xb))
+    if props:
+        out["properties"] = props
+    extra = _both(xa, xb)
+    if extra is not True:
+        out["additionalProperties"] = extra
+
+
+def merge_all(parts: list[Any], deref: Callable[[Any], Any], depth: int = 0) -> Any:
+    """Fold ``parts`` (each dereferenced, nested ``allOf`` flattened) into one schema.
+
+    Raises:
+        MergeError: as :func:`merge_pair`, or nesting beyond 32 levels.
+    """
+    if depth > 32:
+        raise MergeError("allOf", "allOf nests too deeply")
+    merged: Any = True
+    for part in parts:
+        part = deref(part)
+        if isinstance(part, dict) and "$ref" in part:
+            ref_part = deref({"$ref": part["$ref"]})
+            if isinstance(ref_part, dict) and "$ref" in ref_part:
+                raise MergeError("$ref", "a $ref inside allOf that cannot be resolved here")
+            rest = {k: v for k, v in part.items() if k != "$ref"}
+            part = merge_all([ref_part, rest], deref, depth + 1)
+        if isinstance(part, dict) and "allOf" in part:
+            rest = {k: v for k, v in part.items() if k != "allOf"}
+            part = merge_all([rest, *part["allOf"]], deref, depth + 1)
+        merged = merge_pair(merged, part)
+        if merged is False:
+            return False
+    return merged
