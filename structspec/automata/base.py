@@ -42,7 +42,8 @@ class TokenMask:
     @classmethod
     def from_ids(cls, ids: Iterable[int], size: int) -> TokenMask:
         """The mask allowing exactly ``ids`` (each in ``range(size)``)."""
-        arr = np.fromiter(ids, dtype=np.int64)
+        arr = ids.astype(np.int64, copy=False) if isinstance(ids, np.ndarray) \
+            else np.fromiter(ids, dtype=np.int64)
         bits = np.zeros(((size + 31) // 32) * 32, dtype=bool)
         if arr.size:
             if arr.min() < 0 or arr.max() >= size:

@@ -286,6 +286,12 @@ class ByteDFA:
         """Number of states, the dead state included."""
         return int(self.table.shape[0])
 
+    def walk_key(self, state: int, max_token_len: int) -> int:
+        """A key such that states with equal keys let exactly the same tokens (of at most
+        ``max_token_len`` bytes) stay inside or leave the language: memo tables of token
+        walks use it. Here the state itself; structured DFAs override it."""
+        return state
+
     def step(self, state: int, data: bytes) -> int:
         """The state after ``data`` (0 once dead)."""
         t = self.table

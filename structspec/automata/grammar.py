@@ -333,6 +333,7 @@ class _TokenTable:
     lengths: np.ndarray  # [T]
     n_longer: np.ndarray  # [Lmax]: how many tokens are longer than l
     size: int
+    first_rows: tuple[np.ndarray, ...]  # [256] rows whose first byte is b, ascending
 
 
 _TABLES: dict[str, _TokenTable] = {}
@@ -354,8 +355,10 @@ def token_table(vocab: Vocabulary) -> _TokenTable:
                 data[row, : len(t)] = np.frombuffer(t, dtype=np.uint8)
                 lengths[row] = len(t)
             n_longer = np.array([int((lengths > k).sum()) for k in range(lmax)], dtype=np.int64)
+            first = data[:, 0]
+            first_rows = tuple(np.flatnonzero(first == b) for b in range(256))
             table = _TokenTable(np.asarray(ids, dtype=np.int64), data, lengths, n_longer,
-                                len(vocab))
+                                len(vocab), first_rows)
             _TABLES[vocab.fingerprint] = table
     return table
 
@@ -616,15 +619,20 @@ class GrammarConstraint:
         if got is None:
             # The walk depends on the DFA and the vocabulary only: share it across grammars.
             dfa = self.grammar.terminals[tid]
-            shared_key = (self.vocab.fingerprint, q)
+            tt = token_table(self.vocab)
+            shared_key = (self.vocab.fingerprint, dfa.walk_key(q, tt.data.shape[1]))
             got = dfa.memo.get(shared_key)  # type: ignore[assignment]
             if got is not None:
                 self._memo.inside[key] = got
                 return got
-            tt = token_table(self.vocab)
             table, acc = self._tables[tid], self._acc[tid]
-            rows = np.arange(len(tt.ids))  # [T] rows of tokens still alive, longest first
-            states = np.full(len(tt.ids), q, dtype=np.int32)  # [T]
+            live_first = np.flatnonzero(table[q])
+            if live_first.size < 48:  # few first bytes: start from those tokens only
+                rows = np.sort(np.concatenate([tt.first_rows[b] for b in live_first])) \
+                    if live_first.size else np.zeros(0, dtype=np.int64)
+            else:
+                rows = np.arange(len(tt.ids))  # [T] rows of tokens still alive, longest first
+            states = np.full(rows.size, q, dtype=np.int32)  # [T]
             inside_rows: list[np.ndarray] = []
             crossing_rows: list[np.ndarray] = []
             for pos, n in enumerate(tt.n_longer.tolist()):

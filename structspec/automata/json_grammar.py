@@ -108,7 +108,36 @@ def json_string_dfa(lo: int, hi: int | None) -> ByteDFA:
     table[ready_rows, ord('"')] = 2  # enough characters: the closing quote
     accepting = np.zeros(n, dtype=bool)
     accepting[2] = True
-    return ByteDFA(table, accepting, 1)
+    return CountedStringDFA(table, accepting, 1, lo=lo, top=top, block=k, bounded=hi is not None)
+
+
+class CountedStringDFA(ByteDFA):
+    """:func:`json_string_dfa`'s automaton, which knows its layout: state ``3 + c*block + s``
+    is sub-state ``s`` of the one-character DFA after ``c`` characters.
+
+    A token of ``L`` bytes spells at most ``L`` characters, so from any count ``c`` with
+    ``lo <= c <= top - L`` (or ``c < lo - L``) the same tokens stay inside or close the
+    string: such states share one :meth:`walk_key`, and a string of ``maxLength`` 1000 costs
+    a handful of vocabulary walks instead of one per character.
+    """
+
+    __slots__ = ("block", "bounded", "lo", "top")
+
+    def __init__(self, table: np.ndarray, accepting: np.ndarray, start: int, *, lo: int,
+                 top: int, block: int, bounded: bool) -> None:
+        super().__init__(table, accepting, start)
+        self.lo, self.top, self.block, self.bounded = lo, top, block, bounded
+
+    def walk_key(self, state: int, max_token_len: int) -> int:
+        if state < 3:
+            return state
+        c, sub = divmod(state - 3, self.block)
+        far_from_top = not self.bounded or c <= self.top - max_token_len
+        if c >= self.lo and far_from_top:
+            c = self.lo
+        elif c < self.lo - max_token_len:
+            c = 0
+        return 3 + c * self.block + sub
 
 
 @functools.lru_cache(maxsize=512)
