@@ -227,6 +227,8 @@ class DialectCompiler:
         if "enum" in d:
             return alt(*(self.json_literal(v) for v in d["enum"]))
         if "prefixItems" in d:
+            if "minItems" in d:  # the grammar compiler's tuple form
+                return self.array_prefix(d)
             return self.array_tuple(d["prefixItems"])
         t = d.get("type")
         if t == "null":
@@ -280,6 +282,36 @@ class DialectCompiler:
         body = seq(item, rest)
         items = body if lo > 0 else opt(body)
         return seq(self.lit("["), self.ws(), items, self.ws(), self.lit("]"))
+
+    def array_prefix(self, d: dict[str, Any]) -> Expr:
+        """``prefixItems`` then ``items``: ``minItems``..``maxItems`` items in all; position
+        ``i`` takes the ``i``-th prefix schema, later positions the ``items`` schema."""
+        lo, hi = int(d["minItems"]), d.get("maxItems")
+        hi = None if hi is None else int(hi)
+        n = len(d["prefixItems"]) if hi is None else min(len(d["prefixItems"]), hi)
+        if n == 0:  # nothing but `items`
+            plain = {"type": "array", "minItems": lo, **({} if hi is None else {"maxItems": hi})}
+            if d.get("items", True) is not True:
+                plain["items"] = d["items"]
+            return self.array(plain) if "items" in d or hi == 0 else \
+                seq(self.lit("["), self.ws(), self.lit("]"))
+        prefix = [self.value(x) for x in d["prefixItems"][:n]]
+        comma = seq(self.ws(), self.lit(","), self.ws())
+        rest: Expr = EMPTY  # what may follow the last prefix item
+        if "items" in d and (hi is None or hi > n):
+            item = ref(self.b.rule("item", self.any_value() if d["items"] is True
+                                   else self.value(d["items"])))
+            extra_lo = max(lo - n, 0)
+            extra_hi = None if hi is None else hi - n
+            if extra_hi is None and self.max_array_items is not None:  # generation cap
+                extra_hi = max(extra_lo, self.max_array_items - n, 0)
+            rest = rep(seq(comma, item), extra_lo, extra_hi)
+        for i in range(n - 1, 0, -1):  # from the back: item i is required iff i < minItems
+            step = seq(comma, prefix[i], rest)
+            rest = step if i < lo else opt(step)
+        body = seq(prefix[0], rest)
+        return seq(self.lit("["), self.ws(), body if lo > 0 else opt(body), self.ws(),
+                   self.lit("]"))
 
     def array_tuple(self, items: list[Any]) -> Expr:
         if not items:

@@ -1023,6 +1023,8 @@ class _Lowering:
         if "contains" in node:
             self.refuse("contains", ptr, "not enforced by outlines-core")
         unique = node.get("uniqueItems", False)
+        if prefix is not None and self.grammar:
+            return self.lower_tuple(node, ptr, prefix, prefix_key, items, items_ptr, lo, hi)
         if prefix is not None:  # outlines-core emits exactly len(prefix) items
             n = len(prefix)
             if lo > n:
@@ -1056,6 +1058,36 @@ class _Lowering:
         if lo:
             out["minItems"] = lo
         if hi is not None:
+            out["maxItems"] = hi
+        return out
+
+    def lower_tuple(self, node: dict[str, Any], ptr: str, prefix: list[Any], prefix_key: str,
+                    items: Any, items_ptr: str, lo: int, hi: int | None) -> Any:
+        """Tuple arrays for the grammar compiler: any length from ``minItems`` on, the prefix
+        schemas first, then ``items`` (absent: any value; ``false``: nothing more)."""
+        if node.get("uniqueItems") and (hi is None or hi > 1):
+            self.refuse("uniqueItems", ptr, "uniqueness of items is not enforced")
+        lowered = []
+        for i, sub in enumerate(prefix):
+            one = self.lower(sub, f"{ptr}/{prefix_key}/{i}")
+            if one is None:  # no value for position i: arrays end before it
+                if lo > i:
+                    return self.nothing(ptr, f"{prefix_key}/{i} accepts no value")
+                hi = i if hi is None else min(hi, i)
+                break
+            lowered.append(one)
+        out: dict[str, Any] = {"prefixItems": lowered, "minItems": lo}
+        if items is _ABSENT and "unevaluatedItems" in node:
+            items, items_ptr = node["unevaluatedItems"], f"{ptr}/unevaluatedItems"
+        rest = True if items is _ABSENT else (None if items is False else
+                                              self.lower(items, items_ptr))
+        if rest is None:  # nothing after the prefix
+            hi = len(lowered) if hi is None else min(hi, len(lowered))
+        else:
+            out["items"] = rest
+        if hi is not None:
+            if lo > hi:
+                return self.nothing(ptr, "minItems exceeds the items that can exist")
             out["maxItems"] = hi
         return out
 
