@@ -675,7 +675,7 @@ def test_completeness_hypothesis_jsonschema(byte_vocab, schema):
 
 
 PATTERNS = [r"^\S{1,4}$", r"^[^a-c]{0,3}$", r"^\w+@\d$", r"^(foo|ba[rz])?!$", r"^.{0,3}$",
-            r"^[\s\d]{1,3}$", r"^a*?b$", r'^"\\$', r"^[à-ÿ]+$", r"^\D\W$", r"(?i)^ab$",
+            r"^[\s\d]{1,3}$", r"^a*?b$", r'^"\\$', r"^[à-ÿ]+$", r"^\D\W$",
             r"^[\x00-\x1f]{1,2}$"]
 
 
@@ -807,3 +807,35 @@ def test_unbounded_arrays_are_capped_for_generation_only(byte_vocab):
     assert accepted(compile_(schema, byte_vocab, max_array_items=2), "[1,2]")
     with pytest.raises(ValueError, match="max_array_items"):
         compile_(schema, byte_vocab, max_array_items=0)
+
+
+# -- regressions found by review ---------------------------------------------------------------
+
+
+def test_inline_pattern_flags_are_refused_not_ignored(byte_vocab):
+    for pattern in ("(?i)[^a]", "a(?i:b)"):
+        with pytest.raises(UnsupportedSchemaError) as info:
+            compile_({"type": "string", "pattern": pattern}, byte_vocab)
+        assert info.value.keyword == "pattern"
+
+
+def test_merging_keeps_the_base_of_nested_ids(byte_vocab):
+    schema = {"$defs": {"b": {"type": "string"},
+                        "a": {"$id": "http://other.example/a",
+                              "properties": {"x": {"$ref": "#/$defs/b"}},
+                              "$defs": {"b": {"type": "integer"}}}},
+              "allOf": [{"$ref": "#/$defs/a"}]}
+    with pytest.raises(UnsupportedSchemaError):
+        compile_(schema, byte_vocab)
+
+
+def test_recursive_ref_inside_allof_is_a_rule(byte_vocab):
+    schema = {"type": "object",
+              "properties": {"kids": {"type": "array", "items": {"allOf": [{"$ref": "#"}]}}}}
+    c = compile_(schema, byte_vocab)
+    assert accepted(c, '{"kids":[{"kids":[]},{}]}') and not accepted(c, '{"kids":[1]}')
+
+
+def test_lone_surrogates_are_spelled_as_escapes(byte_vocab):
+    c = compile_('{"const": "\\ud800"}', byte_vocab)
+    assert accepted(c, '"\\ud800"')

@@ -59,6 +59,17 @@ def python_regex(rx: str) -> str:
     return _RUST_HEX.sub(lambda m: f"{m.group(1)}\\U{int(m.group(2), 16):08X}", rx)
 
 
+def json_text(value: Any) -> str:
+    """Compact JSON text of ``value``: characters as they are, except lone surrogates (not
+    encodable in UTF-8), which are spelled as ``\\u`` escapes."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
 @functools.lru_cache(maxsize=2048)
 def cached_dfa(rx: str) -> ByteDFA:
     """``compile_dfa`` shared across schemas (string, number and format DFAs recur)."""
@@ -202,7 +213,7 @@ class DialectCompiler:
         return opt(self.rx(FLEXIBLE_WS, "ws")) if self.flexible else EMPTY
 
     def json_literal(self, value: Any) -> Expr:
-        return self.lit(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+        return self.lit(json_text(value))
 
     # -- values -------------------------------------------------------------------------------
 
@@ -346,8 +357,7 @@ class DialectCompiler:
         key would duplicate it) minus the named keys."""
         dfa = cached_dfa(r'"[^"\\\x00-\x1f]*"')
         for n in names:
-            dfa = product(dfa, cached_literal(json.dumps(n, ensure_ascii=False).encode()),
-                          "minus")
+            dfa = product(dfa, cached_literal(json_text(n).encode()), "minus")
         key = "\0".join(["extra-key", *names]).encode()
         return term(self.b.terminal(dfa, "key", key=key))
 

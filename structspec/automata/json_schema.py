@@ -51,7 +51,7 @@ from urllib.parse import unquote
 
 from structspec.automata.cache import CompileCache
 from structspec.automata.schema_merge import MergeError, merge_all
-from structspec.errors import GrammarError, SchemaError, UnsupportedSchemaError
+from structspec.errors import GrammarError, ResourceLimitError, SchemaError, UnsupportedSchemaError
 
 try:  # Python >= 3.11
     import re._constants as _sre
@@ -274,6 +274,8 @@ def pattern_regex(pattern: str, *, quote: bool = True,
         parsed = _sre_parse.parse(pattern)
     except re.error as exc:
         raise _Refuse(f"the pattern does not parse: {exc}") from exc
+    if parsed.state.flags & ~re.UNICODE:  # (?i), (?s), (?m), (?x)... at the top
+        raise _Refuse("inline flags are not supported in patterns")
     core = _rx_seq(list(parsed), True, True, (quote, max_repeat))
     if not search:
         return core
@@ -338,6 +340,8 @@ def _rx_item(op: Any, av: Any, at_start: bool, at_end: bool, opts: _Opts) -> str
     if op is _sre.BRANCH:
         return "(?:" + "|".join(_rx_seq(list(b), at_start, at_end, opts) for b in av[1]) + ")"
     if op is _sre.SUBPATTERN:
+        if av[1] or av[2]:  # (?i:...) and friends change what the items mean
+            raise _Refuse("inline flags are not supported in patterns")
         return "(?:" + _rx_seq(list(av[-1]), at_start, at_end, opts) + ")"
     if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
         lo, hi, sub = av
@@ -736,13 +740,21 @@ class _Lowering:
     def merged(self, node: dict[str, Any], kws: set[str], ptr: str) -> Any:
         """``allOf`` (and keywords beside ``$ref``) folded into one schema; ``_ABSENT`` after a
         lenient refusal."""
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#") and unquote(ref[1:]) in self._stack:
-            self.refuse("$ref", ptr, "a recursive $ref with sibling keywords")
-            return _ABSENT
-        rest = {k: v for k, v in node.items() if k != "allOf"}
+        rest = {k: v for k, v in node.items() if k != "allOf" and k not in ANNOTATIONS}
+        if not ptr:
+            rest.pop("$id", None)  # the root's own id does not move any base
+        parts = [p for p in [rest, *node.get("allOf", [])] if p not in ({}, True)]
+        if len(parts) == 1 and isinstance(parts[0], dict) and set(parts[0]) == {"$ref"}:
+            return parts[0]  # just a reference (maybe recursive): lowered as a rule
+
+        def deref(part: Any) -> Any:
+            ref = part.get("$ref") if isinstance(part, dict) else None
+            if isinstance(ref, str) and ref.startswith("#") and unquote(ref[1:]) in self._stack:
+                raise MergeError("$ref", "a recursive $ref inside allOf or beside keywords")
+            return self.deref(part)
+
         try:
-            return merge_all([rest, *node.get("allOf", [])], self.deref)
+            return merge_all(parts, deref)
         except MergeError as exc:
             self.refuse("allOf" if "allOf" in kws else exc.keyword, ptr,
                         f"cannot intersect exactly: {exc}")
@@ -1448,9 +1460,15 @@ def compile_json_schema(
                          f"not {max_array_items!r}")
     options = (whitespace, bool(lenient), bool(extra_properties), max_array_items)
     key = (text, *options, vocab.fingerprint)
-    constraint = _MEMORY.get_or_compile(
-        key, lambda: _compile(json.loads(text), vocab, whitespace, bool(lenient),
-                              bool(extra_properties), max_array_items))
+
+    def build() -> JsonSchemaConstraint:
+        try:
+            return _compile(json.loads(text), vocab, whitespace, bool(lenient),
+                            bool(extra_properties), max_array_items)
+        except RecursionError as exc:  # a pathological nesting of subschemas
+            raise ResourceLimitError("the schema nests too deeply to compile") from exc
+
+    constraint = _MEMORY.get_or_compile(key, build)
     constraint.warn(stacklevel=2)
     return constraint
 

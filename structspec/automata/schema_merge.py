@@ -80,6 +80,10 @@ def merge_pair(a: Any, b: Any) -> Any:
         return a
     if a is False or b is False:
         return False
+    for part in (a, b):
+        ident = part.get("$id")
+        if isinstance(ident, str) and not ident.startswith("#"):
+            raise MergeError("$id", "a subschema with its own $id moves the base of its refs")
     a = {k: v for k, v in a.items() if k not in _IGNORED}
     b = {k: v for k, v in b.items() if k not in _IGNORED}
     for key in ("unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"):
