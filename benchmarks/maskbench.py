@@ -23,7 +23,7 @@ or ``timeout`` (``--timeout`` seconds per schema and engine, compile included).
 Every engine runs in its own worker process (spawned once, respawned after a kill): the
 worker checks the deadline between steps, and the parent kills it when compile or a step hangs
 in native code. Engines run one after the other with one thread each (``RAYON_NUM_THREADS=1``,
-xgrammar ``max_threads=1``); structspec's disk cache is off unless ``--disk-cache``.
+xgrammar ``max_threads=1``).
 
     python benchmarks/maskbench.py [--data FILE.jsonl.gz] [--splits a,b] [--limit N]
         [--engines structspec,llguidance,xgrammar,outlines] [--timeout S] [--json-out FILE]
@@ -385,8 +385,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds per schema and engine, compile included (default 30)")
     p.add_argument("--memory-gib", type=float, default=8.0,
                    help="address-space limit of each worker in GiB (0: none; default 8)")
-    p.add_argument("--disk-cache", action="store_true",
-                   help="let structspec read/write its disk compile cache (off: cold compiles)")
     p.add_argument("--json-out", type=Path, default=None,
                    help="write per-schema records and the summary here")
     return p.parse_args(argv)
@@ -402,8 +400,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ["RAYON_NUM_THREADS"] = "1"
     os.environ["OMP_NUM_THREADS"] = "1"
-    if not args.disk_cache:
-        os.environ["STRUCTSPEC_DISK_CACHE"] = "0"
 
     engines, notes, versions = [], [], {}
     for name in [e.strip() for e in args.engines.split(",") if e.strip()]:

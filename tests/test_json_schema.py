@@ -740,26 +740,6 @@ def test_compile_cache_lru_and_single_flight():
     assert cache.get("bad") is None
 
 
-def test_disk_cache_limits(tmp_path):
-    import os
-    import time
-
-    from structspec.automata.cache import DiskCache
-
-    disk = DiskCache(tmp_path, max_files=2, max_file_bytes=1000)
-    assert not disk.store("big", b"x" * 5000) and disk.load("big") is None
-    for i, key in enumerate(["a", "b", "c"]):
-        assert disk.store(key, i)
-        os.utime(disk.path_for(key), (time.time() + i, time.time() + i))
-    disk.store("c", 2)  # prune again now that the times differ
-    assert disk.load("a") is None and disk.load("b") == 1 and disk.load("c") == 2
-    assert not list(tmp_path.glob(".tmp-*"))
-
-
-# -- the real tokenizer ------------------------------------------------------------------------
-
-
-@pytest.mark.real_model
 def test_real_vocab_person_schema(smollm_tokenizer, smollm_vocab):
     constraint = compile_(PERSON, smollm_vocab)
     text = '{"name":"Ana Silva","age":31,"email":"ana.silva@example.org"}'

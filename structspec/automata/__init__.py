@@ -1,7 +1,7 @@
 """Compilers from schemas, regexes and grammars to token-level constraints.
 
-Everything here is torch-free: ``import structspec.automata`` loads numpy, outlines-core and
-jsonschema, never torch. Compiled constraints are immutable and thread-safe; their states
+Everything here is torch-free: ``import structspec.automata`` loads numpy and jsonschema,
+never torch. Compiled constraints are immutable and thread-safe; their states
 are small hashable values (see :mod:`structspec.automata.base`).
 """
 

@@ -1,41 +1,30 @@
-"""JSON Schema -> token constraint: the interim compiler, through outlines-core.
+"""JSON Schema -> token constraint: checking, exact lowering, and the grammar route.
 
-The schema is flattened into one regular expression by outlines-core
-(``build_regex_from_schema``) and that regex becomes a :class:`RegexConstraint`. A grammar-based
-compiler (objects, arrays and recursion in a pushdown layer) replaces this later; until then
-this module makes the regex route *exact*: it never lets a constraint accept an output that
-fails the schema.
+A schema is checked against its metaschema (errors carry a JSON pointer), then *lowered*
+(:class:`_Lowering`) into a small exact dialect — ``anyOf``, ``enum``/``const``, typed nodes
+with lengths, items and named properties, ``$ref`` rule references, and regex placeholders
+for patterns, formats and numeric bounds — walking every reachable subschema with a
+whitelist of keywords. ``allOf`` and keywords beside ``$ref``/``anyOf`` are intersected first
+(:mod:`.schema_merge`). :mod:`.json_grammar` turns the dialect into the grammar IR, run by
+:class:`~structspec.automata.grammar.GrammarConstraint`.
 
-outlines-core alone silently widens many schemas (it ignores ``minimum``, drops ``pattern``
-beside ``minLength``, concatenates ``allOf`` branches, treats ``oneOf`` as ``anyOf``, emits
-``pattern`` text unescaped into JSON, lets ``\\d`` match Arabic digits, accepts
-``2023-02-31`` as a date, cuts recursion at depth 3, ...). So before outlines-core sees a
-schema we *lower* it into the small dialect it handles correctly, walking every reachable
-subschema (local ``$ref`` included) with a whitelist of keywords:
+What cannot be enforced exactly raises :class:`UnsupportedSchemaError` naming the keyword
+and the JSON pointer — or, with ``lenient=True``, warns (:class:`LenientSchemaWarning`), is
+dropped for generation, and the constraint reports ``exact=False`` (validate outputs with
+``.validator``). Keywords neither we nor the draft's validator know are annotations.
 
-- what outlines-core enforces exactly passes through (types, ``properties``/``required``,
-  ``items``, ``prefixItems``, ``minItems``/``maxItems``, ``minLength``/``maxLength``,
-  ``anyOf``, ``enum``/``const`` with safe values);
-- what we can enforce exactly another way is rewritten: ``enum``/``const`` are filtered by
-  validating every value against its whole subschema; ``pattern``, ``format`` and numeric
-  bounds become regexes of our own (ECMA-262 ∩ Python semantics, JSON-escaped), spliced in
-  through placeholders; ``oneOf`` is kept when its branches are provably disjoint;
-- everything else raises :class:`UnsupportedSchemaError` naming the keyword and the JSON
-  pointer — or, with ``lenient=True``, warns (:class:`LenientSchemaWarning`) and is dropped,
-  and the constraint reports ``exact=False`` (validate outputs with ``.validator``).
+Narrowing (fewer outputs than the schema allows, never more) is documented in
+``docs/json_schema.md``: named properties in schema order (others only with
+``extra_properties=True``, after them), arrays without ``maxItems`` capped at
+``max_array_items``, anchored alternatives of a pattern matched in full, numbers with bounds
+without exponent.
 
-Narrowing (fewer outputs than the schema allows, never more) is allowed and documented in
-``docs/json_schema.md``: only named properties are generated, in schema order; strings use
-short escapes only; ``maxLength`` and pattern repetitions are capped at
-:data:`MAX_STRING_LENGTH`; a top-level string has no ``\\"``; numbers with bounds have no
-exponent; unanchored patterns are matched in full; a top-level number can lose fractions
-(an outlines-core 0.2.14 bug, fixed upstream but unreleased).
+The lowering once targeted outlines-core's ``build_regex_from_schema`` (its non-grammar
+options ``max_string_length`` and ``quote_free_top`` remain for that dialect); see the
+docs for what outlines-core gets wrong and why structure is not flattened into one regex.
 
-The lowered dialect (``_Lowering``'s output plus its ``placeholders``) is also the input of
-the grammar-based compiler, which passes ``max_string_length=None, quote_free_top=False``.
-
-Compiled constraints are cached per process (LRU of 64, keyed by the schema text, the options
-and the vocabulary fingerprint) and, for slow builds, on disk (see :mod:`.cache`).
+Compiled constraints are cached per process (LRU of 64, keyed by the schema text in key
+order, the options and the vocabulary fingerprint).
 """
 
 from __future__ import annotations
@@ -658,11 +647,11 @@ class _Lowering:
         if "enum" in kws or "const" in kws:
             return self.lower_enum(node, ptr, top)
         if "if" in kws and ("then" in kws or "else" in kws):
-            self.refuse("if", ptr, "if/then/else is not enforced by outlines-core")
+            self.refuse("if", ptr, "if/then/else is not enforced")
         kws -= {"if", "then", "else"}
         for k in ("not", "$dynamicRef", "$recursiveRef"):
             if k in kws:
-                self.refuse(k, ptr, "not enforced by outlines-core")
+                self.refuse(k, ptr, "not enforced")
                 kws.discard(k)
         if self.grammar and ("allOf" in kws or ("$ref" in kws and len(kws) > 1)):
             merged = self.merged(node, kws, ptr)
@@ -671,7 +660,7 @@ class _Lowering:
             kws.discard("allOf")
         if "$ref" in kws:
             for k in sorted(kws - {"$ref"}):
-                self.refuse(k, ptr, "keywords beside $ref are ignored by outlines-core")
+                self.refuse(k, ptr, "keywords beside $ref cannot be intersected with its target")
             return self.lower_ref(node["$ref"], ptr, top)
         if "allOf" in kws:
             if len(node["allOf"]) == 1 and kws == {"allOf"}:
@@ -772,7 +761,7 @@ class _Lowering:
                 self.refuse(key, ptr, f"cannot intersect the branches with their siblings: "
                             f"{exc}")
         for k in sorted(siblings):
-            self.refuse(k, ptr, f"keywords beside {key} are ignored by outlines-core")
+            self.refuse(k, ptr, f"keywords beside {key} cannot be intersected with its branches")
         if key == "oneOf" and not self.disjoint(branches):
             self.refuse("oneOf", ptr, "cannot prove the branches disjoint (different types, "
                         "different const/enum values, or a required property with different "
@@ -1033,7 +1022,7 @@ class _Lowering:
         if hi is not None and lo > hi:
             return self.nothing(ptr, "minItems exceeds maxItems")
         if "contains" in node:
-            self.refuse("contains", ptr, "not enforced by outlines-core")
+            self.refuse("contains", ptr, "not enforced")
         unique = node.get("uniqueItems", False)
         if prefix is not None and self.grammar:
             return self.lower_tuple(node, ptr, prefix, prefix_key, items, items_ptr, lo, hi)
@@ -1046,7 +1035,7 @@ class _Lowering:
                 self.refuse("maxItems", ptr, f"below len({prefix_key}); outlines-core emits "
                             f"exactly {n} items")
             if unique and n > 1:
-                self.refuse("uniqueItems", ptr, "not enforced by outlines-core")
+                self.refuse("uniqueItems", ptr, "not enforced")
             lowered = []
             for i, sub in enumerate(prefix):
                 one = self.lower(sub, f"{ptr}/{prefix_key}/{i}")
@@ -1055,7 +1044,7 @@ class _Lowering:
                 lowered.append(one)
             return {"prefixItems": lowered}
         if unique and (hi is None or hi > 1):
-            self.refuse("uniqueItems", ptr, "not enforced by outlines-core")
+            self.refuse("uniqueItems", ptr, "not enforced")
         if items is _ABSENT and "unevaluatedItems" in node:
             items, items_ptr = node["unevaluatedItems"], f"{ptr}/unevaluatedItems"
         out: dict[str, Any] = {"type": "array"}
@@ -1173,7 +1162,7 @@ class _Lowering:
         for trigger, sub in dep_schemas.items():
             if trigger in sources and sub not in (True, {}):
                 if trigger in req:
-                    self.refuse("dependentSchemas", ptr, "not enforced by outlines-core")
+                    self.refuse("dependentSchemas", ptr, "not enforced")
                 else:
                     sources.pop(trigger)
 
@@ -1322,7 +1311,7 @@ class JsonSchemaConstraint:
     """Outputs that are JSON documents valid against a schema, token by token.
 
     Implements the :class:`~structspec.automata.base.Constraint` protocol by delegating to the
-    :class:`RegexConstraint` of the lowered schema (states are its integers). Immutable and
+    grammar constraint of the lowered schema (states are its integers). Immutable and
     thread-safe; build it with :func:`compile_json_schema`.
 
     Attributes:
@@ -1333,7 +1322,7 @@ class JsonSchemaConstraint:
             dropped a keyword). Narrowing (fewer outputs than the schema allows) keeps it true.
         whitespace: the whitespace policy, ``"compact"`` or ``"flexible"``.
         dropped: ``(keyword, pointer, reason)`` of each keyword dropped in lenient mode.
-        regex: the :class:`RegexConstraint` this delegates to; ``regex.pattern`` is the regex.
+        inner: the :class:`~structspec.automata.grammar.GrammarConstraint` this delegates to.
     """
 
     def __init__(self, inner: GrammarConstraint, schema: Any, validator: Any, *, whitespace: str,
@@ -1432,7 +1421,7 @@ def compile_json_schema(
 
     Returns:
         An immutable, thread-safe :class:`JsonSchemaConstraint`. Results are cached per
-        process (bounded LRU) and slow builds also on disk; the call does not mutate
+        process (bounded LRU); the call does not mutate
         ``schema``. Thread-safe.
 
     Raises:
@@ -1440,8 +1429,8 @@ def compile_json_schema(
             subschema), has an unresolvable ``$ref``, or accepts no value at all.
         UnsupportedSchemaError: a keyword cannot be enforced exactly (``.keyword``,
             ``.pointer``), unless ``lenient``.
-        ResourceLimitError: the schema expands into a regex too large to build.
-        VocabularyError: the vocabulary cannot spell some text the schema requires.
+        ResourceLimitError: an automaton exceeds its state budget (very long strings, huge
+            patterns) or the schema nests too deeply.
         ValueError: ``whitespace`` is not ``"compact"`` or ``"flexible"``.
     """
     _whitespace_pattern(whitespace)  # validates the argument
