@@ -305,6 +305,10 @@ def test_narrowing_root_number_alternatives(byte_vocab):
     assert accepted(compile_({"type": "integer", "minimum": 0, "maximum": 150}, byte_vocab), "150")
 
 
+def test_formats_the_spec_does_not_define_are_annotations(byte_vocab):
+    assert accepted(compile_({"type": "string", "format": "topic"}, byte_vocab), '"any"')
+
+
 def test_keywords_the_draft_does_not_know_are_annotations(byte_vocab):
     schema = {"type": "integer", "minDigits": 2, "example": 3, "readonly": True}
     assert accepted(compile_(schema, byte_vocab), "7")

@@ -80,6 +80,15 @@ _MAX_LOWERED_BYTES = 2_000_000  # lowered schema text; beyond, the regex would n
 _MAX_BOUND = 10**30  # numeric bounds beyond this magnitude are refused
 
 
+#: The formats JSON Schema defines (2020-12 and earlier drafts); any other value of
+#: ``format`` is an annotation.
+STANDARD_FORMATS = frozenset({
+    "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname",
+    "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template",
+    "json-pointer", "relative-json-pointer", "regex", "host-name", "ip-address", "color",
+    "utc-millisec", "style", "phone",
+})
+
 #: Generation-time cap on arrays without ``maxItems`` (small models otherwise repeat items
 #: until the token limit); ``max_array_items=None`` is the spec-faithful mode.
 DEFAULT_MAX_ARRAY_ITEMS = 16
@@ -948,9 +957,11 @@ class _Lowering:
         if fmt is not None:
             if fmt in FORMATS:
                 regexes.append(f'"(?:{FORMATS[fmt]})"')
-            else:
+            elif fmt in STANDARD_FORMATS:
                 self.refuse("format", ptr, f"format {fmt!r} is not supported "
                             f"(supported: {', '.join(sorted(FORMATS))})")
+            # Formats the specification does not define are annotations: ignored, as the
+            # spec asks and as validators do (e.g. "path", "url", "topic").
         if regexes:
             out["x-regex"] = [self.placeholder(rx)["const"] for rx in regexes]
         return out
