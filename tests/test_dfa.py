@@ -115,3 +115,12 @@ def test_counted_strings_unbounded_and_the_character_class():
     assert not json_string_dfa(2, None).matches(b'"x"')
     assert compile_dfa(JSON_CHAR).matches('é'.encode())
     assert not compile_dfa(JSON_CHAR).matches(b'"')
+
+
+def test_long_counted_strings_compute_transitions_on_demand():
+    lazy, table = json_string_dfa(2, 40_000), json_string_dfa(2, 300)
+    assert type(lazy.table).__name__ == "_CountedTable"
+    assert lazy.matches(b'"' + b"y" * 40_000 + b'"')
+    assert not lazy.matches(b'"' + b"y" * 40_001 + b'"')
+    for text in (b'"a"', b'"ab"', '"é\\u00e9"'.encode(), b'"\\ud800"'):
+        assert lazy.matches(text) == table.matches(text)

@@ -48,8 +48,10 @@ NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 #: Whitespace between JSON tokens under ``whitespace="flexible"``; bounded so a model cannot
 #: loop on blank space.
 FLEXIBLE_WS = r"[ \t\n\r]{1,16}"
-#: Budget of one counted string automaton (about 12 states per character of maxLength).
+#: Above this many states a counted string computes its transitions on the fly.
 MAX_STRING_STATES = 60_000
+#: Longest ``maxLength`` (or ``minLength``) counted exactly.
+MAX_STRING_CHARS = 10_000_000
 
 _RUST_HEX = re.compile(r"(?<!\\)((?:\\\\)*)\\x\{([0-9A-Fa-f]+)\}")
 
@@ -91,18 +93,22 @@ def json_string_dfa(lo: int, hi: int | None) -> ByteDFA:
     subset construction over hundreds of copies would.
 
     Raises:
-        ResourceLimitError: the table would exceed ``MAX_STRING_STATES`` states.
+        ResourceLimitError: the string may be longer than ``MAX_STRING_CHARS``.
     """
     char = cached_dfa(JSON_CHAR)
     m = char.n_states
     k = m - 1  # states per block: the one-char DFA without its dead state
     top = lo if hi is None else hi  # the last block; unbounded strings loop there
     n = 3 + (top + 1) * k
-    if n > MAX_STRING_STATES:
-        raise ResourceLimitError(
-            f"a string of up to {top} characters needs {n} automaton states "
-            f"(limit {MAX_STRING_STATES})"
-        )
+    if n > MAX_STRING_STATES:  # too big for a table: compute transitions on the fly
+        if top > MAX_STRING_CHARS:
+            raise ResourceLimitError(
+                f"a string of up to {top} characters exceeds the {MAX_STRING_CHARS} "
+                "this compiler counts"
+            )
+        lazy = _CountedTable(char, lo, top, hi is not None)
+        return CountedStringDFA(lazy, _CountedAccepting(n), 1, lo=lo, top=top, block=k,
+                                bounded=hi is not None)
     base = char.table[1:].astype(np.int64)  # [k, 256] targets in the one-char DFA
     completes = char.accepting[base] & (base != 0)  # [k, 256] the byte ends a character
     counts = np.arange(top + 1, dtype=np.int64)[:, None, None]  # [C, 1, 1]
@@ -122,6 +128,56 @@ def json_string_dfa(lo: int, hi: int | None) -> ByteDFA:
     return CountedStringDFA(table, accepting, 1, lo=lo, top=top, block=k, bounded=hi is not None)
 
 
+class _CountedTable:
+    """The transition table of a long counted string, computed on demand (numpy indexing
+    semantics of ``table[q, b]``, ``table[states, bytes]`` and ``table[q]``), so a
+    ``maxLength`` of 65,535 costs no memory until its states are visited."""
+
+    def __init__(self, char: ByteDFA, lo: int, top: int, bounded: bool) -> None:
+        self.base = char.table.astype(np.int64)  # [m, 256]
+        self.completes = char.accepting[self.base] & (self.base != 0)  # [m, 256]
+        self.start = char.start
+        self.k = char.n_states - 1
+        self.lo, self.top, self.bounded = lo, top, bounded
+        self.shape = (3 + (top + 1) * self.k, 256)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, tuple):
+            q, b = key
+            scalar = np.isscalar(q) and np.isscalar(b)
+            out = self._next(np.asarray(q, dtype=np.int64), np.asarray(b, dtype=np.int64))
+            return int(out) if scalar else out
+        q = np.int64(key)
+        return self._next(np.full(256, q), np.arange(256, dtype=np.int64))
+
+    def _next(self, q: np.ndarray, b: np.ndarray) -> np.ndarray:
+        q, b = np.broadcast_arrays(q, b)
+        c, sub = np.divmod(np.maximum(q - 3, 0), self.k)
+        sub = sub + 1
+        nb = self.base[sub, b]
+        nxt_c = c + 1 if self.bounded else np.minimum(c + 1, self.top)
+        res = np.where(nb == 0, 0, np.where(self.completes[sub, b],
+                                             3 + nxt_c * self.k + (self.start - 1),
+                                             3 + c * self.k + (nb - 1)))
+        if self.bounded:
+            res = np.where(c >= self.top, 0, res)
+        ready = sub == self.start
+        res = np.where(ready & (b == ord('"')) & (c >= self.lo), 2, res)
+        res = np.where(q >= 3, res, 0)
+        res = np.where((q == 1) & (b == ord('"')), 3 + (self.start - 1), res)
+        return res.astype(np.int32)
+
+
+class _CountedAccepting:
+    """``accepting[q]`` of a counted string: only the closed state 2."""
+
+    def __init__(self, n: int) -> None:
+        self.shape = (n,)
+
+    def __getitem__(self, q: Any) -> Any:
+        return np.asarray(q) == 2
+
+
 class CountedStringDFA(ByteDFA):
     """:func:`json_string_dfa`'s automaton, which knows its layout: state ``3 + c*block + s``
     is sub-state ``s`` of the one-character DFA after ``c`` characters.
@@ -134,9 +190,12 @@ class CountedStringDFA(ByteDFA):
 
     __slots__ = ("block", "bounded", "lo", "top")
 
-    def __init__(self, table: np.ndarray, accepting: np.ndarray, start: int, *, lo: int,
+    def __init__(self, table: Any, accepting: Any, start: int, *, lo: int,
                  top: int, block: int, bounded: bool) -> None:
-        super().__init__(table, accepting, start)
+        if isinstance(table, np.ndarray):
+            super().__init__(table, accepting, start)
+        else:  # a lazily computed table (:class:`_CountedTable`)
+            self.table, self.accepting, self.start, self.memo = table, accepting, start, {}
         self.lo, self.top, self.block, self.bounded = lo, top, block, bounded
 
     def walk_key(self, state: int, max_token_len: int) -> int:
