@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from structspec.spec.decode import SpecConfig, SpecStats, speculative_decode
+from structspec.spec.fastlinear import pack_linears, packing_available, unpack_linears
 from structspec.spec.tree import DraftTree, TreeBuilder, tree_attention
 from structspec.spec.verify import UnsupportedModelError, keep_path, verify_tree
 
@@ -23,7 +24,10 @@ __all__ = [
     "TreeBuilder",
     "UnsupportedModelError",
     "keep_path",
+    "pack_linears",
+    "packing_available",
     "speculative_decode",
     "tree_attention",
+    "unpack_linears",
     "verify_tree",
 ]

@@ -42,12 +42,12 @@ from structspec.spec.drafters import (
     learn_choice,
     make_drafters,
 )
-from structspec.spec.schedule import Scheduler
+from structspec.spec.schedule import DrafterGate, Scheduler
 from structspec.spec.tree import DraftTree, TreeBuilder
 from structspec.spec.verify import check_tree_support, keep_path, verify_tree
 from structspec.vocab import Vocabulary
 
-DEFAULT_DRAFTERS = ("lookup", "values", "alternatives", "topk")
+DEFAULT_DRAFTERS = ("values", "closers", "lookup", "alternatives", "topk")
 
 
 @dataclass(frozen=True)
@@ -240,6 +240,7 @@ def speculative_decode(
     scheduler = Scheduler(config.max_nodes, config.num_speculations, adaptive=config.adaptive,
                           window=config.window, min_acceptance=config.min_acceptance,
                           probe_every=config.probe_every)
+    gate = DrafterGate(config.window, config.probe_every, adaptive=config.adaptive)
     masks: MaskCache | None = None
 
     root = prompt_ids[-1]
@@ -258,7 +259,7 @@ def speculative_decode(
                                   vocab.decode_text(out), out)
 
         t0 = time.perf_counter()
-        tree, frontier_depth = _draft(ctx, drafters, scheduler, config, root, state, eos,
+        tree, frontier_depth = _draft(ctx, drafters, scheduler, gate, config, root, state, eos,
                                       remaining=max_new_tokens - len(out))
         t1 = time.perf_counter()
         logits = verify_tree(model, cache, tree, past_len, prefix)  # [q, V]
@@ -281,7 +282,7 @@ def speculative_decode(
         stats.draft_seconds += t1 - t0
         stats.verify_seconds += (t2 - t1) + (t4 - t3)
         stats.mask_seconds += t3 - t2
-        _record(stats, scheduler, tree, acc.path, frontier_depth)
+        _record(stats, scheduler, gate, tree, acc.path, frontier_depth)
 
         accepted = [tree.tokens[i] for i in acc.path[1:]]
         out.extend(accepted)
@@ -328,7 +329,8 @@ def speculative_decode(
 
 
 def _draft(
-    ctx: DraftContext, drafters: list[Any], scheduler: Scheduler, config: SpecConfig,
+    ctx: DraftContext, drafters: list[Any], scheduler: Scheduler, gate: DrafterGate,
+    config: SpecConfig,
     root: int, state: State, eos: frozenset[int], *, remaining: int,
 ) -> tuple[DraftTree, int]:
     """This step's tree and the depth of its frontier (the end of the forced chain)."""
@@ -340,13 +342,14 @@ def _draft(
     builder = TreeBuilder(ctx.constraint, root, state,
                           max_depth=min(config.draft_length, remaining),
                           max_nodes=budget.nodes, max_branches=budget.branches, eos_ids=eos)
-    frontier = build_tree(ctx, builder, drafters if budget.nodes else [], forced=config.forced)
+    frontier = build_tree(ctx, builder, drafters if budget.nodes else [], forced=config.forced,
+                          active=gate.active)
     return builder.freeze(), builder.depths[frontier]
 
 
-def _record(stats: SpecStats, scheduler: Scheduler, tree: DraftTree, path: tuple[int, ...],
-            frontier_depth: int) -> None:
-    """Update per-drafter / per-depth stats and tell the scheduler how speculation fared."""
+def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, tree: DraftTree,
+            path: tuple[int, ...], frontier_depth: int) -> None:
+    """Update per-drafter / per-depth stats; tell the scheduler and the gate how it went."""
     stats.draft_nodes += len(tree) - 1
     stats.accepted_tokens += len(path) - 1
     for i in range(1, len(tree)):
@@ -360,5 +363,11 @@ def _record(stats: SpecStats, scheduler: Scheduler, tree: DraftTree, path: tuple
         stats.per_depth[d][0] += 1
     for d in range(len(path) - 1):
         stats.per_depth[d][1] += 1
+    proposed = {tree.sources[i]: False for i in range(1, len(tree))
+                if tree.sources[i] != FORCED}
+    for i in path[1:]:
+        if tree.sources[i] in proposed:
+            proposed[tree.sources[i]] = True
+    gate.record(proposed)
     speculative = sum(1 for d in tree.depths if d > frontier_depth)
     scheduler.record(speculative, max(0, len(path) - 1 - frontier_depth))

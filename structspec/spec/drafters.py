@@ -135,6 +135,13 @@ class NgramIndex:
                 if end >= n:
                     self._ends[n].setdefault(tuple(self.tokens[end - n:end]), []).append(end)
 
+    def ends(self, ngram: Sequence[int]) -> Sequence[int]:
+        """Positions just after each occurrence of ``ngram`` (``1 <= len <= max_n``)."""
+        n = len(ngram)
+        if not 1 <= n <= self.max_n:
+            return ()
+        return self._ends[n].get(tuple(ngram), ())
+
     def continuations(
         self, context: Sequence[int], length: int, *, min_n: int = 1, per_n: int = 4,
         scan: int = 16,
@@ -299,14 +306,14 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
         pos = 0
         while ids:
             first = _preferred(ctx, ids[0])
+            if first != ids[0] and not text.startswith(tokens[first], pos):
+                first = ids[0]  # the learned split does not fit this text
             out.append(first)
             pos += len(tokens[first])
             if first == ids[0]:
                 ids = ids[1:]
-            elif pos < len(text) and text.startswith(tokens[first], pos - len(tokens[first])):
+            else:  # re-tokenize what is left after the model's split
                 ids = list(ctx.canon.tokens_after(tokens[first], text[pos:]))
-            else:
-                break
         ids = out
     if ids and ids[0] in mask:
         return ids
@@ -409,10 +416,13 @@ class ValuesDrafter:
         max_branches = int(ctx.options.get("values_max", 4))
         opened = 0
         tail = ctx.output_text() + ctx.vocab.decode(_path_tokens(builder, frontier))
+        # After a word, a literal needs a space first (free text, code); after a quote,
+        # bracket or space it does not (JSON values).
+        spaced = bool(prev) and (prev[-1:].isalnum() or prev[-1:] in (b",", b".", b")"))
         for literal in ctx.literals:
             if opened >= max_branches:
                 break
-            raw = literal.encode("utf-8")
+            raw = (b" " if spaced else b"") + literal.encode("utf-8")
             for rest in _remainders(raw, tail):
                 ids = ctx.canon.tokens_after(prev, rest)
                 if not ids or ids[0] not in mask:
@@ -502,11 +512,10 @@ class ClosersDrafter:
         if not cands:
             return
         limit = int(ctx.options.get("closers_max", 3))
-        ends = ctx.history._ends[1]
         prompt_len = ctx.prompt_len
 
         def score(t: int) -> tuple[int, int]:
-            pos = ends.get((t,), ())
+            pos = ctx.history.ends((t,))
             in_output = sum(1 for e in pos if e > prompt_len)
             return (in_output, len(pos))
 
@@ -593,12 +602,14 @@ for _cls in (ClosersDrafter, SplitsDrafter, LookupDrafter, ValuesDrafter, Altern
 
 
 def build_tree(ctx: DraftContext, builder: TreeBuilder, drafters: Sequence[Drafter],
-               *, forced: bool = True) -> int:
+               *, forced: bool = True, active: Callable[[str], bool] | None = None) -> int:
     """Grow ``builder``: the forced chain from the root (uncounted), then each drafter at
-    its end. Returns the frontier node (the chain's end). Mutates ``builder``."""
+    its end (those ``active`` allows). Returns the frontier node (the chain's end). Mutates
+    ``builder``."""
     frontier = extend_forced(ctx, builder, 0, counted=False) if forced else 0
     for drafter in drafters:
         if builder.room(frontier) <= 0 or builder.branches >= builder.max_branches:
             break
-        drafter.propose(ctx, builder, frontier)
+        if active is None or active(drafter.name):
+            drafter.propose(ctx, builder, frontier)
     return frontier

@@ -89,3 +89,37 @@ class Scheduler:
             return
         self._hits.clear()
         self._steps_at_none = 0
+
+
+class DrafterGate:
+    """Per-drafter on/off switch: a drafter none of whose last ``window`` proposals got a
+    token accepted sits out ``pause`` steps, then is tried again. (Free text gives the
+    ``values`` drafter nothing to do; JSON gives ``lookup`` little: each stops costing nodes.)
+
+    Not thread-safe; one per decode.
+    """
+
+    def __init__(self, window: int = 8, pause: int = 16, adaptive: bool = True) -> None:
+        self.window = max(1, window)
+        self.pause = max(0, pause)
+        self.adaptive = adaptive
+        self._hits: dict[str, deque[bool]] = {}
+        self._paused_until: dict[str, int] = {}
+        self.step = 0
+
+    def active(self, name: str) -> bool:
+        """Whether ``name`` may draft in the current step."""
+        return not self.adaptive or self._paused_until.get(name, -1) <= self.step
+
+    def record(self, proposed: dict[str, bool]) -> None:
+        """End of a step: ``{drafter: whether any of its nodes was accepted}`` for the
+        drafters that proposed nodes."""
+        self.step += 1
+        if not self.adaptive:
+            return
+        for name, hit in proposed.items():
+            hits = self._hits.setdefault(name, deque(maxlen=self.window))
+            hits.append(hit)
+            if len(hits) == self.window and not any(hits):
+                self._paused_until[name] = self.step + self.pause
+                hits.clear()

@@ -1,0 +1,190 @@
+"""Speculative vs plain decoding, same engine, same model: speed and identical outputs.
+
+Tasks:
+- ``json``: BFCL function calls (``../shared/data/bfcl/bfcl_dev.jsonl``): the schema is the
+  task's ``call_json_schema`` (compiled with ``structspec.compile_json_schema``), the prompt
+  is the user message, templated by ``Generator.prompt_ids`` with the schema shown;
+- ``code``: short Python requests, free text;
+- ``prose``: short prose requests, free text.
+
+Per task, greedy: ``baseline`` (speculation off: one token per pass, the same loop) and
+``speculative`` (default ``SpecConfig``), each after one warm-up. Reported: tokens/s (decode
+time = end-to-end time minus a separately measured prefill of the prompt), speedup of the
+decode time, end-to-end speedup, mean accepted length (tokens per verification pass),
+tokens per forward pass, per-drafter acceptance, and whether the outputs are identical.
+
+    python benchmarks/speculative.py --task json [--n 5] [--max-new-tokens 160]
+        [--no-pack] [--threads T] [--repeats R] [--json-out F]
+
+On a CPU shared with other work, ``--threads 1`` gives stable timings: oneDNN/OpenMP with
+more threads than idle cores stalls unpredictably.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+import structspec  # noqa: E402
+from structspec.api import Generator  # noqa: E402
+from structspec.engine import free_text  # noqa: E402
+from structspec.errors import GenerationError  # noqa: E402
+from structspec.sampling import SamplingParams  # noqa: E402
+from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
+from structspec.spec.fastlinear import pack_linears, packing_available  # noqa: E402
+
+BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
+CODE = [
+    "Write a Python function that returns the n-th Fibonacci number iteratively.",
+    "Write a Python function is_palindrome(s) that ignores case and spaces.",
+    "Write a Python class Stack with push, pop and peek methods.",
+    "Write a Python function that counts the words in a text file.",
+    "Write a Python function that merges two sorted lists into one sorted list.",
+]
+PROSE = [
+    "Explain in three sentences why the sky is blue.",
+    "Write a short paragraph about the history of the bicycle.",
+    "Summarize the benefits of regular exercise.",
+    "Describe a sunset over the sea in a few sentences.",
+    "Give three tips for learning a new language.",
+]
+
+
+def load_tasks(kind: str, n: int, gen: Generator) -> list[dict]:
+    """``[{"id", "prompt_ids", "constraint"}]`` for ``kind``."""
+    tasks = []
+    if kind == "json":
+        with open(BFCL) as f:
+            rows = [json.loads(line) for line in f][:n]
+        for row in rows:
+            constraint = structspec.compile_json_schema(row["call_json_schema"], gen.vocab)
+            schema_text = json.dumps(constraint.schema, separators=(",", ":"))
+            prompt = row["messages"][-1]["content"]
+            tasks.append({"id": row["id"], "constraint": constraint,
+                          "prompt_ids": gen.prompt_ids(prompt, schema_text=schema_text)})
+        return tasks
+    prompts = (CODE if kind == "code" else PROSE)[:n]
+    for i, prompt in enumerate(prompts):
+        tasks.append({"id": f"{kind}_{i}", "constraint": free_text(gen.vocab),
+                      "prompt_ids": gen.prompt_ids(prompt)})
+    return tasks
+
+
+def _run(gen: Generator, task: dict, config: SpecConfig, max_new: int):
+    """(token ids, stats, seconds); a GenerationError's partial output counts too."""
+    t0 = time.perf_counter()
+    try:
+        out = speculative_decode(gen.loaded.model, gen.vocab, task["prompt_ids"],
+                                 task["constraint"], max_new_tokens=max_new,
+                                 sampling=SamplingParams(), config=config,
+                                 tokenizer=gen.loaded.tokenizer)
+        return out.token_ids, out.stats, time.perf_counter() - t0, True
+    except GenerationError as exc:  # speculative_decode attaches its stats to the error
+        return exc.token_ids, getattr(exc, "stats", None), time.perf_counter() - t0, False
+
+
+def _prefill_seconds(model, ids: list[int], repeats: int = 2) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([ids]), logits_to_keep=1)
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", choices=["json", "code", "prose"], default="json")
+    ap.add_argument("--n", type=int, default=5)
+    ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--no-pack", action="store_true", help="keep the plain nn.Linear layers")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per variant; the fastest counts")
+    ap.add_argument("--max-nodes", type=int, default=SpecConfig.max_nodes)
+    ap.add_argument("--drafters", default=",".join(SpecConfig.drafters))
+    ap.add_argument("--json-out")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    gen = Generator(None)
+    packed = False
+    if not args.no_pack and packing_available(gen.loaded.model):
+        pack_linears(gen.loaded.model)
+        packed = True
+    tasks = load_tasks(args.task, args.n, gen)
+    base_cfg = SpecConfig(enabled=False)
+    spec_cfg = SpecConfig(max_nodes=args.max_nodes,
+                          drafters=tuple(d for d in args.drafters.split(",") if d))
+    print(f"model={gen.loaded.name} packed={packed} threads={torch.get_num_threads()} "
+          f"load={os.getloadavg()[0]:.2f} task={args.task} n={len(tasks)}")
+    _run(gen, tasks[0], spec_cfg, 8)  # warm-up
+    rows = []
+    for task in tasks:
+        prefill = _prefill_seconds(gen.loaded.model, task["prompt_ids"])
+        b_runs = [_run(gen, task, base_cfg, args.max_new_tokens) for _ in range(args.repeats)]
+        s_runs = [_run(gen, task, spec_cfg, args.max_new_tokens) for _ in range(args.repeats)]
+        b_ids, b_stats, _, b_ok = b_runs[0]
+        s_ids, s_stats, _, _ = s_runs[0]
+        b_sec = min(r[2] for r in b_runs)  # the least disturbed run (shared machines)
+        s_sec = min(r[2] for r in s_runs)
+        n_tok = len(b_ids)
+        # Decode time: end to end minus the prompt's prefill (at least one pass's worth).
+        floor = prefill / max(1, len(task["prompt_ids"]))
+        b_dec, s_dec = max(b_sec - prefill, floor), max(s_sec - prefill, floor)
+        row = {
+            "id": task["id"], "prompt_tokens": len(task["prompt_ids"]), "new_tokens": n_tok,
+            "complete": b_ok, "identical": b_ids == s_ids,
+            "prefill_s": round(prefill, 3),
+            "baseline_s": round(b_sec, 3), "speculative_s": round(s_sec, 3),
+            "baseline_tok_s": round(n_tok / b_dec, 2), "speculative_tok_s": round(n_tok / s_dec, 2),
+            "speedup": round(b_dec / s_dec, 3), "speedup_e2e": round(b_sec / s_sec, 3),
+        }
+        if s_stats is not None:
+            row.update({
+                "passes": s_stats.forward_passes,
+                "baseline_passes": b_stats.forward_passes if b_stats else None,
+                "mean_accepted_length": round(s_stats.mean_accepted_length, 3),
+                "tokens_per_pass": round(s_stats.tokens_per_pass, 3),
+                "draft_s": round(s_stats.draft_seconds, 3),
+                "verify_s": round(s_stats.verify_seconds, 3),
+                "mask_s": round(s_stats.mask_seconds, 3),
+                "acceptance": s_stats.acceptance(),
+                "per_drafter": {k: list(v) for k, v in sorted(s_stats.per_drafter.items())},
+            })
+        rows.append(row)
+        print(f"{row['id']:<28} tok={n_tok:>4} ident={row['identical']!s:<5} "
+              f"base={row['baseline_tok_s']:>6.1f} tok/s spec={row['speculative_tok_s']:>6.1f} "
+              f"tok/s x{row['speedup']:.2f} (e2e x{row['speedup_e2e']:.2f}) "
+              f"tok/pass={row.get('tokens_per_pass', 0):.2f} acc={row.get('acceptance', {})}",
+              flush=True)
+    summary = {
+        "task": args.task, "n": len(rows), "packed": packed, "threads": torch.get_num_threads(),
+        "identical": sum(r["identical"] for r in rows),
+        "speedup_median": round(statistics.median(r["speedup"] for r in rows), 3),
+        "speedup_e2e_median": round(statistics.median(r["speedup_e2e"] for r in rows), 3),
+        "tokens_per_pass_mean": round(
+            statistics.mean(r.get("tokens_per_pass", 1) for r in rows), 3),
+        "speedup_total": round(sum(r["baseline_s"] - r["prefill_s"] for r in rows)
+                               / sum(r["speculative_s"] - r["prefill_s"] for r in rows), 3),
+    }
+    print(json.dumps(summary))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+    return 0 if summary["identical"] == len(rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,162 @@
+"""Acceptance rules as pure tensor functions: greedy, lossless multi-draft rejection sampling
+(chi-square against the target distribution), typical acceptance, and the tree walk."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from structspec.automata.base import TokenMask
+from structspec.sampling import SamplingParams, probabilities
+from structspec.spec.accept import (
+    MaskCache,
+    greedy_choice,
+    multi_draft_sample,
+    typical_choice,
+    walk_tree,
+)
+from structspec.spec.tree import DraftTree
+
+
+def _chi2_critical(df: int, alpha: float = 1e-4) -> float:
+    """Upper ``alpha`` quantile of chi-square(df), Wilson–Hilferty approximation."""
+    # z for alpha = 1e-4 (one-sided)
+    z = 3.719016485455709
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def _chi2(counts: torch.Tensor, p: torch.Tensor, n: int) -> tuple[float, int]:
+    expected = p * n
+    keep = expected > 0
+    assert counts[~keep].sum() == 0, "a token with probability 0 was emitted"
+    stat = float((((counts[keep] - expected[keep]) ** 2) / expected[keep]).sum())
+    return stat, int(keep.sum()) - 1
+
+
+P = torch.tensor([0.30, 0.05, 0.25, 0.0, 0.15, 0.25])
+
+
+@pytest.mark.parametrize("drafts", [[], [2], [2, 0, 5], [3, 1], [0, 2, 4, 5, 1]])
+def test_point_mass_drafts_reproduce_the_target(drafts):
+    gen = torch.Generator().manual_seed(1234)
+    n = 8000
+    counts = torch.zeros_like(P)
+    accepted = 0
+    for _ in range(n):
+        token, i = multi_draft_sample(P, drafts, gen)
+        counts[token] += 1
+        if i is not None:
+            assert drafts[i] == token
+            accepted += 1
+    stat, df = _chi2(counts, P, n)
+    assert stat < _chi2_critical(df), (stat, counts / n)
+    # The acceptance rate of point-mass drafts is the target mass they cover.
+    covered = float(P[list(set(drafts))].sum()) if drafts else 0.0
+    assert abs(accepted / n - covered) < 0.02
+
+
+def test_stochastic_drafts_reproduce_the_target():
+    """Drafts sampled independently from draft distributions q_i (SpecInfer's setting)."""
+    gen = torch.Generator().manual_seed(99)
+    q = torch.tensor([[0.1, 0.1, 0.1, 0.3, 0.3, 0.1],
+                      [0.5, 0.0, 0.0, 0.0, 0.0, 0.5],
+                      [1 / 6] * 6])  # [k, V]
+    n = 8000
+    counts = torch.zeros_like(P)
+    for _ in range(n):
+        drafts = [int(torch.multinomial(q[i], 1, generator=gen)) for i in range(q.shape[0])]
+        token, _ = multi_draft_sample(P, drafts, gen, draft_probs=q)
+        counts[token] += 1
+    stat, df = _chi2(counts, P, n)
+    assert stat < _chi2_critical(df), (stat, counts / n)
+
+
+def test_target_from_masked_logits_with_top_k_and_top_p():
+    """The walk uses sampling.probabilities on masked logits: filters carry over exactly."""
+    logits = torch.tensor([2.0, 1.0, 0.5, 3.0, -1.0, 0.0, 1.5, -0.5])
+    allowed = torch.tensor([1, 1, 1, 0, 1, 1, 1, 1], dtype=torch.bool)
+    params = SamplingParams(temperature=0.8, top_k=5, top_p=0.9)
+    p = probabilities(logits.masked_fill(~allowed, float("-inf")), params)
+    gen = torch.Generator().manual_seed(7)
+    n = 8000
+    counts = torch.zeros_like(p)
+    for _ in range(n):
+        counts[multi_draft_sample(p, [6, 1, 2], gen)[0]] += 1
+    stat, df = _chi2(counts, p, n)
+    assert stat < _chi2_critical(df)
+
+
+def test_greedy_and_typical_choices():
+    row = torch.tensor([0.1, 2.0, float("-inf"), 1.9])
+    assert greedy_choice(row, [3, 1]) == (1, 1)
+    assert greedy_choice(row, [3]) == (1, None)
+    p = torch.tensor([0.7, 0.2, 0.1, 0.0])
+    assert typical_choice(p, [2, 1], threshold=0.09) == 1  # 0.2 clears the bar, the best does
+    assert typical_choice(p, [3], threshold=0.09) is None
+    assert typical_choice(p, [], threshold=0.09) is None
+
+
+class _Toy:
+    """A constraint over 4 tokens (0 = EOS): anything, for ever; EOS never allowed."""
+
+    def __init__(self):
+        self.initial = 0
+        self.vocab_size = 4
+        self._mask = TokenMask.from_ids([1, 2, 3], 4)
+
+    def advance(self, s, t):
+        return s + 1 if t in self._mask else None
+
+    def allowed(self, s):
+        return self._mask
+
+    def is_accepting(self, s):
+        return False
+
+    def forced(self, s):
+        return b""
+
+
+def test_walk_tree_samples_paths_with_the_target_probabilities():
+    """First token ~ p_root; second token, given the first was a drafted child, ~ p_child."""
+    c = _Toy()
+    tree = DraftTree((1, 2, 3, 1), (-1, 0, 0, 1), (0, 1, 1, 2), (0, 1, 1, 2), ("r", "a", "b", "c"))
+    torch.manual_seed(0)
+    logits = torch.randn(4, 4)  # [q, V]
+    params = SamplingParams(temperature=1.0)
+    masks = MaskCache(4, "cpu")
+    allowed = masks.get(c.allowed(0))
+    p = [probabilities(logits[i].masked_fill(~allowed, float("-inf")), params) for i in range(4)]
+    gen = torch.Generator().manual_seed(5)
+    n = 8000
+    first = torch.zeros(4)
+    second_after_2 = torch.zeros(4)
+    for _ in range(n):
+        acc = walk_tree(tree, logits, c, masks, params, gen, eos_ids=frozenset({0}), budget=10)
+        emitted = [tree.tokens[i] for i in acc.path[1:]] + [acc.token]
+        assert acc.outcome == "bonus"
+        first[emitted[0]] += 1
+        if emitted[0] == 2:
+            second_after_2[emitted[1]] += 1
+    stat, df = _chi2(first, p[0], n)
+    assert stat < _chi2_critical(df)
+    m = int(second_after_2.sum())
+    stat, df = _chi2(second_after_2, p[1], m)  # node 1 (token 2) has logits row 1
+    assert stat < _chi2_critical(df)
+
+
+def test_walk_tree_greedy_follows_argmax_and_respects_the_budget():
+    c = _Toy()
+    tree = DraftTree((1, 2, 3, 1), (-1, 0, 0, 1), (0, 1, 1, 2), (0, 1, 1, 2), ("r", "a", "b", "c"))
+    logits = torch.tensor([[0, 0, 5, 1], [0, 9, 0, 0], [0, 0, 0, 0], [0, 0, 0, 7.0]])
+    masks = MaskCache(4, "cpu")
+    g = SamplingParams()
+    acc = walk_tree(tree, logits, c, masks, g, None, eos_ids=frozenset({0}), budget=10)
+    assert acc.path == (0, 1, 3) and acc.token == 3 and acc.outcome == "bonus"
+    acc = walk_tree(tree, logits, c, masks, g, None, eos_ids=frozenset({0}), budget=1)
+    assert acc.path == (0, 1) and acc.outcome == "limit"
+    acc = walk_tree(tree, logits, c, masks, g, None, eos_ids=frozenset({0}), budget=10,
+                    validation_threshold=0.3)
+    assert acc.path[:2] == (0, 1)

@@ -1,0 +1,276 @@
+"""Speculative decoding end to end on a tiny random model with the real tokenizer: greedy is
+token-identical to plain constrained greedy (same errors too), sampling is valid, seeded,
+and follows the target distribution, stats add up."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import ClassVar
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from structspec.automata.regex import compile_regex
+from structspec.engine import decode, free_text
+from structspec.errors import GenerationError
+from structspec.masks import apply_mask, mask_to_bool
+from structspec.sampling import SamplingParams, probabilities
+from structspec.spec import SpecConfig, SpecStats, speculative_decode
+from structspec.spec.drafters import register_drafter
+from structspec.vocab import Vocabulary
+
+PATTERNS = {
+    "call": (r'\{"name":"(get_weather|get_time)","arguments":\{"city":"[A-Za-z ]{1,12}",'
+             r'"days":[0-9]{1,2}(,"unit":"(celsius|fahrenheit)")?\}\}'),
+    "tag": r'\{"id":[0-9]{1,3},"tag":"(red|green|blue)","ok":(true|false)\}',
+    "list": r'\[("(red|green|blue)",){0,3}"(red|green|blue)"\]',
+    "digits": r"[0-9]{1,6}",
+}
+WORDS = ["weather", "in", "Paris", "for", "3", "days", "red", "green", "the", "id", "is", "42",
+         "hello", "hello", "{", '"name"', ":", "blue", "tag", ","]
+GREEDY = SamplingParams()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny matmuls run faster on one thread than two (and the CI box is shared)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    vocab = Vocabulary.from_tokenizer(tiny_model.tokenizer, eos_token_ids=tiny_model.eos_token_ids)
+    constraints = {k: compile_regex(v, vocab) for k, v in PATTERNS.items()}
+    constraints["free"] = free_text(vocab)
+    return tiny_model.model, tiny_model.tokenizer, vocab, constraints
+
+
+def _run(fn, *args, **kwargs):
+    """(token ids, complete, error message kind) of a decode, errors included."""
+    try:
+        out = fn(*args, **kwargs)
+        return out.token_ids, out.complete, None, out
+    except GenerationError as exc:
+        kind = "limit" if "max_new_tokens" in str(exc) else "dead"
+        return exc.token_ids, False, kind, None
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
+       name=st.sampled_from(sorted([*PATTERNS, "free"])),
+       max_new=st.integers(1, 48),
+       nodes=st.sampled_from([0, 4, 16]), depth=st.sampled_from([1, 4, 32]),
+       adaptive=st.booleans())
+def test_speculative_greedy_equals_plain_greedy(tiny, words, name, max_new, nodes, depth,
+                                                 adaptive):
+    model, tok, vocab, constraints = tiny
+    prompt = tok.encode(" ".join(words), add_special_tokens=False)
+    c = constraints[name]
+    plain = _run(decode, model, vocab, prompt, c, max_new_tokens=max_new, sampling=GREEDY)
+    cfg = SpecConfig(max_nodes=nodes, draft_length=depth, adaptive=adaptive, window=2)
+    spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=max_new,
+                sampling=GREEDY, config=cfg, tokenizer=tok)
+    assert spec[:3] == plain[:3]
+    if spec[3] is not None:
+        stats = spec[3].stats
+        assert isinstance(stats, SpecStats) and stats.new_tokens == len(spec[0])
+        assert stats.forward_passes <= plain[3].stats.forward_passes
+
+
+@pytest.mark.parametrize("name", ["call", "tag", "list", "free"])
+def test_speculation_saves_passes_and_stats_add_up(tiny, name):
+    model, tok, vocab, constraints = tiny
+    prompt = tok.encode('hello hello {"name":"get_weather","arguments":{"city":"Paris"',
+                        add_special_tokens=False)
+    c = constraints[name]
+    plain = decode(model, vocab, prompt, c, max_new_tokens=80, sampling=GREEDY)
+    spec = speculative_decode(model, vocab, prompt, c, max_new_tokens=80, sampling=GREEDY,
+                              tokenizer=tok)
+    assert spec.token_ids == plain.token_ids
+    s = spec.stats
+    assert s.forward_passes < plain.stats.forward_passes
+    assert s.steps == s.forward_passes  # the first pass also prefills
+    # Each step commits its accepted drafts plus at most one bonus/EOS token.
+    assert s.accepted_tokens <= s.new_tokens <= s.accepted_tokens + s.steps
+    assert sum(a for _, a in s.per_drafter.values()) == s.accepted_tokens
+    assert all(a <= p for p, a in s.per_drafter.values())
+    d = s.as_dict()
+    assert d["tokens_per_pass"] > 1 and "acceptance_per_drafter" in d
+
+
+def test_disabled_speculation_is_plain_decoding(tiny):
+    model, tok, vocab, constraints = tiny
+    prompt = tok.encode("the id is 42", add_special_tokens=False)
+    c = constraints["tag"]
+    plain = decode(model, vocab, prompt, c, max_new_tokens=40, sampling=GREEDY)
+    off = speculative_decode(model, vocab, prompt, c, max_new_tokens=40, sampling=GREEDY,
+                             config=SpecConfig(enabled=False), tokenizer=tok)
+    assert off.token_ids == plain.token_ids
+    assert off.stats.draft_nodes == 0
+    assert off.stats.forward_passes == plain.stats.forward_passes
+
+
+class _Oracle:
+    """Drafts a decoy branch, then the known reference continuation (test only)."""
+
+    name = "oracle_test"
+    reference: ClassVar[list[int]] = []
+
+    def propose(self, ctx, builder, frontier):
+        done = ctx.history.tokens[ctx.prompt_len:]
+        node, path = frontier, []
+        while node > 0:
+            path.append(builder.tokens[node])
+            node = builder.parents[node]
+        pos = len(done) + len(path)
+        want = self.reference[pos:pos + builder.room(frontier)]
+        if not want:
+            return
+        mask = ctx.constraint.allowed(builder.states[frontier])
+        decoy = next((int(t) for t in mask.ids()[:50] if int(t) != want[0]
+                      and int(t) not in builder.eos_ids), None)
+        if decoy is not None:
+            builder.add_branch(frontier, [decoy], "decoy")
+        builder.add_branch(frontier, want, self.name)
+
+
+register_drafter("oracle_test", _Oracle)
+
+
+@pytest.mark.parametrize("name", ["call", "free"])
+def test_deep_acceptance_off_the_first_branch(tiny, name):
+    """Accepted paths that skip sibling nodes compact the cache correctly."""
+    model, tok, vocab, constraints = tiny
+    prompt = tok.encode("weather in Paris", add_special_tokens=False)
+    c = constraints[name]
+    plain = decode(model, vocab, prompt, c, max_new_tokens=40, sampling=GREEDY)
+    _Oracle.reference = plain.token_ids
+    cfg = SpecConfig(drafters=("oracle_test",), max_nodes=12, num_speculations=4, adaptive=False,
+                     forced=False)
+    spec = speculative_decode(model, vocab, prompt, c, max_new_tokens=40, sampling=GREEDY,
+                              config=cfg, tokenizer=tok)
+    assert spec.token_ids == plain.token_ids
+    n = len(plain.token_ids)
+    assert spec.stats.steps <= math.ceil(n / 11) + 1
+    assert spec.stats.per_drafter["decoy"][1] == 0
+
+
+def test_token_limit_raises_like_plain_decoding(tiny):
+    model, tok, vocab, constraints = tiny
+    prompt = tok.encode("the id is", add_special_tokens=False)
+    for max_new in (1, 2, 5):
+        with pytest.raises(GenerationError) as a:
+            decode(model, vocab, prompt, constraints["tag"], max_new_tokens=max_new,
+                   sampling=GREEDY)
+        with pytest.raises(GenerationError) as b:
+            speculative_decode(model, vocab, prompt, constraints["tag"], max_new_tokens=max_new,
+                               sampling=GREEDY, tokenizer=tok)
+        assert a.value.token_ids == b.value.token_ids and len(b.value.token_ids) == max_new
+        assert str(a.value) == str(b.value)
+
+
+def test_bad_arguments(tiny):
+    model, _, vocab, constraints = tiny
+    with pytest.raises(ValueError, match="prompt_ids"):
+        speculative_decode(model, vocab, [], constraints["tag"], max_new_tokens=5,
+                           sampling=GREEDY)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        speculative_decode(model, vocab, [1], constraints["tag"], max_new_tokens=0,
+                           sampling=GREEDY)
+    with pytest.raises(ValueError, match="validation_threshold"):
+        SpecConfig(validation_threshold=1.5)
+    with pytest.raises(ValueError, match="unknown drafters"):
+        SpecConfig(drafters=("nope",))
+
+
+@pytest.mark.parametrize("threshold", [None, 0.09])
+def test_sampling_is_valid_and_reproducible(tiny, threshold):
+    model, tok, vocab, constraints = tiny
+    prompt = tok.encode("red green blue red", add_special_tokens=False)
+    params = SamplingParams(temperature=1.0, top_k=50, top_p=0.95, seed=3)
+    cfg = SpecConfig(validation_threshold=threshold)
+    for name in ("tag", "list"):
+        a = speculative_decode(model, vocab, prompt, constraints[name], max_new_tokens=60,
+                               sampling=params, config=cfg, tokenizer=tok)
+        b = speculative_decode(model, vocab, prompt, constraints[name], max_new_tokens=60,
+                               sampling=params, config=cfg, tokenizer=tok)
+        assert a.token_ids == b.token_ids
+        assert re.fullmatch(PATTERNS[name], vocab.decode_text(a.token_ids))
+
+
+class _TopTwo:
+    """Drafts the target's two most likely first tokens, each with its likeliest follower."""
+
+    name = "toptwo_test"
+    drafts: ClassVar[list[list[int]]] = []
+
+    def propose(self, ctx, builder, frontier):
+        for d in self.drafts:
+            builder.add_branch(frontier, d, self.name)
+
+
+register_drafter("toptwo_test", _TopTwo)
+
+
+def test_sampled_pairs_follow_the_target_distribution(tiny):
+    """Two-token outputs under top-k=3: chi-square against exact probabilities."""
+    model, tok, vocab, constraints = tiny
+    c = constraints["free"]
+    prompt = tok.encode("red green blue", add_special_tokens=False)
+    params = SamplingParams(temperature=1.0, top_k=3)
+    allowed = mask_to_bool(c.allowed(c.initial), model.config.vocab_size)
+
+    def dist(seq):
+        with torch.inference_mode():
+            row = model(input_ids=torch.tensor([seq])).logits[0, -1]
+        return probabilities(apply_mask(row, allowed), params)
+
+    p1 = dist(prompt)
+    firsts = torch.topk(p1, 3).indices.tolist()
+    exact = {}
+    for a in firsts:
+        p2 = dist([*prompt, a])
+        for b in torch.topk(p2, 3).indices.tolist():
+            exact[(a, b)] = float(p1[a] * p2[b])
+    _TopTwo.drafts = [[firsts[0], int(torch.argmax(dist([*prompt, firsts[0]])))],
+                      [firsts[2]]]
+    cfg = SpecConfig(drafters=("toptwo_test",), forced=False, adaptive=False)
+    counts: dict[tuple[int, int], int] = dict.fromkeys(exact, 0)
+    n = 800
+    for seed in range(n):
+        out = speculative_decode(model, vocab, prompt, c, max_new_tokens=2,
+                                 sampling=SamplingParams(temperature=1.0, top_k=3, seed=seed),
+                                 config=cfg, tokenizer=tok)
+        counts[tuple(out.token_ids)] += 1
+    stat = sum((counts[k] - n * p) ** 2 / (n * p) for k, p in exact.items())
+    assert stat < 36.0, (stat, counts, exact)  # chi-square, 8 df: P(X > 36) ≈ 2e-5
+
+
+def test_json_schema_constraint_greedy_equals_plain(tiny):
+    import structspec
+
+    model, tok, vocab, _ = tiny
+    schema = {"type": "object", "properties": {
+        "name": {"const": "get_weather"},
+        "arguments": {"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 8},
+            "unit": {"enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "integer", "minimum": 0, "maximum": 14}},
+            "required": ["city", "unit", "days"], "additionalProperties": False}},
+        "required": ["name", "arguments"], "additionalProperties": False}
+    c = structspec.compile_json_schema(schema, vocab)
+    for text in ("weather in Paris for 3 days", "Lisbon 10 celsius"):
+        prompt = tok.encode(text, add_special_tokens=False)
+        plain = _run(decode, model, vocab, prompt, c, max_new_tokens=60, sampling=GREEDY)
+        spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=60,
+                    sampling=GREEDY, tokenizer=tok)
+        assert spec[:3] == plain[:3]
+        if spec[3] is not None:
+            assert spec[3].stats.forward_passes < plain[3].stats.forward_passes

@@ -1,0 +1,197 @@
+"""Drafters with the real tokenizer: every proposed node is legal, forced text is tokenized
+canonically, lookup and values find what the request holds."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from structspec.automata.regex import compile_regex
+from structspec.engine import free_text
+from structspec.spec.drafters import (
+    CanonicalTokenizer,
+    DraftContext,
+    NgramIndex,
+    build_tree,
+    extract_literals,
+    forced_tokens,
+    make_drafters,
+)
+from structspec.spec.tree import TreeBuilder
+
+CALL = (r'\{"name":"(get_weather|get_time)","arguments":\{"city":"[A-Za-z ]{1,20}",'
+        r'"days":[0-9]{1,2}(,"unit":"(celsius|fahrenheit)")?\}\}')
+ITEMS = r'\[("(red|green|blue)",){0,4}"(red|green|blue)"\]'
+PROMPT = 'What is the weather in "New York" for the next 3 days, or 10 days, in celsius?'
+ALL = ("values", "closers", "splits", "lookup", "alternatives", "topk")
+
+
+@pytest.fixture(scope="module")
+def setup(smollm_tokenizer, smollm_vocab):
+    constraints = {"call": compile_regex(CALL, smollm_vocab),
+                   "items": compile_regex(ITEMS, smollm_vocab),
+                   "free": free_text(smollm_vocab)}
+    return smollm_tokenizer, smollm_vocab, constraints
+
+
+def _context(tok, vocab, constraint, prompt_ids, output, logits=None):
+    history = NgramIndex(3)
+    history.extend(prompt_ids + output)
+    return DraftContext(constraint=constraint, vocab=vocab,
+                        canon=CanonicalTokenizer(tok, vocab), history=history,
+                        prompt_len=len(prompt_ids),
+                        literals=extract_literals(vocab.decode_text(prompt_ids)),
+                        last_logits=logits)
+
+
+def _random_walk(constraint, vocab, rng, steps):
+    state, out = constraint.initial, []
+    for _ in range(steps):
+        ids = [i for i in constraint.allowed(state).ids().tolist() if i not in vocab.eos_token_ids]
+        if not ids:
+            break
+        t = rng.choice(ids)
+        state = constraint.advance(state, t)
+        out.append(t)
+    return state, out
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["call", "items", "free"]),
+       steps=st.integers(0, 30), nodes=st.sampled_from([0, 2, 8, 16]))
+def test_drafters_never_propose_illegal_nodes(setup, seed, name, steps, nodes):
+    tok, vocab, constraints = setup
+    constraint = constraints[name]
+    rng = random.Random(seed)
+    prompt_ids = tok.encode(PROMPT + ' {"name":"get_weather"}', add_special_tokens=False)
+    state, out = _random_walk(constraint, vocab, rng, steps)
+    root = out[-1] if out else prompt_ids[-1]
+    logits = torch.randn(len(vocab), generator=torch.Generator().manual_seed(seed))
+    ctx = _context(tok, vocab, constraint, prompt_ids, out, logits)
+    builder = TreeBuilder(constraint, root, state, max_depth=12, max_nodes=nodes,
+                          max_branches=4, eos_ids=vocab.eos_token_ids)
+    build_tree(ctx, builder, make_drafters(ALL))
+    tree = builder.freeze()
+    assert tree.states[0] == state
+    for i in range(1, len(tree)):
+        assert tree.tokens[i] not in vocab.eos_token_ids
+        assert constraint.advance(tree.states[tree.parents[i]], tree.tokens[i]) == tree.states[i]
+        assert tree.depths[i] <= 12
+    speculative = sum(1 for s in tree.sources[1:] if s != "forced")
+    assert speculative <= nodes
+    assert len({(tree.parents[i], tree.tokens[i]) for i in range(1, len(tree))}) == len(tree) - 1
+
+
+def test_forced_text_is_tokenized_canonically(setup):
+    tok, vocab, constraints = setup
+    c = constraints["call"]
+    ids = tok.encode('{"name":"get_', add_special_tokens=False)
+    ctx = _context(tok, vocab, c, ids, [])
+    state = c.initial
+    builder = TreeBuilder(c, ids[-1], state, max_depth=40, max_nodes=0, max_branches=0,
+                          eos_ids=vocab.eos_token_ids)
+    build_tree(ctx, builder, [])
+    text = vocab.decode(builder.freeze().path_tokens(len(builder) - 1))
+    assert text == b'{"name":"get_'  # the forced text, up to the get_weather|get_time choice
+    assert builder.freeze().path_tokens(len(builder) - 1) == tok.encode(
+        '{"name":"get_', add_special_tokens=False)
+
+
+def test_tokens_after_uses_the_previous_token_as_context(setup):
+    tok, vocab, _ = setup
+    canon = CanonicalTokenizer(tok, vocab)
+    ids = canon.tokens_after(b'":"', b"units")
+    assert vocab.decode(ids) == b"units"
+    assert list(ids) == tok.encode('":"units', add_special_tokens=False)[1:]
+    assert canon.tokens_after(b"", b"") == ()
+
+
+def test_a_single_allowed_token_is_forced(setup):
+    tok, vocab, _ = setup
+    c = compile_regex(r"(hello)", vocab)
+    ctx = _context(tok, vocab, c, [1], [])
+    state = c.initial
+    got = forced_tokens(ctx, state, 1)
+    assert vocab.decode(got).startswith(b"h") and c.advance(state, got[0]) is not None
+
+
+def test_ngram_index_prefers_long_matches_and_drops_prefixes():
+    idx = NgramIndex(3)
+    idx.extend([1, 2, 3, 4, 5, 9, 2, 3, 4, 6, 7, 2, 3])
+    conts = idx.continuations([2, 3], length=3)
+    assert conts[0] == (2, [4, 6, 7]) and (2, [4, 5, 9]) in conts
+    assert (3, [4, 5, 9]) not in conts  # no 3-gram [x, 2, 3] repeats
+    idx2 = NgramIndex(2)
+    idx2.extend([7, 7, 7, 7])
+    # [7] (a prefix of [7, 7]) is dropped; the longer [7, 7, 7] from the 1-gram is kept.
+    assert idx2.continuations([7, 7], length=5) == [(2, [7, 7]), (1, [7, 7, 7])]
+
+
+def test_extract_literals_orders_numbers_first():
+    lits = extract_literals('Find "New York" weather for 3 days at 10.5 degrees, ask Ana Lopez '
+                            'via math.factorial')
+    assert lits[:2] == ["3", "10.5"]
+    assert "New York" in lits and "Ana Lopez" in lits and "math.factorial" in lits
+
+
+def test_values_and_lookup_draft_from_the_request(setup):
+    tok, vocab, constraints = setup
+    c = constraints["call"]
+    prompt_ids = tok.encode(PROMPT, add_special_tokens=False)
+    text = '{"name":"get_weather","arguments":{"city":"'
+    out = tok.encode(text, add_special_tokens=False)
+    from structspec.automata.base import walk
+
+    state = walk(c, out)
+    ctx = _context(tok, vocab, c, prompt_ids, out)
+    builder = TreeBuilder(c, out[-1], state, max_depth=16, max_nodes=16, max_branches=8,
+                          eos_ids=vocab.eos_token_ids)
+    build_tree(ctx, builder, make_drafters(["values"]))
+    tree = builder.freeze()
+    texts = {vocab.decode(tree.path_tokens(i)) for i in range(len(tree)) if not tree.children[i]}
+    assert any(t.startswith(b"New York") for t in texts), texts
+
+
+def test_learned_splits_steer_the_forced_chain(setup):
+    tok, vocab, constraints = setup
+    c = constraints["call"]
+    from structspec.automata.base import walk
+    from structspec.spec.drafters import learn_choice
+
+    out = tok.encode('{"name":"get_weather","arguments":{"city', add_special_tokens=False)
+    state = walk(c, out)
+    ctx = _context(tok, vocab, c, [1], out)
+    canonical = forced_tokens(ctx, state, out[-1])
+    assert vocab.tokens[canonical[0]] == b'":"'
+    split = vocab.ids_for(b'":')[0]
+    learn_choice(ctx, state, out[-1], split)  # the model wrote '":' then '"'
+    steered = forced_tokens(ctx, state, out[-1])
+    assert steered[0] == split and vocab.decode(steered) == vocab.decode(canonical)
+    # The suffix rule carries over to other tokens ending in '"' (here '","').
+    assert b'"' in ctx.split_suffixes
+    learn_choice(ctx, state, out[-1], canonical[0])  # and back when the model agrees
+    assert forced_tokens(ctx, state, out[-1])[0] == canonical[0]
+
+
+def test_closers_propose_the_punctuation_that_ends_a_value(setup):
+    tok, vocab, constraints = setup
+    c = constraints["call"]
+    from structspec.automata.base import walk
+
+    text = '{"name":"get_weather","arguments":{"city":"Paris","days":1'
+    out = tok.encode(text, add_special_tokens=False)
+    state = walk(c, out)
+    ctx = _context(tok, vocab, c, [1], out)
+    builder = TreeBuilder(c, out[-1], state, max_depth=8, max_nodes=16, max_branches=4,
+                          eos_ids=vocab.eos_token_ids)
+    build_tree(ctx, builder, make_drafters(["closers"]))
+    tree = builder.freeze()
+    texts = {vocab.decode(tree.path_tokens(i)) for i in range(len(tree)) if not tree.children[i]}
+    assert any(t.startswith(b',"unit":"') for t in texts), texts
+    assert any(t.startswith(b"}}") for t in texts), texts
+    assert not any(t[:1].isdigit() for t in texts)

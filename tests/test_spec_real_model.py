@@ -1,0 +1,66 @@
+"""Speculative decoding on the embedded default model: identical greedy outputs on BFCL
+function calls, fewer passes, packed linears included. Few and short."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.real_model
+
+
+@pytest.fixture(scope="module")
+def gen(smollm_tokenizer):
+    from structspec.api import Generator
+
+    return Generator()
+
+
+def test_speculative_equals_plain_on_bfcl_calls(gen, shared_data):
+    import structspec
+    from structspec.engine import decode
+    from structspec.errors import GenerationError
+    from structspec.sampling import SamplingParams
+    from structspec.spec import speculative_decode
+
+    with open(shared_data / "bfcl" / "bfcl_dev.jsonl") as f:
+        rows = [json.loads(line) for line in f][:3]
+    model, tok = gen.loaded.model, gen.loaded.tokenizer
+    for row in rows:
+        c = structspec.compile_json_schema(row["call_json_schema"], gen.vocab)
+        ids = gen.prompt_ids(row["messages"][-1]["content"],
+                             schema_text=json.dumps(c.schema, separators=(",", ":")))
+        try:
+            plain = decode(model, gen.vocab, ids, c, max_new_tokens=96,
+                           sampling=SamplingParams()).token_ids
+        except GenerationError as exc:
+            plain = exc.token_ids
+        try:
+            out = speculative_decode(model, gen.vocab, ids, c, max_new_tokens=96,
+                                     sampling=SamplingParams(), tokenizer=tok)
+            spec, passes = out.token_ids, out.stats.forward_passes
+        except GenerationError as exc:
+            spec, passes = exc.token_ids, exc.stats.forward_passes
+        assert spec == plain
+        assert passes * 2 <= len(plain) + 2  # at least ~2 tokens per pass on function calls
+
+
+def test_packed_default_model_matches_within_1e_3(gen):
+    from structspec.spec.fastlinear import pack_linears, packing_available, unpack_linears
+
+    model = gen.loaded.model
+    if not packing_available(model):
+        pytest.skip("oneDNN packing unavailable")
+    ids = torch.tensor([gen.loaded.tokenizer.encode("The capital of France is",
+                                                    add_special_tokens=False)])
+    try:
+        with torch.inference_mode():
+            ref = model(input_ids=ids).logits
+            pack_linears(model)
+            packed = model(input_ids=ids).logits
+    finally:
+        unpack_linears(model)
+    assert (packed - ref).abs().max().item() < 1e-3
+    assert torch.equal(packed.argmax(-1), ref.argmax(-1))

@@ -1,0 +1,43 @@
+"""The adaptive speculation budget and the per-drafter gate (pure, no model)."""
+
+from __future__ import annotations
+
+from structspec.spec.schedule import DrafterGate, Scheduler
+
+
+def test_budget_shrinks_to_none_and_probes_back():
+    s = Scheduler(16, 8, window=4, min_acceptance=0.6, probe_every=5)
+    assert s.budget().nodes == 16 and s.levels == [16, 8, 4, 2, 0]
+    for _ in range(4 * 4):
+        s.budget()
+        s.record(offered=5, accepted=0)
+    assert s.levels[s.level] == 0
+    budgets = [s.budget().nodes for _ in range(10)]
+    assert budgets.count(2) == 2 and budgets.count(0) == 8  # a probe every 5 steps
+    s.record(offered=2, accepted=1)
+    s.record(offered=2, accepted=2)  # two probes that hit: step back up
+    assert s.levels[s.level] == 2
+    for _ in range(4):
+        s.record(offered=2, accepted=1)
+    assert s.levels[s.level] == 4
+
+
+def test_steps_without_speculation_do_not_count_and_fixed_budgets_stay():
+    s = Scheduler(8, 4, window=2)
+    s.record(offered=0, accepted=0)
+    s.record(offered=0, accepted=0)
+    assert s.level == 0
+    fixed = Scheduler(8, 4, adaptive=False, window=1)
+    fixed.record(offered=3, accepted=0)
+    assert fixed.budget().nodes == 8 and fixed.budget().branches == 4
+
+
+def test_gate_pauses_a_drafter_that_never_hits():
+    g = DrafterGate(window=3, pause=4)
+    for _ in range(3):
+        assert g.active("values")
+        g.record({"values": False, "lookup": True})
+    assert not g.active("values") and g.active("lookup")
+    for _ in range(4):
+        g.record({})
+    assert g.active("values")
