@@ -82,7 +82,65 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="do not apply the chat template nor show the schema to the model")
     gen.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     gen.add_argument("--stats", action="store_true", help="print full stats as JSON on stderr")
+    spec = gen.add_argument_group("speculative decoding (lossless unless a threshold is set)")
+    spec.add_argument("--config", metavar="FILE", default=None,
+                      help="YAML file with a `speculative_decoding:` section")
+    spec.add_argument("--speculative-decoding", dest="speculative", action="store_true",
+                      default=None, help="draft trees verified in one pass (default: on)")
+    spec.add_argument("--no-speculative-decoding", dest="speculative", action="store_false",
+                      help="one token per forward pass")
+    spec.add_argument("--num-candidates", type=int, default=None, metavar="N",
+                      help="most branches opened per step (default 8)")
+    spec.add_argument("--draft-length", type=int, default=None, metavar="N",
+                      help="deepest drafted path (default 32)")
+    spec.add_argument("--validation-threshold", type=float, default=None, metavar="E",
+                      help="opt-in LOSSY typical acceptance with threshold E in (0, 1)")
+    spec.add_argument("--no-pack", action="store_true",
+                      help="keep the model's plain linear layers (no oneDNN packing)")
     return parser
+
+
+_SPEC_KEYS = {"enabled": "enabled", "draft_length": "draft_length",
+              "num_speculations": "num_speculations", "max_nodes": "max_nodes",
+              "validation_threshold": "validation_threshold"}
+
+
+def _spec_config(args: argparse.Namespace) -> tuple[Any, int | None]:
+    """The :class:`SpecConfig` from ``--config`` and the flags (flags win), and the
+    ``max_retries`` of the file if it sets one."""
+    from structspec.spec import SpecConfig
+
+    values: dict[str, Any] = {}
+    retries = None
+    if args.config is not None:
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(args.config).expanduser().read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise _UsageError(f"--config: cannot read {args.config!r}: {exc}") from exc
+        except yaml.YAMLError as exc:
+            raise _UsageError(f"--config: {args.config!r} is not valid YAML: {exc}") from exc
+        section = (data or {}).get("speculative_decoding", {}) if isinstance(data, dict) else None
+        if not isinstance(section, dict):
+            raise _UsageError("--config: `speculative_decoding` must be a mapping")
+        for key, value in section.items():
+            if key == "max_retries":
+                retries = value
+            elif key in _SPEC_KEYS:
+                values[_SPEC_KEYS[key]] = value
+            else:
+                raise _UsageError(f"--config: unknown key speculative_decoding.{key} "
+                                  f"(known: {', '.join([*_SPEC_KEYS, 'max_retries'])})")
+    for flag, key in (("speculative", "enabled"), ("num_candidates", "num_speculations"),
+                      ("draft_length", "draft_length"),
+                      ("validation_threshold", "validation_threshold")):
+        if getattr(args, flag) is not None:
+            values[key] = getattr(args, flag)
+    try:
+        return SpecConfig(**values), retries
+    except (TypeError, ValueError) as exc:
+        raise _UsageError(f"speculative decoding settings: {exc}") from exc
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -99,11 +157,13 @@ def _generate(args: argparse.Namespace) -> int:
 
         check_json_schema(schema, lenient=args.lenient)
 
+    spec, retries = _spec_config(args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _quiet_transformers()
     from structspec.api import Generator
 
-    generator = Generator(args.model, device=args.device)
+    generator = Generator(args.model, device=args.device, speculation=spec,
+                          pack=not args.no_pack)
     result = generator.run(
         prompt,
         schema=schema,
@@ -117,6 +177,7 @@ def _generate(args: argparse.Namespace) -> int:
         schema_in_prompt=not args.raw_prompt,
         whitespace=args.whitespace,
         lenient=args.lenient,
+        **({} if retries is None else {"max_retries": retries}),
     )
     print(result.text)
     s = result.stats

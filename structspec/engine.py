@@ -203,6 +203,6 @@ def decode(
         raise GenerationError(
             f"max_new_tokens={max_new_tokens} reached before the output was complete "
             f"(partial output: {text[:200]!r}{'...' if len(text) > 200 else ''})",
-            text, out,
+            text, out, stats,
         )
     return DecodeOutput(out, complete, stats)

@@ -83,11 +83,14 @@ class GenerationError(StructSpecError):
     Attributes:
         text: the partial output produced so far.
         token_ids: the generated token ids so far.
+        stats: what the attempt cost (a ``DecodeStats``), when known.
     """
 
-    def __init__(self, message: str, text: str = "", token_ids: list[int] | None = None) -> None:
+    def __init__(self, message: str, text: str = "", token_ids: list[int] | None = None,
+                 stats: object | None = None) -> None:
         self.text = text
         self.token_ids = list(token_ids or [])
+        self.stats = stats
         super().__init__(message)
 
 

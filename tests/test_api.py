@@ -109,3 +109,16 @@ def test_token_limit_raises_generation_error(gen):
     with pytest.raises(GenerationError) as info:
         gen.run("x", schema=SCHEMA, max_new_tokens=3)
     assert info.value.text and len(info.value.token_ids) == 3
+
+
+def test_speculation_on_and_off_give_the_same_greedy_output(gen):
+    from structspec.spec import SpecConfig
+
+    plain = gen.run("Make an object.", schema=SCHEMA, max_new_tokens=200, speculative=False)
+    fast = gen.run("Make an object.", schema=SCHEMA, max_new_tokens=200)
+    tuned = gen.run("Make an object.", schema=SCHEMA, max_new_tokens=200,
+                    speculative=SpecConfig(max_nodes=4, draft_length=8))
+    assert plain.token_ids == fast.token_ids == tuned.token_ids
+    assert fast.stats.forward_passes <= plain.stats.forward_passes
+    with pytest.raises(ValueError, match="speculative"):
+        gen.run("x", schema=SCHEMA, speculative="yes")

@@ -69,3 +69,18 @@ def test_generate_prints_json_alone_on_stdout(capsys, smollm_tokenizer):
     value = json.loads(out)
     jsonschema.validate(value, json.loads(schema_path.read_text()))
     assert "tokens/s" in err and "forward passes" in err
+
+
+@pytest.mark.parametrize(
+    ("config", "needle"),
+    [("speculative_decoding: [1, 2]\n", "must be a mapping"),
+     ("speculative_decoding:\n  draft_lenght: 3\n", "unknown key"),
+     ("speculative_decoding:\n  validation_threshold: 2\n", "validation_threshold"),
+     ("speculative_decoding: {\n", "not valid YAML")],
+)
+def test_bad_speculation_config_is_exit_2(capsys, tmp_path, config, needle):
+    path = tmp_path / "spec.yaml"
+    path.write_text(config)
+    code, _, err = _run(capsys, "generate", "--schema", '{"type":"string"}', "--prompt", "x",
+                        "--config", str(path))
+    assert code == 2 and needle in err
