@@ -25,7 +25,7 @@ from jsonschema import Draft202012Validator
 from structspec.automata import JsonSchemaConstraint, accepts, compile_json_schema, walk
 from structspec.automata.cache import CompileCache
 from structspec.automata.json_schema import LenientSchemaWarning, pattern_regex
-from structspec.errors import SchemaError, UnsupportedSchemaError
+from structspec.errors import ResourceLimitError, SchemaError, UnsupportedSchemaError
 from structspec.vocab import Vocabulary
 
 SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -823,3 +823,15 @@ def test_recursive_ref_inside_allof_is_a_rule(byte_vocab):
 def test_lone_surrogates_are_spelled_as_escapes(byte_vocab):
     c = compile_('{"const": "\\ud800"}', byte_vocab)
     assert accepted(c, '"\\ud800"')
+
+
+def test_hostile_schemas_end_in_clear_errors(byte_vocab):
+    deep: dict[str, Any] = {"type": "array"}
+    cur = deep
+    for _ in range(3000):
+        cur["items"] = {"type": "array"}
+        cur = cur["items"]
+    with pytest.raises(ResourceLimitError):
+        compile_(deep, byte_vocab)
+    with pytest.raises(ResourceLimitError):
+        compile_({"type": "string", "maxLength": 10**8}, byte_vocab)

@@ -1454,6 +1454,8 @@ def compile_json_schema(
         text = json.dumps(schema, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise SchemaError(f"the schema is not JSON-serializable: {exc}") from exc
+    except RecursionError as exc:
+        raise ResourceLimitError("the schema nests too deeply to compile") from exc
     if max_array_items is not None and (not isinstance(max_array_items, int)
                                         or max_array_items < 1):
         raise ValueError(f"max_array_items must be a positive integer or None, "
@@ -1487,10 +1489,14 @@ def check_json_schema(schema: dict[str, Any] | bool | str, *, lenient: bool = Fa
             schema = json.loads(schema)
         except ValueError as exc:
             raise SchemaError(f"the schema is not valid JSON: {exc}") from exc
-    schema, validator = _load_schema(schema)
-    lowering = _Lowering(schema, validator, lenient, max_string_length=None,
-                         quote_free_top=False, grammar=True)
-    if lowering.lower(schema, "", top=True) is None and "" not in lowering.recursive:
+    try:
+        schema, validator = _load_schema(schema)
+        lowering = _Lowering(schema, validator, lenient, max_string_length=None,
+                             quote_free_top=False, grammar=True)
+        lowered = lowering.lower(schema, "", top=True)
+    except RecursionError as exc:
+        raise ResourceLimitError("the schema nests too deeply to check") from exc
+    if lowered is None and "" not in lowering.recursive:
         reason, pointer = lowering.unsat
         raise SchemaError(f"the schema accepts no value: {reason}", pointer)
 
