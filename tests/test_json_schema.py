@@ -835,3 +835,12 @@ def test_hostile_schemas_end_in_clear_errors(byte_vocab):
         compile_(deep, byte_vocab)
     with pytest.raises(ResourceLimitError):
         compile_({"type": "string", "maxLength": 10**8}, byte_vocab)
+
+
+def test_oneof_of_object_only_branches_is_a_tagged_union(byte_vocab):
+    schema = {"oneOf": [{"properties": {"p": {"enum": ["a"]}}, "required": ["p"]},
+                        {"properties": {"p": {"enum": ["b"]}}, "required": ["p"]}]}
+    c = compile_(schema, byte_vocab, extra_properties=True)
+    validator = Draft202012Validator(schema)
+    for text in ['{"p":"a"}', '{"p":"b"}', '"x"', "1", '{"p":"c"}', "{}", "[]"]:
+        assert accepted(c, text) == validator.is_valid(json.loads(text)), text

@@ -771,6 +771,8 @@ class _Lowering:
                             f"{exc}")
         for k in sorted(siblings):
             self.refuse(k, ptr, f"keywords beside {key} cannot be intersected with its branches")
+        if key == "oneOf" and self.grammar:
+            branches = self.objects_only(branches)
         if key == "oneOf" and not self.disjoint(branches):
             self.refuse("oneOf", ptr, "cannot prove the branches disjoint (different types, "
                         "different const/enum values, or a required property with different "
@@ -782,6 +784,24 @@ class _Lowering:
         return kept[0] if len(kept) == 1 else {"anyOf": kept}
 
     # -- oneOf disjointness
+
+    def objects_only(self, branches: list[Any]) -> list[Any]:
+        """If every branch constrains objects only (object keywords, no ``type``), any
+        non-object matches all of them, so ``oneOf`` (2+ branches) rejects it: each branch may
+        then say ``"type": "object"`` — an exact rewrite that lets tags prove disjointness."""
+        if len(branches) < 2:
+            return branches
+        out = []
+        for b in branches:
+            node = self.deref(b)
+            if not isinstance(node, dict):
+                return branches
+            keys = {k for k in node if k not in ANNOTATIONS and not k.startswith("x-")}
+            object_keys = {k for k, fam in _FAMILY.items() if fam == "object"}
+            if keys - object_keys and node.get("type") != "object":
+                return branches
+            out.append(node if node.get("type") == "object" else {**node, "type": "object"})
+        return out
 
     def deref(self, node: Any) -> Any:
         """Follow ``$ref`` chains whose siblings are annotations (bounded)."""
