@@ -101,8 +101,8 @@ def test_invalid_schema_has_a_pointer(gen):
 
 def test_unsupported_keyword_is_refused_not_ignored(gen):
     with pytest.raises(UnsupportedSchemaError) as info:
-        gen.run("x", schema={"type": "number", "minimum": 0.5})
-    assert info.value.keyword == "minimum"
+        gen.run("x", schema={"type": "number", "multipleOf": 0.5})
+    assert info.value.keyword == "multipleOf"
 
 
 def test_token_limit_raises_generation_error(gen):

@@ -308,6 +308,15 @@ class DialectCompiler:
         if t == "integer":
             return self.rx(INTEGER, "integer")
         if t == "number":
+            if "x-regex" in d:  # bounds: one regex per side, intersected
+                dfa = cached_dfa(python_regex(self.placeholders[d["x-regex"][0]]))
+                for marker in d["x-regex"][1:]:
+                    dfa = product(dfa, cached_dfa(python_regex(self.placeholders[marker])),
+                                  "and")
+                if dfa.is_empty():
+                    return alt()
+                key = "\0".join(["num", *d["x-regex"]]).encode()
+                return term(self.b.terminal(dfa, "number", key=key))
             return self.rx(NUMBER, "number")
         if t == "string":
             return self.string(int(d.get("minLength", 0)), d.get("maxLength"),

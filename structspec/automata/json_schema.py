@@ -1033,9 +1033,35 @@ class _Lowering:
         regex = _int_range(lo, hi)
         return self.placeholder(regex) if regex else self.nothing(ptr, "empty integer range")
 
+    def decimal_bounds(self, node: dict[str, Any], ptr: str) -> Any:
+        """Grammar mode: any decimal bounds, as one regex per side (intersected later)."""
+        from decimal import Decimal
+
+        from structspec.automata.decimal_bounds import number_at_least, number_at_most
+
+        sides = []
+        for plain, strict_kw, side in (("minimum", "exclusiveMinimum", number_at_least),
+                                       ("maximum", "exclusiveMaximum", number_at_most)):
+            if plain in node:
+                sides.append((node[plain], node.get(strict_kw) is True, side, plain))
+            if strict_kw in node and not isinstance(node[strict_kw], bool):
+                sides.append((node[strict_kw], True, side, strict_kw))
+        regexes = []
+        for value, strict, side, keyword in sides:
+            if abs(value) > _MAX_BOUND:
+                self.refuse(keyword, ptr, "bound too large")
+                continue
+            regexes.append(side(Decimal(str(value)), strict))
+        out: dict[str, Any] = {"type": "number"}
+        if regexes:
+            out["x-regex"] = [self.placeholder(rx)["const"] for rx in regexes]
+        return out
+
     def lower_number(self, node: dict[str, Any], ptr: str) -> Any:
         if "multipleOf" in node:
             self.refuse("multipleOf", ptr, "multipleOf is supported only for integers")
+        if self.grammar:
+            return self.decimal_bounds(node, ptr)
         low, high = self.bounds(node, ptr, integer=False)
         if low is None and high is None:
             return {"type": "number"}
