@@ -33,7 +33,14 @@ class Item(BaseModel):
 
 @pytest.fixture(scope="module")
 def gen(tiny_model) -> Generator:
-    return Generator(tiny_model)
+    """A Generator over a private copy: it packs the linear layers of its model in place."""
+    import copy
+
+    from structspec.models import LoadedModel
+
+    own = LoadedModel(copy.deepcopy(tiny_model.model), tiny_model.tokenizer, tiny_model.name,
+                      tiny_model.eos_token_ids)
+    return Generator(own)
 
 
 @pytest.mark.parametrize("seed", range(4))
