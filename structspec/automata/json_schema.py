@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from structspec.automata.cache import CompileCache
+from structspec.automata.dfa import Ranges, complement, normalize
 from structspec.automata.schema_merge import MergeError, merge_all
 from structspec.errors import GrammarError, ResourceLimitError, SchemaError, UnsupportedSchemaError
 
@@ -133,30 +134,9 @@ _ABSENT: Any = object()
 
 # -- character sets (sorted disjoint inclusive code point ranges) ---------------------------
 
-Ranges = list[tuple[int, int]]
 _ALL: Ranges = [(0, 0x10FFFF)]
-
-
-def _norm(ranges: Ranges) -> Ranges:
-    out: Ranges = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return out
-
-
-def _complement(ranges: Ranges) -> Ranges:
-    out: Ranges = []
-    nxt = 0
-    for lo, hi in _norm(ranges):
-        if lo > nxt:
-            out.append((nxt, lo - 1))
-        nxt = hi + 1
-    if nxt <= 0x10FFFF:
-        out.append((nxt, 0x10FFFF))
-    return out
+_norm = normalize
+_complement = complement
 
 
 def _intersect(a: Ranges, b: Ranges) -> Ranges:
