@@ -359,7 +359,7 @@ def test_decimal_number_bounds(byte_vocab):
 UNSUPPORTED: list[tuple[Any, str, str]] = [
     ({"type": "integer", "minimum": 0, "multipleOf": 7}, "multipleOf", ""),
     ({"type": "number", "multipleOf": 0.5}, "multipleOf", ""),
-    ({"type": "string", "format": "hostname"}, "format", ""),
+    ({"type": "string", "format": "idn-hostname"}, "format", ""),
     ({"allOf": [{"items": {"type": "integer"}}, {"prefixItems": [{"type": "string"}]}]},
      "allOf", ""),
     ({"allOf": [{"unevaluatedProperties": False}, {"properties": {"a": {}}}]}, "allOf", ""),
@@ -849,3 +849,18 @@ def test_oneof_of_object_only_branches_is_a_tagged_union(byte_vocab):
     validator = Draft202012Validator(schema)
     for text in ['{"p":"a"}', '{"p":"b"}', '"x"', "1", '{"p":"c"}', "{}", "[]"]:
         assert accepted(c, text) == validator.is_valid(json.loads(text)), text
+
+
+@pytest.mark.parametrize(("fmt", "good", "bad"), [
+    ("hostname", ["example.com", "a-b.c"], ["-a.com", "a..b"]),
+    ("ipv6", ["1:2:3:4:5:6:7:8", "::1", "::"], ["1:2:3", "g::1"]),
+    ("duration", ["P1D", "PT5M", "P1Y2M3DT4H5M6S", "P2W"], ["P", "PT", "P1DT", "P1M1Y"]),
+    ("uri-reference", ["", "/a/b", "a/b?x#y", "https://x.io/p", "#f"], ["a:b", "a b"]),
+    ("email", ["m4.van.dijk@vu.nl", "a@b.cd"], ["a..b@x.yz", "@x.yz"]),
+])
+def test_more_formats(byte_vocab, fmt, good, bad):
+    c = compile_({"type": "string", "format": fmt}, byte_vocab)
+    for text in good:
+        assert accepted(c, json.dumps(text)), text
+    for text in bad:
+        assert not accepted(c, json.dumps(text)), text
