@@ -374,8 +374,8 @@ UNSUPPORTED: list[tuple[Any, str, str]] = [
     ({"$ref": "https://example.com/schema.json"}, "$ref", ""),
     ({"type": "object", "properties": {"a": {"type": "integer"}},
       "patternProperties": {"^a": {"minimum": 1}}}, "patternProperties", ""),
-    ({"type": "object", "patternProperties": {"^x": {"type": "integer"}}}, "patternProperties",
-     ""),
+    ({"type": "object", "patternProperties": {"^x": {"type": "integer"}, "^y": {}}},
+     "patternProperties", ""),
     ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames", ""),
     ({"type": "object", "minProperties": 2}, "minProperties", ""),
     ({"type": "object", "maxProperties": 2}, "maxProperties", ""),
@@ -864,3 +864,14 @@ def test_more_formats(byte_vocab, fmt, good, bad):
         assert accepted(c, json.dumps(text)), text
     for text in bad:
         assert not accepted(c, json.dumps(text)), text
+
+
+@pytest.mark.parametrize("extra", [False, None, {"type": "boolean"}])
+def test_pattern_properties_split_the_keys(byte_vocab, extra):
+    schema: dict[str, Any] = {"type": "object", "patternProperties": {"^x": {"type": "integer"}}}
+    if extra is not None:
+        schema["additionalProperties"] = extra
+    c = compile_(schema, byte_vocab)
+    validator = Draft202012Validator(schema)
+    for text in ["{}", '{"xa":1}', '{"xa":true}', '{"y":true}', '{"y":"s"}', '{"xa":1,"y":true}']:
+        assert accepted(c, text) == validator.is_valid(json.loads(text)), text

@@ -412,6 +412,22 @@ class DialectCompiler:
             return seq(open_, members, close)
         if d.get("maxProperties") == 0:
             return seq(open_, close)
+        if "x-members" in d:  # keys split by a pattern: each part with its own values
+            member_alts = []
+            any_key = cached_dfa(r'"[^"\\\x00-\x1f]*"')  # escaped keys left out: narrowing
+            for m in d["x-members"]:
+                rx = python_regex(self.placeholders[m.get("key") or m["key-not"]])
+                keys = product(any_key, cached_dfa(rx), "and" if "key" in m else "minus")
+                if keys.is_empty():
+                    continue
+                key = term(self.b.terminal(keys, "key", key=("key\0" + str(m)).encode()))
+                value = self.any_value() if m["value"] is True else self.value(m["value"])
+                member_alts.append(seq(key, self.ws(), self.lit(":"), self.ws(), value))
+            if not member_alts:
+                return seq(open_, close)
+            member = ref(self.b.rule("member", alt(*member_alts)))
+            members = seq(member, rep(seq(self.ws(), self.lit(","), self.ws(), member)))
+            return seq(open_, opt(members), close)
         value = self.value(d["additionalProperties"]) if "additionalProperties" in d \
             else self.any_value()
         member = seq(self.string(0, None), self.ws(), self.lit(":"),

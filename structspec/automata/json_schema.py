@@ -1266,9 +1266,37 @@ class _Lowering:
             return True
         return self.lower(extra, extra_ptr)
 
+    def lower_pattern_object(self, patterns: dict[str, Any], extra: Any, extra_ptr: str,
+                             ptr: str) -> Any:
+        """``patternProperties`` with one pattern and no named properties: keys matching the
+        pattern take its schema, the others ``additionalProperties`` (absent: any value;
+        ``false``: none). Exact: the two key sets are a DFA and its complement."""
+        (pattern, sub), = patterns.items()
+        sub_ptr = f"{ptr}/patternProperties/{_escape_pointer(pattern)}"
+        try:
+            key_rx = f'"(?:{pattern_regex(pattern, quote=True, max_repeat=None, search=True)})"'
+        except _Refuse as exc:
+            self.refuse("patternProperties", sub_ptr, str(exc))
+            return {"type": "object", "maxProperties": 0}
+        marker = self.placeholder(key_rx)["const"]
+        members = []
+        matched = self.lower(sub, sub_ptr)
+        if matched is not None:
+            members.append({"key": marker, "value": matched})
+        if extra is not False:
+            other = True if extra is _ABSENT or extra is True else self.lower(extra, extra_ptr)
+            if other is not None:
+                members.append({"key-not": marker, "value": other})
+        if not members:
+            return {"type": "object", "maxProperties": 0}
+        return {"type": "object", "x-members": members}
+
     def lower_free_object(self, node: dict[str, Any], ptr: str, extra: Any, extra_ptr: str,
                           patterns: dict[str, Any], dependencies: Any) -> Any:
         """An object without named properties: arbitrary keys (outlines-core's object)."""
+        if self.grammar and len(patterns) == 1 and not dependencies and not any(
+                k in node for k in ("propertyNames", "minProperties", "maxProperties")):
+            return self.lower_pattern_object(patterns, extra, extra_ptr, ptr)
         min_p, max_p = int(node.get("minProperties", 0)), node.get("maxProperties")
         names = node.get("propertyNames", True)
         closed = extra is False or names is False or max_p == 0
