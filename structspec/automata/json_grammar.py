@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa, product
+from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa, product, trimmed
 from structspec.automata.grammar import (
     EMPTY,
     Expr,
@@ -210,6 +210,26 @@ class CountedStringDFA(ByteDFA):
         return 3 + c * self.block + sub
 
 
+@functools.lru_cache(maxsize=256)
+def multiples_dfa(k: int) -> ByteDFA:
+    """Canonical JSON integers (``-?(0|[1-9][0-9]*)``) that are multiples of ``k``: the
+    residue of the digits read so far modulo ``k`` is the state."""
+    n = 5 + k  # dead, start, after "-", "0", then residues 0..k-1
+    table = np.zeros((n, 256), dtype=np.int32)
+    digits = np.arange(ord("0"), ord("9") + 1)
+    table[1, ord("-")] = 2
+    for s in (1, 2):
+        table[s, ord("0")] = 3
+        table[s, digits[1:]] = 4 + (np.arange(1, 10) % k)
+    residues = np.arange(k)
+    for d in range(10):
+        table[4 + residues, ord("0") + d] = 4 + (residues * 10 + d) % k
+    accepting = np.zeros(n, dtype=bool)
+    accepting[3] = True  # "0" and "-0"
+    accepting[4] = True  # residue 0
+    return trimmed(table, accepting, 1)
+
+
 @functools.lru_cache(maxsize=512)
 def string_dfa(lo: int, hi: int | None, regexes: tuple[str, ...]) -> ByteDFA:
     """The counted string DFA intersected with each regex (pattern, format)."""
@@ -306,6 +326,15 @@ class DialectCompiler:
         if t == "boolean":
             return alt(self.lit("true"), self.lit("false"))
         if t == "integer":
+            if "x-multiple" in d:
+                dfa = multiples_dfa(int(d["x-multiple"]))
+                for marker in d.get("x-regex", ()):
+                    dfa = product(dfa, cached_dfa(python_regex(self.placeholders[marker])),
+                                  "and")
+                if dfa.is_empty():
+                    return alt()
+                key = "\0".join(["mul", str(d["x-multiple"]), *d.get("x-regex", ())]).encode()
+                return term(self.b.terminal(dfa, "integer", key=key))
             return self.rx(INTEGER, "integer")
         if t == "number":
             if "x-regex" in d:  # bounds: one regex per side, intersected

@@ -76,7 +76,8 @@ _WHITESPACE = {"compact": "", "flexible": FLEXIBLE_WHITESPACE}
 #: of every state, so each allowed character costs ~6 MB with a 49k vocabulary.
 MAX_STRING_LENGTH = 64
 _MAX_REPEAT_LOW = 256  # larger lower bounds (minLength, {m,}) are refused
-_MAX_ENUMERATED = 1024  # integer ranges with multipleOf are enumerated up to this size
+_MAX_ENUMERATED = 1024
+_MAX_MODULUS = 100_000  # integer multipleOf up to this is a residue automaton
 _MAX_LOWERED_BYTES = 2_000_000  # lowered schema text; beyond, the regex would not build
 _MAX_BOUND = 10**30  # numeric bounds beyond this magnitude are refused
 
@@ -1018,6 +1019,17 @@ class _Lowering:
         low, high = self.bounds(node, ptr, integer=True)
         lo, hi = (low[0] if low else None), (high[0] if high else None)
         step = node.get("multipleOf")
+        if step is not None and step != 1 and self.grammar and float(step).is_integer() \
+                and 1 < step <= _MAX_MODULUS:
+            # Multiples of an integer are a regular language (a residue automaton), so no
+            # enumeration is needed: intersected with the bounds in the grammar compiler.
+            out: dict[str, Any] = {"type": "integer", "x-multiple": int(step)}
+            if lo is not None or hi is not None:
+                regex = _int_range(lo, hi)
+                if regex is None:
+                    return self.nothing(ptr, "empty integer range")
+                out["x-regex"] = [self.placeholder(regex)["const"]]
+            return out
         if step is not None and step != 1:
             if lo is not None and hi is not None and hi - lo <= _MAX_ENUMERATED:
                 values = [v for v in range(hi, lo - 1, -1) if self.is_valid(node, v)]
