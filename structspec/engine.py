@@ -101,6 +101,24 @@ def free_text(vocab: Vocabulary) -> Constraint:
     return _FreeText(vocab)
 
 
+def dead_end(vocab: Vocabulary, out: list[int]) -> GenerationError:
+    """The error for a constraint state with no legal token (the output so far attached)."""
+    return GenerationError("the constraint reached a state with no legal token",
+                           vocab.decode_text(out), out)
+
+
+def advance_or_raise(constraint: Constraint, state: State, token: int, vocab: Vocabulary,
+                     out: list[int]) -> State:
+    """``constraint.advance`` for a token the mask allowed; a refusal is a constraint bug."""
+    next_state = constraint.advance(state, token)
+    if next_state is None:
+        raise GenerationError(
+            f"internal error: token {token} was allowed but advance refused it",
+            vocab.decode_text(out), out,
+        )
+    return next_state
+
+
 @torch.inference_mode()
 def decode(
     model: Any,
@@ -162,10 +180,7 @@ def decode(
             stats.mask_seconds += time.perf_counter() - t0
             break
         if n_allowed == 0:
-            raise GenerationError(
-                "the constraint reached a state with no legal token",
-                vocab.decode_text(out), out,
-            )
+            raise dead_end(vocab, out)
         row = logits[0, -1]  # [V']
         cached = bool_masks.get(id(mask))
         if cached is None:
@@ -177,13 +192,7 @@ def decode(
         if token in eos:
             complete = True
             break
-        next_state = constraint.advance(state, token)
-        if next_state is None:  # the mask and advance disagree: a constraint bug
-            raise GenerationError(
-                f"internal error: token {token} was allowed but advance refused it",
-                vocab.decode_text(out), out,
-            )
-        state = next_state
+        state = advance_or_raise(constraint, state, token, vocab, out)
         out.append(token)
         if constraint.is_accepting(state) and constraint.allowed(state).count() <= len(eos):
             complete = True

@@ -70,6 +70,17 @@ def tiny_model(smollm_tokenizer):
     return LoadedModel(model, smollm_tokenizer, "tiny-random", eos)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny matmuls run faster on one thread than two (and the CI box is shared)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """``../shared/data`` beside the checkout; skips when it is absent."""

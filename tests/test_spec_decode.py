@@ -22,6 +22,8 @@ from structspec.spec import SpecConfig, SpecStats, speculative_decode
 from structspec.spec.drafters import register_drafter
 from structspec.vocab import Vocabulary
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 PATTERNS = {
     "call": (r'\{"name":"(get_weather|get_time)","arguments":\{"city":"[A-Za-z ]{1,12}",'
              r'"days":[0-9]{1,2}(,"unit":"(celsius|fahrenheit)")?\}\}'),
@@ -32,15 +34,6 @@ PATTERNS = {
 WORDS = ["weather", "in", "Paris", "for", "3", "days", "red", "green", "the", "id", "is", "42",
          "hello", "hello", "{", '"name"', ":", "blue", "tag", ","]
 GREEDY = SamplingParams()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matmuls run faster on one thread than two (and the CI box is shared)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

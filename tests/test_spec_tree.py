@@ -19,6 +19,8 @@ from structspec.spec.verify import (
     verify_tree,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def _random_tree(rng: random.Random, n: int, vocab_size: int) -> DraftTree:
     parents, depths = [-1], [0]
@@ -28,15 +30,6 @@ def _random_tree(rng: random.Random, n: int, vocab_size: int) -> DraftTree:
         depths.append(depths[p] + 1)
     tokens = [rng.randrange(100, vocab_size) for _ in range(n)]
     return DraftTree(tuple(tokens), tuple(parents), tuple(depths), (None,) * n, ("t",) * n)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matmuls run faster on one thread than two (and the CI box is shared)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

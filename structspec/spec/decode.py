@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from structspec.automata.base import Constraint, State
-from structspec.engine import DecodeOutput, DecodeStats
+from structspec.engine import DecodeOutput, DecodeStats, advance_or_raise, dead_end
 from structspec.errors import GenerationError
 from structspec.sampling import SamplingParams, make_generator
 from structspec.spec.accept import MaskCache, walk_tree
@@ -255,8 +255,7 @@ def speculative_decode(
         if len(out) >= max_new_tokens:
             break
         if constraint.allowed(state).count() == 0:
-            raise GenerationError("the constraint reached a state with no legal token",
-                                  vocab.decode_text(out), out)
+            raise dead_end(vocab, out)
 
         t0 = time.perf_counter()
         tree, frontier_depth = _draft(ctx, drafters, scheduler, gate, config, root, state, eos,
@@ -295,19 +294,12 @@ def speculative_decode(
         if acc.outcome == "limit":
             break
         if acc.outcome == "dead":
-            raise GenerationError("the constraint reached a state with no legal token",
-                                  vocab.decode_text(out), out)
+            raise dead_end(vocab, out)
         token = int(acc.token)  # type: ignore[arg-type]
         if config.enabled and config.forced:
             prev = tree.tokens[acc.path[-1]]
             learn_choice(ctx, state, prev, token)
-        next_state = constraint.advance(state, token)
-        if next_state is None:  # the mask and advance disagree: a constraint bug
-            raise GenerationError(
-                f"internal error: token {token} was allowed but advance refused it",
-                vocab.decode_text(out), out,
-            )
-        state = next_state
+        state = advance_or_raise(constraint, state, token, vocab, out)
         out.append(token)
         history.extend([token])
         root = token
