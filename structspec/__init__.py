@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from structspec.automata import (
     Constraint,
     JsonSchemaConstraint,
+    Limits,
     RegexConstraint,
     TokenMask,
     compile_json_schema,
@@ -61,6 +62,7 @@ __all__ = [
     "Generator",
     "GrammarError",
     "JsonSchemaConstraint",
+    "Limits",
     "ModelLoadError",
     "RegexConstraint",
     "ResourceLimitError",

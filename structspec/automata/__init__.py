@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from structspec.automata.base import Constraint, State, TokenMask, accepts, walk
 from structspec.automata.json_schema import JsonSchemaConstraint, compile_json_schema
+from structspec.automata.limits import Limits
 from structspec.automata.regex import RegexConstraint, compile_regex
 
 __all__ = [
     "Constraint",
     "JsonSchemaConstraint",
+    "Limits",
     "RegexConstraint",
     "State",
     "TokenMask",

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from structspec.automata.limits import active_budget, active_limits, charge, check_time
 from structspec.errors import GrammarError, ResourceLimitError
 
 try:  # Python >= 3.11
@@ -59,6 +60,15 @@ class DFALimits:
     max_states: int = 20_000
     max_nfa_states: int = 200_000
     max_seconds: float = 10.0
+
+
+def current_dfa_limits() -> DFALimits:
+    """:class:`DFALimits` from the active compilation's :class:`~structspec.automata.limits.
+    Limits` (its remaining seconds), or the defaults outside a compilation."""
+    lim = active_limits()
+    budget = active_budget()
+    seconds = budget.remaining_seconds() if budget is not None else lim.max_seconds
+    return DFALimits(lim.max_states, lim.max_nfa_states, seconds)
 
 
 # -- code-point ranges ------------------------------------------------------------------------
@@ -412,6 +422,7 @@ def _determinize(nfa: _NFA, start: int, final: int, limits: DFALimits) -> ByteDF
         rows.append(class_row[class_of])
         i += 1
     table = np.stack(rows)
+    charge(table.nbytes, "a regex automaton")
     accepting = np.array([final in s for s in order], dtype=bool)
     return trimmed(table, accepting, 1)
 
@@ -462,7 +473,7 @@ def compile_dfa(pattern: str, limits: DFALimits | None = None) -> ByteDFA:
         GrammarError: the pattern does not parse or uses an unsupported construct.
         ResourceLimitError: the automaton exceeds ``limits``.
     """
-    limits = limits or DFALimits()
+    limits = limits or current_dfa_limits()
     try:
         parsed = _sre_parse.parse(pattern)
     except (re.error, OverflowError, RecursionError) as exc:
@@ -493,7 +504,7 @@ def product(a: ByteDFA, b: ByteDFA, mode: str, limits: DFALimits | None = None) 
     """
     if mode not in ("and", "minus"):
         raise ValueError(f"mode must be 'and' or 'minus', got {mode!r}")
-    limits = limits or DFALimits()
+    limits = limits or current_dfa_limits()
     ids: dict[tuple[int, int], int] = {(0, 0): 0}
     order = [(0, 0)]
     rows: list[np.ndarray] = [np.zeros(256, dtype=np.int32)]
@@ -519,12 +530,15 @@ def product(a: ByteDFA, b: ByteDFA, mode: str, limits: DFALimits | None = None) 
         sa, sb = order[i]
         ta = a.table[sa].astype(np.int64)  # [256]
         tb = b.table[sb].astype(np.int64)  # [256]
+        if i % 256 == 0:
+            check_time()
         keys = ta * nb + tb  # [256] one key per target pair
         uniq, inverse = np.unique(keys, return_inverse=True)
         ids_row = np.array([sid((int(k) // nb, int(k) % nb)) for k in uniq], dtype=np.int32)
         rows.append(ids_row[inverse.reshape(-1)])
         i += 1
     table = np.stack(rows) if len(rows) > 1 else np.zeros((1, 256), dtype=np.int32)
+    charge(table.nbytes, "an automaton product")
     if mode == "and":
         acc = [bool(a.accepting[x]) and bool(b.accepting[y]) for x, y in order]
     else:

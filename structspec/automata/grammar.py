@@ -35,6 +35,7 @@ import numpy as np
 
 from structspec.automata.base import TokenMask
 from structspec.automata.dfa import ByteDFA
+from structspec.automata.limits import active_limits, check_time
 from structspec.errors import GrammarError, ResourceLimitError
 
 if TYPE_CHECKING:
@@ -130,6 +131,12 @@ class GrammarLimits:
     max_rule_states: int = 1_000_000
 
 
+def current_grammar_limits() -> GrammarLimits:
+    """:class:`GrammarLimits` from the active compilation's limits (defaults outside one)."""
+    lim = active_limits()
+    return GrammarLimits(max_depth=lim.max_depth, max_states=lim.max_runtime_states)
+
+
 class GrammarBuilder:
     """Collects terminals and rules, then :meth:`build` checks and trims them.
 
@@ -137,7 +144,7 @@ class GrammarBuilder:
     """
 
     def __init__(self, limits: GrammarLimits | None = None) -> None:
-        self.limits = limits or GrammarLimits()
+        self.limits = limits or current_grammar_limits()
         self._terminals: list[ByteDFA] = []
         self._terminal_names: list[str] = []
         self._terminal_ids: dict[tuple[int, bytes], int] = {}
@@ -151,6 +158,7 @@ class GrammarBuilder:
         Raises:
             GrammarError: the terminal's language is empty or contains the empty string.
         """
+        check_time()
         if key is not None and (id(self), key) in self._terminal_ids:
             return self._terminal_ids[(id(self), key)]
         if dfa.is_empty():
@@ -172,6 +180,7 @@ class GrammarBuilder:
 
     def define(self, rule_id: int, expr: Expr) -> None:
         """Give a declared rule its expression."""
+        check_time()
         self._rule_exprs[rule_id] = expr
 
     def rule(self, name: str, expr: Expr) -> int:
@@ -395,7 +404,7 @@ class GrammarConstraint:
                  limits: GrammarLimits | None = None) -> None:
         self.grammar = grammar
         self.vocab = vocab
-        self.limits = limits or GrammarLimits()
+        self.limits = limits or current_grammar_limits()
         self._lock = threading.RLock()
         self._memo = _Memo()
         self._tables = [d.table for d in grammar.terminals]

@@ -34,6 +34,7 @@ from structspec.automata.grammar import (
     seq,
     term,
 )
+from structspec.automata.limits import active_limits
 from structspec.errors import ResourceLimitError
 
 #: One character of JSON string text: a safe character, a short escape, or a \\u escape
@@ -73,9 +74,20 @@ def json_text(value: Any) -> str:
 
 
 @functools.lru_cache(maxsize=2048)
-def cached_dfa(rx: str) -> ByteDFA:
+def _cached_dfa(rx: str) -> ByteDFA:
     """``compile_dfa`` shared across schemas (string, number and format DFAs recur)."""
     return compile_dfa(rx)
+
+
+def cached_dfa(rx: str) -> ByteDFA:
+    """``compile_dfa`` shared across schemas, within the active limits (a DFA cached under
+    more generous limits is not handed to a stricter compilation)."""
+    dfa = _cached_dfa(rx)
+    limit = active_limits().max_states
+    if dfa.n_states > limit:
+        raise ResourceLimitError(f"automaton of {rx[:60]!r} has {dfa.n_states} states, over "
+                                 f"Limits.max_states={limit}")
+    return dfa
 
 
 @functools.lru_cache(maxsize=8192)

@@ -40,6 +40,7 @@ from urllib.parse import unquote
 
 from structspec.automata.cache import CompileCache
 from structspec.automata.dfa import Ranges, complement, normalize
+from structspec.automata.limits import Limits, check_input_size, check_time, compiling
 from structspec.automata.schema_merge import MergeError, merge_all
 from structspec.errors import GrammarError, ResourceLimitError, SchemaError, UnsupportedSchemaError
 
@@ -633,6 +634,7 @@ class _Lowering:
 
     def lower(self, node: Any, ptr: str, top: bool = False) -> Any:
         """Lower ``node`` (at pointer ``ptr``); ``top``: it is the whole document."""
+        check_time()
         if node is True:
             return _any_value()
         if node is False:
@@ -1493,6 +1495,7 @@ def compile_json_schema(
     lenient: bool = False,
     extra_properties: bool = False,
     max_array_items: int | None = DEFAULT_MAX_ARRAY_ITEMS,
+    limits: Limits | None = None,
 ) -> JsonSchemaConstraint:
     """Compile a JSON Schema into a token-level constraint for ``vocab``.
 
@@ -1512,6 +1515,8 @@ def compile_json_schema(
         lenient: instead of refusing a keyword that cannot be enforced exactly, warn
             (:class:`LenientSchemaWarning`), drop it for generation and return a constraint
             with ``exact=False``; validate outputs with ``.validator``.
+        limits: budgets for this compilation (states, table bytes, seconds, input size,
+            nesting; :class:`~structspec.automata.limits.Limits`); defaults if ``None``.
 
     Returns:
         An immutable, thread-safe :class:`JsonSchemaConstraint`. Results are cached per
@@ -1523,8 +1528,9 @@ def compile_json_schema(
             subschema), has an unresolvable ``$ref``, or accepts no value at all.
         UnsupportedSchemaError: a keyword cannot be enforced exactly (``.keyword``,
             ``.pointer``), unless ``lenient``.
-        ResourceLimitError: an automaton exceeds its state budget (very long strings, huge
-            patterns) or the schema nests too deeply.
+        ResourceLimitError: the compilation exceeds ``limits`` (automaton states or bytes
+            for very long strings or huge patterns, seconds, the schema's size) or the
+            schema nests too deeply.
         ValueError: ``whitespace`` is not ``"compact"`` or ``"flexible"``.
     """
     _whitespace_pattern(whitespace)  # validates the argument
@@ -1543,15 +1549,19 @@ def compile_json_schema(
                                         or max_array_items < 1):
         raise ValueError(f"max_array_items must be a positive integer or None, "
                          f"not {max_array_items!r}")
-    options = (whitespace, bool(lenient), bool(extra_properties), max_array_items)
+    if limits is not None and not isinstance(limits, Limits):
+        raise TypeError(f"limits must be a structspec.Limits, not {type(limits).__name__}")
+    options = (whitespace, bool(lenient), bool(extra_properties), max_array_items, limits)
     key = (text, *options, vocab.fingerprint)
 
     def build() -> JsonSchemaConstraint:
-        try:
-            return _compile(json.loads(text), vocab, whitespace, bool(lenient),
-                            bool(extra_properties), max_array_items)
-        except RecursionError as exc:  # a pathological nesting of subschemas
-            raise ResourceLimitError("the schema nests too deeply to compile") from exc
+        with compiling(limits, "compiling the schema"):
+            check_input_size(text, "the schema")
+            try:
+                return _compile(json.loads(text), vocab, whitespace, bool(lenient),
+                                bool(extra_properties), max_array_items)
+            except RecursionError as exc:  # a pathological nesting of subschemas
+                raise ResourceLimitError("the schema nests too deeply to compile") from exc
 
     constraint = _MEMORY.get_or_compile(key, build)
     constraint.warn(stacklevel=2)

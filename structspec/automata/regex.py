@@ -18,6 +18,7 @@ import numpy as np
 from structspec.automata.base import TokenMask
 from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa, product, trimmed
 from structspec.automata.grammar import GrammarBuilder, GrammarConstraint, opt, term
+from structspec.automata.limits import Limits, check_input_size, compiling
 from structspec.errors import VocabularyError
 
 if TYPE_CHECKING:
@@ -44,14 +45,19 @@ class RegexConstraint:
     Raises:
         GrammarError: the pattern does not parse or uses an unsupported construct.
         VocabularyError: the vocabulary cannot spell any text the pattern matches.
-        ResourceLimitError: the automaton exceeds its state budget.
+        ResourceLimitError: the automaton exceeds ``limits`` (states, bytes, seconds).
 
     Immutable and thread-safe; states are small ints.
     """
 
-    def __init__(self, pattern: str, vocab: Vocabulary) -> None:
+    def __init__(self, pattern: str, vocab: Vocabulary, limits: Limits | None = None) -> None:
         self.pattern = pattern
         self.vocab = vocab
+        with compiling(limits, "compiling the regex"):
+            check_input_size(pattern, "the regex")
+            self._build(pattern, vocab)
+
+    def _build(self, pattern: str, vocab: Vocabulary) -> None:
         dfa = compile_dfa(pattern)
         if spellable(dfa, vocab).is_empty():
             raise VocabularyError(
@@ -95,7 +101,8 @@ class RegexConstraint:
         return self._inner.forced(state)
 
 
-def compile_regex(pattern: str, vocab: Vocabulary) -> RegexConstraint:
+def compile_regex(pattern: str, vocab: Vocabulary, *,
+                  limits: Limits | None = None) -> RegexConstraint:
     """Compile ``pattern`` into a token-level constraint for ``vocab``.
 
     The whole output must match (an implicit ``^...$``). Pure; the result is immutable and
@@ -104,9 +111,10 @@ def compile_regex(pattern: str, vocab: Vocabulary) -> RegexConstraint:
     Raises:
         GrammarError: the pattern is not a valid regular expression.
         VocabularyError: the vocabulary cannot spell any text the pattern matches.
+        ResourceLimitError: the automaton exceeds ``limits`` (states, bytes, seconds).
     """
     from structspec.errors import GrammarError
 
     if not isinstance(pattern, str) or not pattern:
         raise GrammarError("the regex pattern must be a non-empty string")
-    return RegexConstraint(pattern, vocab)
+    return RegexConstraint(pattern, vocab, limits)
