@@ -34,6 +34,7 @@ import math
 import re
 import secrets
 import warnings
+from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -42,6 +43,7 @@ from structspec.automata.cache import CompileCache
 from structspec.automata.dfa import Ranges, complement, normalize
 from structspec.automata.limits import Limits, check_input_size, check_time, compiling
 from structspec.automata.schema_merge import MergeError, merge_all
+from structspec.automata.schema_refs import bundle_refs
 from structspec.errors import GrammarError, ResourceLimitError, SchemaError, UnsupportedSchemaError
 
 try:  # Python >= 3.11
@@ -1378,8 +1380,10 @@ def _subschema_pointer(root: Any, path: list[Any]) -> tuple[str, list[Any]]:
     return pointer, list(path[depth:])
 
 
-def _load_schema(schema: Any) -> tuple[Any, Any]:
-    """Parse (if text) and check ``schema`` against its metaschema; returns (schema, validator)."""
+def _load_schema(schema: Any, registry: Mapping[str, Any] | None = None) -> tuple[Any, Any]:
+    """Parse (if text) and check ``schema`` against its metaschema, and bundle its references
+    (:func:`~structspec.automata.schema_refs.bundle_refs`, remote ones from ``registry``);
+    returns (bundled schema, validator of it)."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError as JsonSchemaError
     from jsonschema.validators import validator_for
@@ -1397,6 +1401,7 @@ def _load_schema(schema: Any) -> tuple[Any, Any]:
         full = "".join(f"/{_escape_pointer(p)}" for p in exc.path)
         raise SchemaError(f"invalid schema{f' at {full}' if full else ''}: {exc.message}",
                           pointer) from exc
+    schema = bundle_refs(schema, registry)
     return schema, cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
@@ -1496,6 +1501,7 @@ def compile_json_schema(
     extra_properties: bool = False,
     max_array_items: int | None = DEFAULT_MAX_ARRAY_ITEMS,
     limits: Limits | None = None,
+    registry: Mapping[str, Any] | None = None,
 ) -> JsonSchemaConstraint:
     """Compile a JSON Schema into a token-level constraint for ``vocab``.
 
@@ -1515,6 +1521,9 @@ def compile_json_schema(
         lenient: instead of refusing a keyword that cannot be enforced exactly, warn
             (:class:`LenientSchemaWarning`), drop it for generation and return a constraint
             with ``exact=False``; validate outputs with ``.validator``.
+        registry: documents that ``$ref`` may name by URI (``{uri: schema}``); remote
+            schemas are never fetched, a reference outside the schema and the registry is
+            refused.
         limits: budgets for this compilation (states, table bytes, seconds, input size,
             nesting; :class:`~structspec.automata.limits.Limits`); defaults if ``None``.
 
@@ -1552,14 +1561,16 @@ def compile_json_schema(
     if limits is not None and not isinstance(limits, Limits):
         raise TypeError(f"limits must be a structspec.Limits, not {type(limits).__name__}")
     options = (whitespace, bool(lenient), bool(extra_properties), max_array_items, limits)
-    key = (text, *options, vocab.fingerprint)
+    registry_text = _registry_text(registry)
+    key = (text, registry_text, *options, vocab.fingerprint)
 
     def build() -> JsonSchemaConstraint:
         with compiling(limits, "compiling the schema"):
             check_input_size(text, "the schema")
             try:
                 return _compile(json.loads(text), vocab, whitespace, bool(lenient),
-                                bool(extra_properties), max_array_items)
+                                bool(extra_properties), max_array_items,
+                                json.loads(registry_text) if registry else None)
             except RecursionError as exc:  # a pathological nesting of subschemas
                 raise ResourceLimitError("the schema nests too deeply to compile") from exc
 
@@ -1568,7 +1579,21 @@ def compile_json_schema(
     return constraint
 
 
-def check_json_schema(schema: dict[str, Any] | bool | str, *, lenient: bool = False) -> None:
+def _registry_text(registry: Mapping[str, Any] | None) -> str:
+    """The registry as canonical JSON text (part of the cache key)."""
+    if registry is None:
+        return "null"
+    if not isinstance(registry, Mapping):
+        raise TypeError(f"registry must be a mapping of URI -> schema, not "
+                        f"{type(registry).__name__}")
+    try:
+        return json.dumps(dict(registry), sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"the registry is not JSON-serializable: {exc}") from exc
+
+
+def check_json_schema(schema: dict[str, Any] | bool | str, *, lenient: bool = False,
+                      registry: Mapping[str, Any] | None = None) -> None:
     """Raise what :func:`compile_json_schema` would raise for ``schema``, without a vocabulary.
 
     Cheap (no automaton is built): the CLI and servers call it before loading a model so
@@ -1583,7 +1608,7 @@ def check_json_schema(schema: dict[str, Any] | bool | str, *, lenient: bool = Fa
         except ValueError as exc:
             raise SchemaError(f"the schema is not valid JSON: {exc}") from exc
     try:
-        schema, validator = _load_schema(schema)
+        schema, validator = _load_schema(schema, registry)
         lowering = _Lowering(schema, validator, lenient, max_string_length=None,
                              quote_free_top=False, grammar=True)
         lowered = lowering.lower(schema, "", top=True)
@@ -1596,12 +1621,12 @@ def check_json_schema(schema: dict[str, Any] | bool | str, *, lenient: bool = Fa
 
 def _compile(
     schema: Any, vocab: Vocabulary, whitespace: str, lenient: bool, extra_properties: bool,
-    max_array_items: int | None,
+    max_array_items: int | None, registry: Mapping[str, Any] | None = None,
 ) -> JsonSchemaConstraint:
     from structspec.automata.grammar import GrammarConstraint
     from structspec.automata.json_grammar import DialectCompiler
 
-    schema, validator = _load_schema(schema)
+    schema, validator = _load_schema(schema, registry)
     lowering = _Lowering(schema, validator, lenient, max_string_length=None,
                          quote_free_top=False, grammar=True, extra_properties=extra_properties)
     lowered = lowering.lower(schema, "", top=True)

@@ -180,7 +180,9 @@ def merge_all(parts: list[Any], deref: Callable[[Any], Any], depth: int = 0) -> 
             if isinstance(ref_part, dict) and "$ref" in ref_part:
                 raise MergeError("$ref", "a $ref inside allOf that cannot be resolved here")
             rest = {k: v for k, v in part.items() if k != "$ref"}
-            part = merge_all([ref_part, rest], deref, depth + 1)
+            # The subschema's own properties come first, then those of its target: the
+            # order in which a reader meets them (``allOf`` parts keep their list order).
+            part = merge_all([rest, ref_part], deref, depth + 1)
         if isinstance(part, dict) and "allOf" in part:
             rest = {k: v for k, v in part.items() if k != "allOf"}
             part = merge_all([rest, *part["allOf"]], deref, depth + 1)
