@@ -1,0 +1,188 @@
+"""LALR(1) parse tables (from lark) and a persistent, interned parser stack.
+
+lark builds the tables; this module only *runs* them, on values: a parser stack is an
+interned id of a linked list ``(parent id, LALR state)``, so feeding a terminal returns a
+new id and never mutates anything. That makes the parser part of a constraint state a
+single int, hashable and cheap to memoize on, the way XGrammar keeps persistent stacks.
+
+Reductions are simulated exactly as lark's ``ParserState.feed_token`` does them: LALR may
+reduce several times before it detects that a terminal is an error, so "is terminal ``t``
+acceptable" is answered by running those reductions on the interned stack (memoized per
+``(stack, terminal)``), not by looking at the top state's action row alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+END = "$END"
+
+
+@dataclass(frozen=True)
+class ParseTables:
+    """Integer LALR(1) tables.
+
+    Attributes:
+        terminals: terminal names by index (``$END`` included).
+        actions: per LALR state, terminal index -> ``code``: ``code >= 0`` shifts to state
+            ``code``; ``code < 0`` reduces rule ``-code - 1``.
+        gotos: per LALR state, nonterminal name -> state.
+        rule_len: number of symbols each rule pops.
+        rule_lhs: the nonterminal each rule produces.
+        start_state: the state of the empty stack.
+        end_state: the state lark's parser reaches when it accepts.
+        index: terminal name -> index (derived).
+    """
+
+    terminals: tuple[str, ...]
+    actions: tuple[dict[int, int], ...]
+    gotos: tuple[dict[str, int], ...]
+    rule_len: tuple[int, ...]
+    rule_lhs: tuple[str, ...]
+    start_state: int
+    end_state: int
+
+    index: dict[str, int] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        self.index.update({n: i for i, n in enumerate(self.terminals)})
+
+    @classmethod
+    def from_lark(cls, parse_table: Any, start: str, terminal_names: list[str]) -> ParseTables:
+        """Convert lark's ``IntParseTable`` (``parser.parser.parser.parse_table``)."""
+        names = list(terminal_names)
+        if END not in names:
+            names.append(END)
+        index = {n: i for i, n in enumerate(names)}
+        rules: dict[Any, int] = {}
+        rule_len: list[int] = []
+        rule_lhs: list[str] = []
+        n_states = max(parse_table.states) + 1
+        actions: list[dict[int, int]] = [{} for _ in range(n_states)]
+        gotos: list[dict[str, int]] = [{} for _ in range(n_states)]
+        for state, row in parse_table.states.items():
+            for sym, (action, arg) in row.items():
+                is_term = sym in index or sym.isupper()
+                if is_term and sym not in index:  # declared (e.g. _INDENT) or unknown to lexer
+                    index[sym] = len(names)
+                    names.append(sym)
+                if action.name == "Shift":
+                    if is_term:
+                        actions[state][index[sym]] = int(arg)
+                    else:
+                        gotos[state][sym] = int(arg)
+                else:
+                    rid = rules.get(arg)
+                    if rid is None:
+                        rid = rules[arg] = len(rule_len)
+                        rule_len.append(len(arg.expansion))
+                        rule_lhs.append(arg.origin.name)
+                    actions[state][index[sym]] = -rid - 1
+        return cls(tuple(names), tuple(actions), tuple(gotos), tuple(rule_len),
+                   tuple(rule_lhs), int(parse_table.start_states[start]),
+                   int(parse_table.end_states[start]))
+
+
+class ParserStacks:
+    """Interned LALR stacks over one :class:`ParseTables`; ids are ints, 0 = the start stack.
+
+    ``feed`` and ``accepts_end`` are pure and memoized; the tables only grow, interning is
+    locked, so one instance is shared by every thread using the constraint.
+    """
+
+    def __init__(self, tables: ParseTables) -> None:
+        self.tables = tables
+        self._nodes: list[tuple[int, int, int]] = [(-1, tables.start_state, 1)]  # parent, st, n
+        self._ids: dict[tuple[int, int], int] = {(-1, tables.start_state): 0}
+        self._feed: dict[tuple[int, int], int] = {}
+        self._end: dict[int, bool] = {}
+        self._lock = threading.Lock()
+
+    def top(self, stack: int) -> int:
+        """The LALR state on top of ``stack``."""
+        return self._nodes[stack][1]
+
+    def depth(self, stack: int) -> int:
+        """How many LALR states ``stack`` holds."""
+        return self._nodes[stack][2]
+
+    def states(self, stack: int) -> list[int]:
+        """The LALR states of ``stack``, bottom first (for debugging and tests)."""
+        out = []
+        while stack >= 0:
+            parent, st, _ = self._nodes[stack]
+            out.append(st)
+            stack = parent
+        return out[::-1]
+
+    def _push(self, parent: int, state: int) -> int:
+        key = (parent, state)
+        got = self._ids.get(key)
+        if got is None:
+            with self._lock:
+                got = self._ids.get(key)
+                if got is None:
+                    got = len(self._nodes)
+                    self._nodes.append((parent, state, self._nodes[parent][2] + 1))
+                    self._ids[key] = got
+        return got
+
+    def _reduce(self, stack: int, rule: int) -> int:
+        t = self.tables
+        for _ in range(t.rule_len[rule]):
+            stack = self._nodes[stack][0]
+        nxt = t.gotos[self._nodes[stack][1]].get(t.rule_lhs[rule])
+        if nxt is None:  # pragma: no cover - lark's tables always have the goto
+            return -1
+        return self._push(stack, nxt)
+
+    def feed(self, stack: int, terminal: int) -> int:
+        """The stack after shifting ``terminal`` (with every reduction before it), or ``-1``
+        when ``terminal`` is a syntax error here. Pure; memoized."""
+        key = (stack, terminal)
+        got = self._feed.get(key)
+        if got is None:
+            actions = self.tables.actions
+            s = stack
+            while True:
+                code = actions[self._nodes[s][1]].get(terminal)
+                if code is None:
+                    got = -1
+                    break
+                if code >= 0:
+                    got = self._push(s, code)
+                    break
+                s = self._reduce(s, -code - 1)
+                if s < 0:
+                    got = -1
+                    break
+            self._feed[key] = got
+        return got
+
+    def accepts_end(self, stack: int) -> bool:
+        """Whether the input may end here (``$END`` reduces to lark's end state)."""
+        got = self._end.get(stack)
+        if got is None:
+            t = self.tables
+            end = t.index[END] if END in t.terminals else -1
+            s = stack
+            got = False
+            while s >= 0:
+                code = t.actions[self._nodes[s][1]].get(end)
+                if code is None or code >= 0:
+                    break
+                s = self._reduce(s, -code - 1)
+                if s >= 0 and self._nodes[s][1] == t.end_state:
+                    got = True
+                    break
+            self._end[stack] = got
+        return got
+
+    def expected(self, stack: int) -> list[int]:
+        """Terminals the top state has an action for (a superset of those ``feed`` takes)."""
+        return list(self.tables.actions[self._nodes[stack][1]])
+
+
+__all__ = ["END", "ParseTables", "ParserStacks"]

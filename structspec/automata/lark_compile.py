@@ -1,0 +1,225 @@
+"""``compile_grammar``: a Lark grammar -> :class:`LarkConstraint`, the public face.
+
+The constraint follows :mod:`structspec.automata.base`'s contract (states are ints; EOS is
+allowed exactly in accepting states; special tokens never). On top of it, for code
+completion:
+
+- :meth:`LarkConstraint.state_after` parses the text above the cursor and returns the
+  state to constrain the completion from (``tolerant=True`` falls back to a parser-free,
+  lexer-only state when the prefix does not parse);
+- :meth:`LarkConstraint.with_suffix` gives a constraint whose accepting states are those
+  where prefix + completion + suffix parses (fill-in-the-middle), at a chosen stopping
+  point (``"eof"``: anywhere; ``"line"``: the completion ends a line — its last byte is
+  ``\\n``, or the suffix starts a new line).
+
+The tolerant state (``state_after(..., tolerant=True)`` on a prefix that does not parse):
+lexing restarts at the beginning of the line where parsing failed and runs over *every*
+terminal of the grammar with no parser; a token is allowed when it keeps the text
+lexically valid (every lexeme completes as some terminal), any state between lexemes is
+accepting, and nothing is forced. The state is a normal state of the same constraint.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from structspec.automata.base import TokenMask
+from structspec.automata.lark_constraint import FREE, LarkRuntime
+from structspec.automata.lark_grammar import IndenterSpec, LoadedGrammar, load_grammar
+from structspec.errors import GrammarError
+
+if TYPE_CHECKING:
+    from structspec.vocab import Vocabulary
+
+STOPS = ("eof", "line")
+
+
+class LarkConstraint:
+    """A token-level constraint for a Lark LALR(1) grammar (see :mod:`.lark_constraint`).
+
+    Immutable from the outside and thread-safe; states are ints, state 0 is never returned.
+    ``with_suffix`` views share the memo tables of the constraint they come from.
+    """
+
+    def __init__(self, runtime: LarkRuntime, suffix: bytes = b"", stop: str = "eof",
+                 initial: int | None = None) -> None:
+        if stop not in STOPS:
+            raise ValueError(f"stop must be one of {STOPS}, got {stop!r}")
+        self._rt = runtime
+        self.suffix = suffix
+        self.stop = stop
+        self._initial = runtime.initial if initial is None else initial
+        self._accepting: dict[int, bool] = {}
+        self._allowed: dict[int, TokenMask] = {}
+        self._forced: dict[int, bytes] = {}
+        self._tokens = runtime.vocab.tokens
+        self._eos = runtime.vocab.eos_token_ids
+        self._special = runtime.vocab.special_token_ids
+        self._steps: dict[tuple[int, int], int] = {}
+
+    # -- the constraint protocol --------------------------------------------------------------
+
+    @property
+    def initial(self) -> int:
+        """The state before any token (the start of the text, or ``state_after``'s)."""
+        return self._initial
+
+    @property
+    def vocab_size(self) -> int:
+        """The number of ids a mask covers."""
+        return len(self._rt.vocab)
+
+    @property
+    def grammar(self) -> LoadedGrammar:
+        """The loaded grammar (lark's parser included, as ``grammar.lark``)."""
+        return self._rt.g
+
+    def advance(self, state: int, token: int) -> int | None:
+        """The state after ``token``, ``None`` if illegal; EOS keeps an accepting state."""
+        ck = (state, token)
+        got = self._steps.get(ck)
+        if got is None:
+            if token in self._eos:
+                got = state if self.is_accepting(state) else 0
+            elif not 0 <= token < len(self._tokens) or token in self._special \
+                    or not self._tokens[token]:
+                got = 0
+            else:
+                got = self._rt.step_bytes(state, self._tokens[token])
+            self._steps[ck] = got
+        return got or None
+
+    def allowed(self, state: int) -> TokenMask:
+        """The ids legal in ``state`` (EOS exactly when accepting); memoized per state."""
+        got = self._allowed.get(state)
+        if got is None:
+            got = self._rt.mask(state)
+            if self.is_accepting(state) and self._eos:
+                eos = np.fromiter(sorted(self._eos), dtype=np.int64)
+                got = got | TokenMask.from_ids(eos, got.size)
+            self._allowed[state] = got
+        return got
+
+    def is_accepting(self, state: int) -> bool:
+        """Whether the output may stop here: the text (+ suffix) is a complete program, at
+        the chosen stopping point."""
+        got = self._accepting.get(state)
+        if got is None:
+            got = self._stop_ok(state)
+            if got:
+                end = self._rt.step_bytes(state, self.suffix) if self.suffix else state
+                got = bool(end) and self._rt.accepts_eof(end)
+            self._accepting[state] = got
+        return got
+
+    def _stop_ok(self, state: int) -> bool:
+        if self.stop == "eof":
+            return True
+        return self._rt.key(state)[5] or self.suffix[:1] in (b"\n", b"\r")
+
+    def forced(self, state: int) -> bytes:
+        """Bytes every valid continuation from ``state`` must emit next (maybe ``b""``)."""
+        got = self._forced.get(state)
+        if got is None:
+            out = bytearray()
+            s = state
+            for _ in range(256):
+                if self.is_accepting(s):
+                    break
+                live = [b for b in range(256) if self._rt.step_byte(s, b)]
+                if len(live) != 1:
+                    break
+                out.append(live[0])
+                s = self._rt.step_byte(s, live[0])
+            got = bytes(out)
+            self._forced[state] = got
+        return got
+
+    # -- code completion --------------------------------------------------------------------
+
+    def state_after(self, prefix: str | bytes, *, tolerant: bool = False,
+                    state: int | None = None) -> int:
+        """The state after ``prefix`` (the text above the cursor), from ``state`` (default:
+        the start of the text). Pure.
+
+        Raises:
+            GrammarError: ``prefix`` is not the start of any valid program (with the
+                line/column of the first byte that cannot continue it), unless
+                ``tolerant`` (then: the lexer-only fallback state, see the module doc).
+        """
+        data = prefix.encode() if isinstance(prefix, str) else bytes(prefix)
+        s = self._initial if state is None else state
+        for i, b in enumerate(data):
+            nxt = self._rt.step_byte(s, b)
+            if not nxt:
+                if tolerant:
+                    return self._tolerant_state(data, i)
+                line = data.count(b"\n", 0, i) + 1
+                col = len(data[data.rfind(b"\n", 0, i) + 1:i].decode(errors="replace")) + 1
+                raise GrammarError(f"the text does not parse here: {_context(data, i)}", line,
+                                   col)
+            s = nxt
+        return s
+
+    def _tolerant_state(self, data: bytes, failed_at: int) -> int:
+        line_start = data.rfind(b"\n", 0, failed_at) + 1
+        s = self._rt.step_bytes(self._rt.free_initial, data[line_start:])
+        return s or self._rt.free_initial
+
+    def is_tolerant(self, state: int) -> bool:
+        """Whether ``state`` is in the parser-free fallback mode."""
+        return self._rt.key(state)[2] == FREE
+
+    def with_suffix(self, suffix: str | bytes = b"", *, stop: str = "eof",
+                    prefix: str | bytes | None = None, tolerant: bool = False
+                    ) -> LarkConstraint:
+        """A view of this constraint for fill-in-the-middle: accepting only where the text
+        so far + ``suffix`` parses, at the stopping point ``stop`` (``"eof"`` or
+        ``"line"``). With ``prefix``, its initial state is ``state_after(prefix)``.
+        Shares the memo tables; pure."""
+        data = suffix.encode() if isinstance(suffix, str) else bytes(suffix)
+        view = LarkConstraint(self._rt, data, stop)
+        if prefix is not None:
+            view._initial = self.state_after(prefix, tolerant=tolerant)
+        return view
+
+    def state_count(self) -> int:
+        """How many states have been interned so far (for budgets and stats)."""
+        return self._rt.n_states()
+
+
+def _context(data: bytes, i: int) -> str:
+    line_start = data.rfind(b"\n", 0, i) + 1
+    line_end = data.find(b"\n", i)
+    line = data[line_start:line_end if line_end >= 0 else len(data)]
+    return repr(line.decode(errors="replace")[:120])
+
+
+def compile_grammar(grammar: str | os.PathLike[str], vocab: Vocabulary, *,
+                    start: str = "start", postlex: IndenterSpec | str | Any | None = "auto",
+                    ) -> LarkConstraint:
+    """Compile a Lark grammar into a token-level constraint for ``vocab``.
+
+    Args:
+        grammar: Lark grammar text, or a path to a ``.lark`` file.
+        vocab: the tokenizer's vocabulary.
+        start: the start rule.
+        postlex: the indentation postlexer: ``"auto"`` (Python's when the grammar
+            ``%declare``\\ s ``_INDENT`` and ``_DEDENT``), ``"python"``, ``None``, an
+            :class:`IndenterSpec` or a lark ``Indenter``.
+
+    Returns:
+        An immutable, thread-safe :class:`LarkConstraint` (lazy: masks are built on use).
+
+    Raises:
+        GrammarError: the grammar does not load, is not LALR(1), or has a terminal our
+            DFA compiler refuses; the error carries line/column where known.
+    """
+    return LarkConstraint(LarkRuntime(load_grammar(grammar, start=start, postlex=postlex),
+                                      vocab))
+
+
+__all__ = ["LarkConstraint", "compile_grammar"]

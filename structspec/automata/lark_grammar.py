@@ -1,0 +1,222 @@
+"""Load a Lark grammar: lark parses the ``.lark`` text and builds the LALR(1) tables; we
+compile every terminal into our own byte DFA.
+
+lark does what it does well — the grammar language (``%import common.*``, ``%ignore``,
+priorities, templates, ``?rule`` inlining) and the LALR(1) construction with its conflict
+reports. The lexer is ours (:mod:`.lexer`): each terminal's Python regex is rewritten by
+:mod:`.pyregex` and compiled by :mod:`.dfa`, so lexing is a DFA the constraint can walk a
+whole vocabulary through.
+
+Every lark failure becomes :class:`structspec.errors.GrammarError` with the line and
+column lark reports (or, for "undefined rule/terminal" messages that carry none, the first
+place the name occurs in the text).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa
+from structspec.automata.lalr import ParseTables
+from structspec.automata.lexer import TerminalSpec
+from structspec.automata.pyregex import to_dfa_pattern
+from structspec.errors import GrammarError
+
+
+@dataclass(frozen=True)
+class IndenterSpec:
+    """A description of a lark ``Indenter`` postlexer (Python-style INDENT/DEDENT).
+
+    Newlines inside brackets are dropped; otherwise the newline terminal is followed by
+    INDENT (indentation deeper than the current block) or by DEDENTs down to a level on the
+    stack (a level not on the stack is an error). Indentation counts the spaces and tabs
+    (``tab_len`` each) after the last ``\\n`` of the newline lexeme, exactly as lark does.
+    At end of input a final newline is implied when missing and every block is closed.
+    """
+
+    nl_type: str = "_NEWLINE"
+    open_paren_types: tuple[str, ...] = ("LPAR", "LSQB", "LBRACE")
+    close_paren_types: tuple[str, ...] = ("RPAR", "RSQB", "RBRACE")
+    indent_type: str = "_INDENT"
+    dedent_type: str = "_DEDENT"
+    tab_len: int = 8
+
+    @classmethod
+    def from_indenter(cls, indenter: Any) -> IndenterSpec:
+        """Read the attributes of a lark ``Indenter`` (class or instance)."""
+        return cls(indenter.NL_type, tuple(indenter.OPEN_PAREN_types),
+                   tuple(indenter.CLOSE_PAREN_types), indenter.INDENT_type,
+                   indenter.DEDENT_type, int(indenter.tab_len))
+
+    def lark_postlex(self) -> Any:
+        """An equivalent lark ``Indenter`` instance (for lark's own parser)."""
+        from lark.indenter import Indenter
+
+        spec = self
+
+        class _Indenter(Indenter):
+            NL_type = spec.nl_type
+            OPEN_PAREN_types = spec.open_paren_types  # type: ignore[assignment]
+            CLOSE_PAREN_types = spec.close_paren_types  # type: ignore[assignment]
+            INDENT_type = spec.indent_type
+            DEDENT_type = spec.dedent_type
+            tab_len = spec.tab_len
+
+        return _Indenter()
+
+
+PYTHON_INDENTER = IndenterSpec()
+"""The preset for Python grammars (lark's ``PythonIndenter``)."""
+
+
+@dataclass(frozen=True)
+class LoadedGrammar:
+    """A grammar ready for the runtime: lexer terminals, LALR tables, postlexer.
+
+    Attributes:
+        terminals: lexer terminals (ignored ones included); their index is the lexer id.
+        parser_index: for each lexer terminal, its parser terminal index (or -1).
+        ignore: lexer ids of ``%ignore``d terminals.
+        tables: the LALR(1) tables.
+        postlex: the indenter, or ``None``.
+        lark: lark's own parser for the same grammar (for tests and error reports).
+        start: the start rule.
+    """
+
+    terminals: tuple[TerminalSpec, ...]
+    parser_index: tuple[int, ...]
+    ignore: frozenset[int]
+    tables: ParseTables
+    postlex: IndenterSpec | None
+    lark: Any
+    start: str
+
+
+def _read(grammar: str | os.PathLike[str]) -> tuple[str, list[str]]:
+    if isinstance(grammar, os.PathLike) or (
+        isinstance(grammar, str) and "\n" not in grammar and grammar.endswith(".lark")
+    ):
+        path = Path(grammar)
+        try:
+            return path.read_text(encoding="utf-8"), [str(path.parent)]
+        except OSError as exc:
+            raise GrammarError(f"cannot read grammar file {str(path)!r}: {exc}") from exc
+    return str(grammar), []
+
+
+def _locate(text: str, message: str) -> tuple[int | None, int | None]:
+    """Line/column for a lark message without one: where the quoted name first occurs."""
+    for name in re.findall(r"'([A-Za-z_][A-Za-z_0-9]*)'", message):
+        m = re.search(rf"(?<![\w\"']){re.escape(name)}(?![\w\"'])", text)
+        if m:
+            line = text.count("\n", 0, m.start()) + 1
+            return line, m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+    return None, None
+
+
+def _build_lark(text: str, start: str, postlex: IndenterSpec | None,
+                import_paths: list[str]) -> Any:
+    import lark
+    from lark.exceptions import GrammarError as LarkGrammarError
+    from lark.exceptions import LarkError, UnexpectedInput
+
+    try:
+        return lark.Lark(text, parser="lalr", lexer="contextual", start=start,
+                         postlex=postlex.lark_postlex() if postlex else None,
+                         import_paths=import_paths, maybe_placeholders=False)
+    except UnexpectedInput as exc:
+        raise GrammarError(f"grammar syntax error: {str(exc).strip().splitlines()[0]}",
+                           getattr(exc, "line", None), getattr(exc, "column", None)) from exc
+    except LarkGrammarError as exc:
+        msg = str(exc).strip()
+        m = re.search(r"line (\d+)(?:,? col(?:umn)? (\d+))?", msg)
+        line, col = (int(m.group(1)), int(m.group(2)) if m.group(2) else None) if m \
+            else _locate(text, msg)
+        first = msg.splitlines()[0] if msg else "invalid grammar"
+        if "collision" in msg.lower():
+            first = f"the grammar is not LALR(1): {msg.splitlines()[0]}"
+            detail = "\n".join(msg.splitlines()[1:4])
+            if detail:
+                first += " — " + " ".join(detail.split())
+        raise GrammarError(first, line, col) from exc
+    except (LarkError, KeyError, AssertionError) as exc:
+        msg = str(exc).strip() or type(exc).__name__
+        line, col = _locate(text, msg)
+        raise GrammarError(f"invalid grammar: {msg.splitlines()[0]}", line, col) from exc
+
+
+def _terminal_dfa(term: Any) -> ByteDFA:
+    from lark.lexer import PatternStr
+
+    pattern = term.pattern
+    try:
+        if isinstance(pattern, PatternStr) and not pattern.flags:
+            dfa = literal_dfa(pattern.value.encode())
+        else:  # to_regexp() carries the flags inline, as (?i:...)
+            dfa = compile_dfa(to_dfa_pattern(pattern.to_regexp()))
+    except GrammarError as exc:
+        raise GrammarError(f"terminal {term.name}: {exc}") from exc
+    if dfa.is_empty():
+        raise GrammarError(f"terminal {term.name} matches nothing")
+    if dfa.accepting[dfa.start]:
+        raise GrammarError(f"terminal {term.name} matches the empty string")
+    return dfa
+
+
+def load_grammar(grammar: str | os.PathLike[str], *, start: str = "start",
+                 postlex: IndenterSpec | str | Any | None = "auto") -> LoadedGrammar:
+    """Load ``grammar`` (Lark text, or a path to a ``.lark`` file) for the runtime.
+
+    Args:
+        grammar: Lark grammar text, or a path (``%import`` resolves next to the file).
+        start: the start rule.
+        postlex: ``"auto"`` (the Python indenter when the grammar declares ``_INDENT`` and
+            ``_DEDENT``), ``"python"``, ``None``, an :class:`IndenterSpec`, or a lark
+            ``Indenter`` class/instance.
+
+    Raises:
+        GrammarError: syntax errors, undefined rules/terminals, LALR(1) conflicts,
+            terminals our DFA compiler refuses (look-arounds, back-references…).
+    """
+    text, import_paths = _read(grammar)
+    if postlex == "auto":
+        postlex = PYTHON_INDENTER if re.search(r"%declare[^\n]*\b_INDENT\b", text) and \
+            re.search(r"%declare[^\n]*\b_DEDENT\b", text) else None
+    elif postlex == "python":
+        postlex = PYTHON_INDENTER
+    elif postlex is not None and not isinstance(postlex, IndenterSpec):
+        postlex = IndenterSpec.from_indenter(postlex)
+    assert postlex is None or isinstance(postlex, IndenterSpec)
+    parser = _build_lark(text, start, postlex, import_paths)
+    lark_terms = list(parser.terminals)
+    ignore_names = set(parser.ignore_tokens)
+    specs: list[TerminalSpec] = []
+    for t in lark_terms:
+        from lark.lexer import PatternStr
+
+        specs.append(TerminalSpec(
+            t.name, _terminal_dfa(t), int(t.priority), isinstance(t.pattern, PatternStr),
+            int(min(t.pattern.max_width, 1 << 30)), len(t.pattern.value)))
+    try:
+        table = parser.parser.parser.parser.parse_table
+    except AttributeError as exc:  # pragma: no cover - lark internals moved
+        raise GrammarError("this lark version does not expose its LALR tables") from exc
+    tables = ParseTables.from_lark(table, start, [t.name for t in lark_terms])
+    parser_index = tuple(tables.index.get(t.name, -1) for t in lark_terms)
+    ignore = frozenset(i for i, t in enumerate(lark_terms) if t.name in ignore_names)
+    if postlex is not None:
+        names = {t.name for t in lark_terms}
+        if postlex.nl_type not in names:
+            raise GrammarError(f"the indenter's newline terminal {postlex.nl_type} is not "
+                               "defined by the grammar")
+        for name in (postlex.indent_type, postlex.dedent_type):
+            if name not in tables.index:
+                raise GrammarError(f"the grammar does not use the indenter's {name}")
+    return LoadedGrammar(tuple(specs), parser_index, ignore, tables, postlex, parser, start)
+
+
+__all__ = ["PYTHON_INDENTER", "IndenterSpec", "LoadedGrammar", "load_grammar"]

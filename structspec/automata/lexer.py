@@ -1,0 +1,234 @@
+"""A combined, lazily built lexer DFA over many terminals, with lark's contextual choice.
+
+Every terminal is a trimmed :class:`.dfa.ByteDFA`. A lexer state is the interned tuple of
+``(terminal, dfa state)`` pairs still alive for the current lexeme — a subset
+construction over the terminals, built row by row on first use and stored in one growing
+``int32 [n, 256]`` table, so a whole vocabulary can be walked through it with numpy.
+
+Start states are per *terminal set*: like lark's ``ContextualLexer`` the set is what the
+parser accepts in its current state plus the ``%ignore``d terminals (and the postlexer's
+always-accepted newline). Semantics are **maximal munch without backtracking**: a lexeme
+ends exactly when the next byte cannot extend it; if it dies in a non-accepting state the
+text is an error. When several terminals accept the lexeme, the winner is the one lark's
+lexer would produce: highest priority; at equal priority a string literal before a regex
+(lark's ``UnlessCallback`` turns ``NAME "return"`` into ``RETURN``, while ``returnx`` stays
+one ``NAME``); then lark's own order (longer max width, longer pattern, name).
+
+Because every terminal DFA is trimmed, every terminal in a live state can still be reached:
+``terms(s)`` is the set of terminals the lexeme may still become.
+
+State 0 is dead. Thread-safe: tables only grow; growth is locked.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from structspec.automata.dfa import ByteDFA
+
+if TYPE_CHECKING:
+    from structspec.automata.grammar import _TokenTable
+
+
+@dataclass(frozen=True)
+class TerminalSpec:
+    """One lexer terminal: its name, DFA and lark's tie-breaking attributes."""
+
+    name: str
+    dfa: ByteDFA
+    priority: int = 0
+    is_string: bool = False
+    max_width: int = 0
+    pattern_len: int = 0
+
+
+@dataclass(frozen=True)
+class TokenWalk:
+    """Where every vocabulary token goes from one lexer state (rows of a token table).
+
+    ``inside``: rows whose whole text stays inside the current lexeme, with their end
+    states. ``cross``: rows whose lexeme ends after ``k >= 1`` bytes (the lexeme was
+    accepting at ``state`` and byte ``k`` could not extend it); the rest of the token
+    starts the next lexeme. Rows dying in a non-accepting state are absent (illegal), and
+    rows whose first byte cannot extend the lexeme are left to the caller.
+    """
+
+    inside_rows: np.ndarray  # [I]
+    inside_states: np.ndarray  # [I]
+    cross_rows: np.ndarray  # [C]
+    cross_k: np.ndarray  # [C]
+    cross_states: np.ndarray  # [C]
+
+
+class ContextualLexer:
+    """The combined lexer DFA over ``terminals`` (see the module docstring)."""
+
+    def __init__(self, terminals: list[TerminalSpec]) -> None:
+        self.terminals = terminals
+        order = sorted(range(len(terminals)), key=lambda i: (
+            -terminals[i].priority, not terminals[i].is_string, -terminals[i].max_width,
+            -terminals[i].pattern_len, terminals[i].name))
+        self._rank = [0] * len(terminals)
+        for r, i in enumerate(order):
+            self._rank[i] = r
+        self._tables = [t.dfa.table for t in terminals]
+        self._accepting = [t.dfa.accepting for t in terminals]
+        self._lock = threading.RLock()
+        self._comps: list[tuple[tuple[int, int], ...]] = [()]
+        self._ids: dict[tuple[tuple[int, int], ...], int] = {(): 0}
+        self._table = np.zeros((64, 256), dtype=np.int32)  # grows; rows valid when expanded
+        self._expanded = np.zeros(64, dtype=bool)
+        self._expanded[0] = True
+        self.winner_arr = np.full(64, -1, dtype=np.int32)  # [n] winning terminal or -1
+        self._terms: list[int] = [0]  # bitmask of terminals per state
+        self._starts: dict[frozenset[int], int] = {}
+        self._start_set: set[int] = set()
+        self._walks: dict[int, TokenWalk] = {}
+
+    # -- states ---------------------------------------------------------------------------
+
+    def _intern(self, comps: tuple[tuple[int, int], ...]) -> int:
+        got = self._ids.get(comps)
+        if got is None:
+            got = len(self._comps)
+            if got >= self._table.shape[0]:
+                n = self._table.shape[0] * 2
+                table = np.zeros((n, 256), dtype=np.int32)
+                table[:got] = self._table[:got]
+                expanded = np.zeros(n, dtype=bool)
+                expanded[:got] = self._expanded[:got]
+                winner = np.full(n, -1, dtype=np.int32)
+                winner[:got] = self.winner_arr[:got]
+                self._table, self._expanded, self.winner_arr = table, expanded, winner
+            self._comps.append(comps)
+            self._ids[comps] = got
+            best, best_rank, bits = -1, 1 << 30, 0
+            for tid, q in comps:
+                bits |= 1 << tid
+                if self._accepting[tid][q] and self._rank[tid] < best_rank:
+                    best, best_rank = tid, self._rank[tid]
+            self.winner_arr[got] = best
+            self._terms.append(bits)
+        return got
+
+    def start(self, terminal_ids: frozenset[int]) -> int:
+        """The start state for a lexeme that may be any terminal of ``terminal_ids``."""
+        got = self._starts.get(terminal_ids)
+        if got is None:
+            with self._lock:
+                comps = tuple(sorted((t, self.terminals[t].dfa.start) for t in terminal_ids
+                                     if self.terminals[t].dfa.start))
+                got = self._intern(comps)
+                self._start_set.add(got)
+                self._starts[terminal_ids] = got
+        return got
+
+    def is_start(self, state: int) -> bool:
+        """Whether ``state`` begins a lexeme (nothing pending)."""
+        return state in self._start_set
+
+    def winner(self, state: int) -> int:
+        """The terminal the lexeme becomes if it ends in ``state``, or ``-1``."""
+        return int(self.winner_arr[state])
+
+    def terms(self, state: int) -> int:
+        """Bitmask of the terminals the lexeme may still become."""
+        return self._terms[state]
+
+    def component(self, state: int, terminal: int) -> int:
+        """The DFA state of ``terminal`` inside lexer ``state`` (0 when it is not alive)."""
+        for tid, q in self._comps[state]:
+            if tid == terminal:
+                return q
+        return 0
+
+    def expand(self, states: np.ndarray) -> np.ndarray:
+        """Make sure the rows of ``states`` exist; returns the current table ``[n, 256]``."""
+        todo = [int(s) for s in np.unique(states) if not self._expanded[s]]
+        if todo:
+            with self._lock:
+                for s in todo:
+                    if not self._expanded[s]:
+                        self._expand_one(s)
+        return self._table
+
+    def _expand_one(self, s: int) -> None:
+        comps = self._comps[s]
+        tids = [tid for tid, _ in comps]
+        m = np.stack([self._tables[tid][q] for tid, q in comps])  # [C, 256]
+        cols, inverse = np.unique(m.T, axis=0, return_inverse=True)  # [U, C], [256]
+        ids = np.zeros(len(cols), dtype=np.int32)
+        for u, col in enumerate(cols.tolist()):
+            nxt = tuple((tid, q) for tid, q in zip(tids, col) if q)
+            ids[u] = self._intern(nxt)
+        row = ids[inverse.reshape(-1)]
+        self._table[s] = row
+        self._expanded[s] = True
+
+    def step(self, state: int, byte: int) -> int:
+        """The state after one byte (0 when the lexeme cannot take it)."""
+        if not self._expanded[state]:
+            self.expand(np.array([state]))
+        return int(self._table[state, byte])
+
+    def n_states(self) -> int:
+        """How many lexer states exist so far."""
+        return len(self._comps)
+
+    # -- vocabulary walks ------------------------------------------------------------------
+
+    def walk(self, state: int, tt: _TokenTable) -> TokenWalk:
+        """Walk every token of ``tt`` from ``state`` at once (see :class:`TokenWalk`).
+        Memoized per state."""
+        got = self._walks.get(state)
+        if got is not None:
+            return got
+        table = self.expand(np.array([state]))
+        live_first = np.flatnonzero(table[state])
+        rows = np.sort(np.concatenate([tt.first_rows[b] for b in live_first])) \
+            if live_first.size else np.zeros(0, dtype=np.int64)
+        states = np.full(rows.size, state, dtype=np.int32)
+        in_rows: list[np.ndarray] = []
+        in_states: list[np.ndarray] = []
+        cr_rows: list[np.ndarray] = []
+        cr_k: list[np.ndarray] = []
+        cr_states: list[np.ndarray] = []
+        for pos, n in enumerate(tt.n_longer.tolist()):
+            if rows.size and rows[-1] >= n:  # tokens of length `pos` end here, inside
+                done = rows >= n
+                in_rows.append(rows[done])
+                in_states.append(states[done])
+                rows, states = rows[~done], states[~done]
+            if rows.size == 0:
+                break
+            table = self.expand(states)
+            nxt = table[states, tt.data[rows, pos]]
+            dead = nxt == 0
+            if dead.any():
+                ends = dead & (self.winner_arr[states] >= 0)
+                if pos and ends.any():
+                    cr_rows.append(rows[ends])
+                    cr_k.append(np.full(int(ends.sum()), pos, dtype=np.int64))
+                    cr_states.append(states[ends])
+                rows, states = rows[~dead], nxt[~dead]
+            else:
+                states = nxt
+        if rows.size:
+            in_rows.append(rows)
+            in_states.append(states)
+
+        def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+
+        got = TokenWalk(cat(in_rows, np.int64), cat(in_states, np.int32),
+                        cat(cr_rows, np.int64), cat(cr_k, np.int64),
+                        cat(cr_states, np.int32))
+        self._walks[state] = got
+        return got
+
+
+__all__ = ["ContextualLexer", "TerminalSpec", "TokenWalk"]
