@@ -386,9 +386,6 @@ UNSUPPORTED: list[tuple[Any, str, str]] = [
       "dependentRequired": {"a": ["zz"]}}, "dependentRequired", ""),
     ({"type": "array", "uniqueItems": True}, "uniqueItems", ""),
     ({"type": "array", "contains": {"type": "integer"}}, "contains", ""),
-    ({"$defs": {"s": {"type": "string"}}, "properties": {"x": {
-        "$id": "http://example.com/x", "properties": {"y": {"$ref": "#/$defs/s"}}}}}, "$id",
-     "/properties/x"),
     ({"properties": {"a/b": {"items": {"not": {}}}}}, "not", "/properties/a~1b/items"),
 ]
 
@@ -814,7 +811,14 @@ def test_merging_keeps_the_base_of_nested_ids(byte_vocab):
                               "properties": {"x": {"$ref": "#/$defs/b"}},
                               "$defs": {"b": {"type": "integer"}}}},
               "allOf": [{"$ref": "#/$defs/a"}]}
-    with pytest.raises(UnsupportedSchemaError):
+    c = compile_(schema, byte_vocab)  # "#/$defs/b" inside "a" is a's own b: an integer
+    assert accepted(c, '{"x":1}') and not accepted(c, '{"x":"s"}')
+
+
+def test_a_ref_resolves_against_its_nearest_id(byte_vocab):
+    schema = {"$defs": {"s": {"type": "string"}}, "properties": {"x": {
+        "$id": "http://example.com/x", "properties": {"y": {"$ref": "#/$defs/s"}}}}}
+    with pytest.raises(SchemaError, match="does not resolve"):  # x has no $defs/s
         compile_(schema, byte_vocab)
 
 

@@ -1380,7 +1380,8 @@ def _subschema_pointer(root: Any, path: list[Any]) -> tuple[str, list[Any]]:
     return pointer, list(path[depth:])
 
 
-def _load_schema(schema: Any, registry: Mapping[str, Any] | None = None) -> tuple[Any, Any]:
+def _load_schema(schema: Any, registry: Mapping[str, Any] | None = None,
+                 lenient: bool = False) -> tuple[Any, Any]:
     """Parse (if text) and check ``schema`` against its metaschema, and bundle its references
     (:func:`~structspec.automata.schema_refs.bundle_refs`, remote ones from ``registry``);
     returns (bundled schema, validator of it)."""
@@ -1401,7 +1402,7 @@ def _load_schema(schema: Any, registry: Mapping[str, Any] | None = None) -> tupl
         full = "".join(f"/{_escape_pointer(p)}" for p in exc.path)
         raise SchemaError(f"invalid schema{f' at {full}' if full else ''}: {exc.message}",
                           pointer) from exc
-    schema = bundle_refs(schema, registry)
+    schema = bundle_refs(schema, registry, lenient=lenient)
     return schema, cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
@@ -1608,7 +1609,7 @@ def check_json_schema(schema: dict[str, Any] | bool | str, *, lenient: bool = Fa
         except ValueError as exc:
             raise SchemaError(f"the schema is not valid JSON: {exc}") from exc
     try:
-        schema, validator = _load_schema(schema, registry)
+        schema, validator = _load_schema(schema, registry, lenient)
         lowering = _Lowering(schema, validator, lenient, max_string_length=None,
                              quote_free_top=False, grammar=True)
         lowered = lowering.lower(schema, "", top=True)
@@ -1626,7 +1627,7 @@ def _compile(
     from structspec.automata.grammar import GrammarConstraint
     from structspec.automata.json_grammar import DialectCompiler
 
-    schema, validator = _load_schema(schema, registry)
+    schema, validator = _load_schema(schema, registry, lenient)
     lowering = _Lowering(schema, validator, lenient, max_string_length=None,
                          quote_free_top=False, grammar=True, extra_properties=extra_properties)
     lowered = lowering.lower(schema, "", top=True)

@@ -52,9 +52,11 @@ def _index(node: Any, pointer: str, out: dict[int, str]) -> None:
 
 
 class _Bundler:
-    def __init__(self, root: dict[str, Any], registry: Mapping[str, Any], spec: Any) -> None:
+    def __init__(self, root: dict[str, Any], registry: Mapping[str, Any], spec: Any,
+                 lenient: bool) -> None:
         from referencing import Registry
 
+        self.lenient = lenient
         self.spec = spec
         self.root = root
         self.id_keyword = "id" if spec.name.endswith("draft4") or \
@@ -134,6 +136,8 @@ class _Bundler:
                     raise cause from exc
                 raise
         except (NoSuchResource, Unretrievable) as exc:
+            if self.lenient:  # kept as it is: the lowering drops it with a warning
+                return ref
             raise UnsupportedSchemaError(
                 "$ref", where, f"{ref!r} names a document that is not in the registry "
                 "(remote schemas are never fetched; pass them as registry={uri: schema})",
@@ -162,10 +166,12 @@ class _Bundler:
         return out
 
 
-def bundle_refs(schema: Any, registry: Mapping[str, Any] | None = None) -> Any:
+def bundle_refs(schema: Any, registry: Mapping[str, Any] | None = None, *,
+                lenient: bool = False) -> Any:
     """``schema`` with every ``$ref`` rewritten to a local JSON pointer (see the module
     docstring); ``schema`` itself is not modified. Schemas without ``$ref`` come back as they
-    are.
+    are. ``lenient``: a reference to an unknown document is left as it is (the lowering
+    then drops it with a warning) instead of refused.
 
     Raises:
         SchemaError: a reference does not resolve (missing pointer or anchor).
@@ -186,7 +192,7 @@ def bundle_refs(schema: Any, registry: Mapping[str, Any] | None = None) -> Any:
         spec = specification_with(dialect)
     except Exception:  # an unknown dialect: the metaschema check has already chosen 2020-12
         spec = specification_with("https://json-schema.org/draft/2020-12/schema")
-    return _Bundler(schema, registry or {}, spec).bundle()
+    return _Bundler(schema, registry or {}, spec, lenient).bundle()
 
 
 __all__ = ["DATA_KEYWORDS", "bundle_refs"]
