@@ -46,7 +46,9 @@ def _field_expr(other_quote: str) -> tuple[str, str]:
     q = other_quote
     inner_str = f"{q}[^{q}\"'\\\\\\n\\r{{}}\\x00]*{q}"
     prim0 = f"(?:{_NAME}|{inner_str})"
-    tr0 = rf"(?:\.{_NAME}|\[{_WS}(?:{_NAME}|{_NUM}|{inner_str}){_WS}\]|\(\))"
+    simple = f"(?:{_NAME}|-?{_NUM}|{inner_str})"
+    simple_args = f"(?:{_WS}{simple}(?:{_WS},{_WS}{simple})*{_WS})?"
+    tr0 = rf"(?:\.{_NAME}|\[{_WS}{simple}{_WS}\]|\({simple_args}\))"
     opnd0 = f"[-~]?(?:{_NUM}|{prim0}{tr0}*)"
     expr0 = f"{opnd0}(?:{_BINOP}{opnd0})*"
     args = f"(?:{_WS}{expr0}(?:{_WS},{_WS}{expr0})*{_WS})?"
