@@ -337,6 +337,8 @@ class DialectCompiler:
             return self.lit("null")
         if t == "boolean":
             return alt(self.lit("true"), self.lit("false"))
+        if t in ("integer", "number", "string") and "x-not-regex" in d:
+            return self.excluding(d)
         if t == "integer":
             if "x-multiple" in d:
                 dfa = multiples_dfa(int(d["x-multiple"]))
@@ -367,6 +369,30 @@ class DialectCompiler:
         if t == "object":
             return self.object(d)
         raise ValueError(f"not a lowered schema: {d!r}")
+
+    def excluding(self, d: dict[str, Any]) -> Expr:
+        """A string, integer or number subschema minus the spellings of excluded values
+        (``x-not-regex``): the automaton of the rest, then one difference per regex."""
+        rest = {k: v for k, v in d.items() if k != "x-not-regex"}
+        t = d["type"]
+        if t == "string":
+            regexes = tuple(python_regex(self.placeholders[m]) for m in rest.get("x-regex", ()))
+            dfa = string_dfa(int(rest.get("minLength", 0)), rest.get("maxLength"), regexes)
+        else:
+            base = multiples_dfa(int(rest["x-multiple"])) if "x-multiple" in rest \
+                else cached_dfa(INTEGER if t == "integer" else NUMBER)
+            dfa = base
+            for marker in rest.get("x-regex", ()):
+                dfa = product(dfa, cached_dfa(python_regex(self.placeholders[marker])), "and")
+        for marker in d["x-not-regex"]:
+            dfa = product(dfa, cached_dfa(python_regex(self.placeholders[marker])), "minus")
+        if dfa.is_empty():
+            return alt()
+        markers = [*rest.get("x-regex", ()), "not", *d["x-not-regex"]]
+        key = "\0".join(["excl", t, str(rest.get("minLength", 0)), str(rest.get("maxLength")),
+                         str(rest.get("x-multiple")), *(self.placeholders[m] if m != "not"
+                                                        else m for m in markers)]).encode()
+        return term(self.b.terminal(dfa, t, key=key))
 
     def any_value(self) -> Expr:
         """Any JSON value (one recursive rule, shared)."""

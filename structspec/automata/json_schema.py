@@ -43,6 +43,13 @@ from structspec.automata.cache import CompileCache
 from structspec.automata.dfa import Ranges, complement, normalize
 from structspec.automata.limits import Limits, check_input_size, check_time, compiling
 from structspec.automata.schema_merge import MergeError, merge_all
+from structspec.automata.schema_negation import (
+    NON_INTEGER,
+    NegationError,
+    exactly_one,
+    if_then_else,
+    negate,
+)
 from structspec.automata.schema_refs import bundle_refs
 from structspec.errors import GrammarError, ResourceLimitError, SchemaError, UnsupportedSchemaError
 
@@ -134,6 +141,9 @@ _KNOWN = frozenset(_FAMILY) | {
     "$dynamicRef", "$recursiveRef", "$id",
 }
 _ABSENT: Any = object()
+#: ``oneOf`` branches that are not provably disjoint are made exact by negating each other
+#: branch; beyond this many the grammar grows too much.
+MAX_ONEOF_NEGATED = 8
 
 
 # -- character sets (sorted disjoint inclusive code point ranges) ---------------------------
@@ -516,6 +526,47 @@ def _json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+#: JSON numbers without an exponent: the form excluded values are removed from.
+_PLAIN_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?"
+_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f",
+                  "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _string_spellings(value: str) -> str:
+    """A regex of every JSON spelling of the string ``value`` (quotes included): each
+    character as itself where JSON allows it, its short escape, or ``\\u`` with hex digits
+    in either case."""
+    parts = []
+    for c in value:
+        alts = []
+        if c not in '"\\' and ord(c) >= 0x20:
+            alts.append(re.escape(c))
+        if c in _JSON_ESCAPES:
+            alts.append(re.escape(_JSON_ESCAPES[c]))
+        if ord(c) <= 0xFFFF and not 0xD800 <= ord(c) <= 0xDFFF:
+            hex_digits = "".join(f"[{h}{h.upper()}]" if h.isalpha() else h
+                                 for h in f"{ord(c):04x}")
+            alts.append(r"\\u" + hex_digits)
+        parts.append(f"(?:{'|'.join(alts)})")
+    return '"' + "".join(parts) + '"'
+
+
+def _number_spellings(value: float, integer: bool) -> str:
+    """A regex of the spellings of ``value`` the grammar writes: canonical integers for
+    integer schemas (``-0`` too), exponent-free decimals with any trailing zeros otherwise."""
+    from decimal import Decimal
+
+    d = Decimal(str(value))
+    zero = d == 0
+    text = f"{abs(d):f}"
+    whole, _, frac = text.partition(".")
+    frac = frac.rstrip("0")
+    sign = "-?" if zero else ("-" if d < 0 else "")
+    if integer:
+        return f"{sign}{whole}"
+    return f"{sign}{whole}\\.{frac}0*" if frac else f"{sign}{whole}(?:\\.0+)?"
+
+
 _REGEX_META = set(".^$*+?()[]{}|\\\"")
 
 
@@ -600,6 +651,8 @@ class _Lowering:
         self.grammar = grammar
         self.extra_properties = extra_properties and grammar
         self.validator_keywords = frozenset(getattr(validator, "VALIDATORS", {}))
+        # Assertion keywords of the draft: what a negation must account for.
+        self.known = frozenset((_KNOWN | self.validator_keywords) - ANNOTATIONS)
         draft4 = type(validator).__name__ in ("Draft3Validator", "Draft4Validator")
         self.id_keywords = {"$id", "id"} if draft4 else {"$id"}
         self.has_refs = '"$ref"' in json.dumps(root)
@@ -658,9 +711,32 @@ class _Lowering:
         if "enum" in kws or "const" in kws:
             return self.lower_enum(node, ptr, top)
         if "if" in kws and ("then" in kws or "else" in kws):
-            self.refuse("if", ptr, "if/then/else is not enforced")
+            try:  # (if and then) or (not if and else), as an anyOf beside the rest
+                either = if_then_else(node["if"], node.get("then", True),
+                                      node.get("else", True), self.deref, self.known)
+            except NegationError as exc:
+                self.refuse("if", ptr, f"the if schema has no exact complement: {exc}")
+            else:
+                rest = {k: v for k, v in node.items() if k not in ("if", "then", "else")}
+                return self.lower({"allOf": [rest, either]}, ptr, top)
         kws -= {"if", "then", "else"}
-        for k in ("not", "$dynamicRef", "$recursiveRef"):
+        if "not" in kws:
+            rest = {k: v for k, v in node.items() if k != "not"}
+            excluded = self.excluded_values(node["not"])
+            if excluded is not None:
+                if not kws & {"allOf", "anyOf", "oneOf", "$ref"}:
+                    kws.discard("not")
+                    return self.lower_typed(rest, kws, ptr, top, exclude=excluded)
+                # else: merged into the composition's parts below, then excluded there
+            else:
+                try:
+                    negated = negate(node["not"], self.deref, 0, self.known)
+                except NegationError as exc:
+                    self.refuse("not", ptr, f"no exact complement: {exc}")
+                    kws.discard("not")
+                else:
+                    return self.lower({"allOf": [rest, negated]}, ptr, top)
+        for k in ("$dynamicRef", "$recursiveRef"):
             if k in kws:
                 self.refuse(k, ptr, "not enforced")
                 kws.discard(k)
@@ -776,9 +852,16 @@ class _Lowering:
         if key == "oneOf" and self.grammar:
             branches = self.objects_only(branches)
         if key == "oneOf" and not self.disjoint(branches):
-            self.refuse("oneOf", ptr, "cannot prove the branches disjoint (different types, "
-                        "different const/enum values, or a required property with different "
-                        "const values); use anyOf if overlap is fine")
+            # Exactly one: branch i and the complement of every other branch.
+            try:
+                if len(branches) > MAX_ONEOF_NEGATED:
+                    raise NegationError("oneOf", f"more than {MAX_ONEOF_NEGATED} branches")
+                branches = exactly_one(branches, self.deref, self.known)
+            except NegationError as exc:
+                self.refuse("oneOf", ptr, "cannot prove the branches disjoint (different "
+                            "types, different const/enum values, or a required property with "
+                            f"different const values) nor negate them ({exc}); use anyOf if "
+                            "overlap is fine")
         lowered = [self.lower(b, f"{ptr}/{key}/{i}", top) for i, b in enumerate(branches)]
         kept = [b for b in lowered if b is not None]
         if not kept:
@@ -884,13 +967,38 @@ class _Lowering:
 
     # -- typed schemas
 
-    def lower_typed(self, node: dict[str, Any], kws: set[str], ptr: str, top: bool) -> Any:
+    def excluded_values(self, node: Any) -> list[Any] | None:
+        """The values of a ``not`` that only lists values (``const``/``enum``, or an
+        ``anyOf`` of those); ``None`` for any other ``not``."""
+        node = self.deref(node)
+        if not isinstance(node, dict):
+            return None
+        kws = {k for k in node if k not in ANNOTATIONS and k in self.known}
+        if kws == {"anyOf"}:
+            out: list[Any] = []
+            for branch in node["anyOf"]:
+                sub = self.excluded_values(branch)
+                if sub is None:
+                    return None
+                out += sub
+            return out
+        if kws == {"const"}:
+            return [node["const"]]
+        if kws == {"enum"}:
+            return list(node["enum"])
+        return None
+
+    def lower_typed(self, node: dict[str, Any], kws: set[str], ptr: str, top: bool,
+                    exclude: list[Any] | None = None) -> Any:
+        """Typed keywords; ``exclude``: values a ``not`` rules out."""
         if "type" in node:
             types = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
         else:  # no type: generate the types whose keywords are present (narrowing)
             types = sorted({_FAMILY[k] for k in kws if k in _FAMILY})
-            if not types:
+            if not types and not exclude:
                 return _any_value()
+            if not types:
+                types = ["null", "boolean", "number", "string", "array", "object"]
         out = []
         for t in types:
             if t in ("null", "boolean"):
@@ -899,6 +1007,8 @@ class _Lowering:
                 lowered = self.lower_string(node, ptr, top)
             else:
                 lowered = getattr(self, f"lower_{t}")(node, ptr)
+            if lowered is not None and exclude:
+                lowered = self.without_values(lowered, t, exclude, ptr)
             if lowered is not None:
                 out.append(lowered)
         if not out:
@@ -906,6 +1016,45 @@ class _Lowering:
                 return None
             return self.nothing(ptr, f"no value of type {types} satisfies the keywords")
         return out[0] if len(out) == 1 else {"anyOf": out}
+
+    def without_values(self, lowered: Any, t: str, exclude: list[Any], ptr: str) -> Any:
+        """``lowered`` (of type ``t``) minus the JSON values ``exclude`` (``not``/``enum``).
+
+        Each excluded value is removed in every spelling the grammar could write it in
+        (``"a"`` is also ``"\\u0061"``; ``5`` is also ``5.0``), so the exclusion is exact.
+        """
+        family = "number" if t == "integer" else t
+        values = [v for v in exclude if _json_type(v) == family]
+        if t == "integer":
+            values = [v for v in values if float(v).is_integer()]
+        if not values:
+            return lowered
+        if "enum" in lowered:
+            kept = [v for v in lowered["enum"] if not any(_json_equal(v, x) for x in values)]
+            return {"enum": kept} if kept else self.nothing(ptr, "every value is excluded")
+        if t == "null":
+            return self.nothing(ptr, "null is excluded")
+        if t == "boolean":
+            kept = [b for b in (True, False) if not any(_json_equal(b, x) for x in values)]
+            return {"enum": kept} if kept else self.nothing(ptr, "both booleans are excluded")
+        if t in ("array", "object"):
+            self.refuse("not", ptr, f"excluding {t} values is not supported")
+            return lowered
+        if "const" in lowered and lowered["const"] in self.placeholders:  # a bare regex
+            lowered = {"type": t, "x-regex": [lowered["const"]]}
+        if not isinstance(lowered, dict) or lowered.get("type") != t:
+            self.refuse("not", ptr, f"cannot exclude values from this {t} schema")
+            return lowered
+        out = dict(lowered)
+        if t == "string":
+            regex = "|".join(_string_spellings(v) for v in values)
+        else:
+            regex = "|".join(_number_spellings(v, t == "integer") for v in values)
+            if t == "number":  # the spellings are exponent-free: so are the outputs here
+                out["x-regex"] = [*out.get("x-regex", ()),
+                                  self.placeholder(_PLAIN_NUMBER)["const"]]
+        out["x-not-regex"] = [*out.get("x-not-regex", ()), self.placeholder(regex)["const"]]
+        return out
 
     def lower_string(self, node: dict[str, Any], ptr: str, top: bool = False) -> Any:
         """Strings. Long bounds are narrowed to :data:`MAX_STRING_LENGTH`.
@@ -1020,6 +1169,8 @@ class _Lowering:
         return found[0], found[1]
 
     def lower_integer(self, node: dict[str, Any], ptr: str) -> Any:
+        if node.get(NON_INTEGER) is True:  # an integer with a non-zero fraction: none
+            return self.nothing(ptr, "an integer is required where integers are excluded")
         low, high = self.bounds(node, ptr, integer=True)
         lo, hi = (low[0] if low else None), (high[0] if high else None)
         step = node.get("multipleOf")
@@ -1074,7 +1225,11 @@ class _Lowering:
         if "multipleOf" in node:
             self.refuse("multipleOf", ptr, "multipleOf is supported only for integers")
         if self.grammar:
-            return self.decimal_bounds(node, ptr)
+            out = self.decimal_bounds(node, ptr)
+            if node.get(NON_INTEGER) is True:  # written without exponent: a narrowing
+                out["x-regex"] = [*out.get("x-regex", ()), self.placeholder(
+                    r"-?(?:0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*")["const"]]
+            return out
         low, high = self.bounds(node, ptr, integer=False)
         if low is None and high is None:
             return {"type": "number"}

@@ -130,6 +130,8 @@ def merge_pair(a: Any, b: Any) -> Any:
             if key == "oneOf":
                 raise MergeError(key, "two oneOf lists cannot be intersected exactly here")
             out[key] = [_both(x, y) for x in a[key] for y in b[key]]
+        elif key == "not":  # neither a nor b: not (a or b)
+            out[key] = {"anyOf": [a[key], b[key]]}
         elif key == "uniqueItems":
             out[key] = bool(a[key]) or bool(b[key])
         else:

@@ -1,0 +1,118 @@
+"""``not``, ``if``/``then``/``else`` and overlapping ``oneOf``: exact, through complements."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from conftest import make_byte_vocab
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from structspec import UnsupportedSchemaError, compile_json_schema
+from structspec.automata import accepts
+from structspec.automata.schema_negation import NON_INTEGER, NegationError, negate
+
+VOCAB = make_byte_vocab([])
+
+
+def ok(constraint, text: str) -> bool:
+    return accepts(constraint, [b + 1 for b in text.encode()] + [0])
+
+
+CASES = [
+    ({"type": "string", "not": {"const": "j"}},
+     ['"b"', '""', '"\\u0041"'], ['"j"', '"\\u006a"', '"\\u006A"']),
+    ({"type": "string", "not": {"enum": ["a/b", "\n"]}},
+     ['"a"', '"ab"'], ['"a/b"', '"a\\/b"', '"\\n"', '"\\u000a"', '"\\u000A"']),
+    ({"not": {"enum": ["x", 1, None]}}, ['"y"', "2", "true", "1.5"], ['"x"', "1", "1.0", "null"]),
+    ({"type": "integer", "not": {"enum": [0, 3]}}, ["1", "-3", "30"], ["0", "-0", "3"]),
+    ({"type": "number", "not": {"const": 2.5}}, ["2.4", "25", "2.55"], ["2.5", "2.50"]),
+    ({"type": "boolean", "not": {"const": True}}, ["false"], ["true"]),
+    ({"not": {"type": "string"}}, ["1", "null", "{}", "[]"], ['"s"']),
+    ({"not": {"type": "integer"}}, ["1.5", '"s"', "null"], ["1", "-7"]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+      "not": {"required": ["a", "b"]}}, ['{"a":1}', "{}", '{"b":2}'], ['{"a":1,"b":2}']),
+    ({"type": "object", "properties": {"kind": {"enum": ["x", "y"]}, "n": {"type": "integer"}},
+      "required": ["kind"], "if": {"properties": {"kind": {"const": "x"}}},
+      "then": {"required": ["n"]}, "else": {"not": {"required": ["n"]}}},
+     ['{"kind":"x","n":1}', '{"kind":"y"}'], ['{"kind":"x"}', '{"kind":"y","n":1}']),
+    ({"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 10}]},
+     ["1", "10.5", "5"], ["10", "12"]),
+    ({"type": "number", "not": {"minimum": 3}}, ["2.5", "-1"], ["3", "4"]),
+    ({"type": "string", "not": {"maxLength": 2}}, ['"abc"'], ['"ab"', '""']),
+    ({"type": "array", "items": {"type": "integer"}, "not": {"minItems": 2}},
+     ["[]", "[1]"], ["[1,2]"]),
+    ({"if": {"type": "integer"}, "else": {"type": "string"}}, ["1", '"s"'], ["null", "1.5"]),
+]
+
+
+@pytest.mark.parametrize(("schema", "good", "bad"), CASES,
+                         ids=[json.dumps(c[0])[:50] for c in CASES])
+def test_golden(schema, good, bad) -> None:
+    c = compile_json_schema(schema, VOCAB, extra_properties=True, max_array_items=None)
+    for text in good:
+        assert jsonschema.validate(json.loads(text), schema) is None
+        assert ok(c, text), text
+    for text in bad:
+        assert not ok(c, text), text
+
+
+def test_what_has_no_complement_is_refused_with_its_pointer() -> None:
+    with pytest.raises(UnsupportedSchemaError) as info:
+        compile_json_schema({"properties": {"a": {"not": {"pattern": "x"}}}}, VOCAB)
+    assert info.value.keyword == "not" and info.value.pointer == "/properties/a"
+    with pytest.raises(NegationError):
+        negate({"uniqueItems": True}, lambda s: s)
+
+
+# -- property: negate(S) accepts exactly what S rejects, checked by jsonschema ------------------
+
+_LEAF = st.one_of(
+    st.fixed_dictionaries({"type": st.sampled_from(
+        ["null", "boolean", "integer", "number", "string", "array", "object"])}),
+    st.fixed_dictionaries({"const": st.one_of(st.none(), st.booleans(), st.integers(-3, 3),
+                                              st.sampled_from(["a", "b", ""]))}),
+    st.fixed_dictionaries({"minLength": st.integers(0, 3)}),
+    st.fixed_dictionaries({"maxLength": st.integers(0, 3)}),
+    st.fixed_dictionaries({"minimum": st.integers(-2, 2)}),
+    st.fixed_dictionaries({"exclusiveMaximum": st.integers(-2, 2)}),
+    st.fixed_dictionaries({"minItems": st.integers(0, 2)}),
+    st.fixed_dictionaries({"required": st.lists(st.sampled_from("ab"), min_size=1,
+                                                max_size=2, unique=True)}),
+    st.booleans(),
+)
+SCHEMAS = st.recursive(_LEAF, lambda inner: st.one_of(
+    st.fixed_dictionaries({"anyOf": st.lists(inner, min_size=1, max_size=3)}),
+    st.fixed_dictionaries({"allOf": st.lists(inner, min_size=1, max_size=3)}),
+    st.fixed_dictionaries({"not": inner}),
+    st.fixed_dictionaries({"properties": st.fixed_dictionaries({"a": inner})}),
+), max_leaves=5)
+VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-4, 4), st.sampled_from([0.5, -1.5, 2.0]),
+              st.sampled_from(["", "a", "b", "abc", "abcd"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.sampled_from("abc"), inner, max_size=3)),
+    max_leaves=6)
+
+
+def _non_integer(validator, value, instance, schema):
+    """The internal keyword's meaning, for the reference validator."""
+    if value is True and validator.is_type(instance, "number") and float(instance).is_integer():
+        yield jsonschema.ValidationError(f"{instance!r} is an integer")
+
+
+Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                         {NON_INTEGER: _non_integer})
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(SCHEMAS, st.lists(VALUES, min_size=1, max_size=8))
+@example({"type": "integer"}, [1, 1.5, "x"])
+@example({"not": {"required": ["a"]}}, [{"a": 1}, {}, 3])
+def test_negation_is_the_complement(schema, values) -> None:
+    negated = negate(schema, lambda s: s)
+    for value in values:
+        assert Validator(negated).is_valid(value) != Validator(schema).is_valid(value), \
+            (negated, value)
