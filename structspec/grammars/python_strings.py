@@ -11,8 +11,8 @@ They are *sound*: a literal they match is one Python 3.12 accepts — bytes hold
 ``\\x``/``\\u``/``\\U`` escapes are complete, ``\\N{...}`` is left out (its names cannot be
 checked by a regex), a triple-quoted body never contains its closing quotes. f-strings keep
 their replacement fields to a regular subset of expressions (names, numbers, strings,
-attribute/call/subscript trailers two levels deep, binary and boolean operators, one
-conditional expression, ``!r``, ``=``, format specs with nested fields); a name inside a
+attribute/call/subscript trailers two levels deep, binary and boolean operators,
+``!r``, ``=``, format specs with nested fields); a name inside a
 field is not checked against the keywords, and comprehensions, lambdas and nested f-strings
 inside a field are not accepted.
 """
@@ -47,8 +47,7 @@ def _field_expr(other_quote: str) -> tuple[str, str]:
     inner_str = f"{q}[^{q}\"'\\\\\\n\\r{{}}\\x00]*{q}"
     prim0 = f"(?:{_NAME}|{inner_str})"
     simple = f"(?:{_NAME}|-?{_NUM}|{inner_str})"
-    simple_args = f"(?:{_WS}{simple}(?:{_WS},{_WS}{simple})*{_WS})?"
-    tr0 = rf"(?:\.{_NAME}|\[{_WS}{simple}{_WS}\]|\({simple_args}\))"
+    tr0 = rf"(?:\.{_NAME}|\[{_WS}{simple}{_WS}\]|\({_WS}{simple}?{_WS}\))"
     opnd0 = f"[-~]?(?:{_NUM}|{prim0}{tr0}*)"
     expr0 = f"{opnd0}(?:{_BINOP}{opnd0})*"
     args = f"(?:{_WS}{expr0}(?:{_WS},{_WS}{expr0})*{_WS})?"
@@ -69,8 +68,7 @@ def _fstring_field(quote_char: str) -> str:
     spec = (
         f"(?:[^{{}}\"'\\\\\\n\\r\\x00]|\\{{{_WS}{expr0}{_WS}\\}})*"
     )
-    expr = f"{expr1}(?: +if +{expr1} +else +{expr1})?"
-    return rf"\{{{_WS}{expr}{_WS}(?:={_WS})?(?:![rsa])?(?::{spec})?\}}"
+    return rf"\{{{_WS}{expr1}{_WS}(?:={_WS})?(?:![rsa])?(?::{spec})?\}}"
 
 
 def _variants(kind: str) -> list[str]:
