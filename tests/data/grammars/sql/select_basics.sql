@@ -1,0 +1,10 @@
+SELECT * FROM customers;
+SELECT first_name, last_name FROM customers WHERE country = 'Germany';
+SELECT DISTINCT country FROM customers ORDER BY country;
+SELECT COUNT(*) AS n FROM orders WHERE order_date >= DATE '2024-01-01';
+SELECT name, price FROM products WHERE price BETWEEN 10 AND 20 ORDER BY price DESC LIMIT 5;
+SELECT * FROM customers WHERE city IN ('Paris', 'London', 'Berlin');
+SELECT * FROM customers WHERE customer_name LIKE 'a%' AND NOT country = 'USA';
+SELECT * FROM customers WHERE address IS NULL OR postal_code IS NOT NULL;
+select id, email from users where email not like '%@example.com' limit 10 offset 20;
+SELECT p.name AS product, c.name category FROM products p, categories c WHERE p.category_id = c.id;
