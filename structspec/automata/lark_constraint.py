@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from structspec.vocab import Vocabulary
 
 FREE = -2  # stack value of the tolerant, parser-free mode
+_SCALAR_ROWS = 48  # below this many rows, rests of tokens are stepped byte by byte
 _Key = tuple[int, int, int, int, tuple[int, ...], bool]
 
 
@@ -64,13 +65,14 @@ class LarkRuntime:
         self._keys: list[_Key] = [(0, 0, -1, 0, (), False)]  # 0 = dead
         self._ids: dict[_Key, int] = {}
         self._bytes: dict[tuple[int, int], int] = {}
-        self._masks: dict[int, TokenMask] = {}
+        self._masks: dict[tuple, TokenMask] = {}
         self._eof: dict[int, bool] = {}
         self._ends: dict[int, int] = {}
         self._viable: dict[tuple[int, int, tuple[int, ...]], int] = {}
         self._nl_levels: dict[tuple[int, tuple[int, ...]], tuple[frozenset[int], bool]] = {}
         self._nl_reach: dict[tuple[int, int, frozenset[int], bool, int], bool] = {}
         self._starts: dict[int, int] = {}
+        self._cands: dict[int, list[tuple[int, int]]] = {}
         self._groups: dict[int, tuple] = {}
         pl = g.postlex
         names = [t.name for t in g.terminals]
@@ -141,6 +143,16 @@ class LarkRuntime:
 
     # -- the parser side ---------------------------------------------------------------------
 
+    def _candidates(self, top: int) -> list[tuple[int, int]]:
+        """(lexer id, parser id) of the terminals LALR state ``top`` has an action for."""
+        got = self._cands.get(top)
+        if got is None:
+            acts = self.g.tables.actions[top]
+            got = [(i, p) for i, p in enumerate(self.g.parser_index)
+                   if i != self.nl and p >= 0 and p in acts]
+            self._cands[top] = got
+        return got
+
     def viable_bits(self, stack: int, paren: int, levels: tuple[int, ...]) -> int:
         """Bitmask of lexer terminals whose lexeme could end here and be taken (the newline
         terminal only where the postlexer drops it; see ``nl_ok`` otherwise)."""
@@ -151,9 +163,8 @@ class LarkRuntime:
                 got = (1 << len(self.g.terminals)) - 1
             else:
                 got = self.ignore_bits
-                acts = self.g.tables.actions[self.stacks.top(stack)]
-                for i, p in enumerate(self.g.parser_index):
-                    if i != self.nl and p >= 0 and p in acts and self.stacks.feed(stack, p) >= 0:
+                for i, p in self._candidates(self.stacks.top(stack)):
+                    if self.stacks.feed(stack, p) >= 0:
                         got |= 1 << i
                 if self.nl >= 0 and paren > 0:
                     got |= self.nl_bit
@@ -230,8 +241,16 @@ class LarkRuntime:
         if self.lex.is_start(lx):
             return True
         terms = self.lex.terms(lx)
-        if terms & self.viable_bits(stack, paren, levels):
+        if terms & self.ignore_bits:
             return True
+        if stack == FREE:
+            return bool(terms)
+        if terms & self.nl_bit and paren > 0:
+            return True
+        top = self.stacks.top(stack)
+        for i, p in self._candidates(top):
+            if terms >> i & 1 and self.stacks.feed(stack, p) >= 0:
+                return True
         if terms & self.nl_bit and paren == 0 and stack != FREE:
             return self.nl_ok(self.lex.component(lx, self.nl), ind, stack, levels)
         return False
@@ -330,8 +349,110 @@ class LarkRuntime:
 
     # -- masks -------------------------------------------------------------------------------
 
+    def _seg_effect(self, rows: np.ndarray, lo: np.ndarray,
+                    hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, what bytes ``[lo, hi)`` of the token do to a newline lexeme's
+        indentation: whether they hold a ``\\n``, and the columns after the last one."""
+        data = self.tt.data[rows]  # [R, Lmax]
+        pos = np.arange(data.shape[1])[None, :]
+        seg = (pos >= lo[:, None]) & (pos < hi[:, None])
+        is_nl = (data == 10) & seg
+        has = is_nl.any(axis=1)
+        last = np.where(has, data.shape[1] - 1 - np.argmax(is_nl[:, ::-1], axis=1), -1)
+        cols = np.where(data == 32, 1, np.where(data == 9, self.tab_len, 0))
+        return has, (cols * (seg & (pos > last[:, None]))).sum(axis=1)
+
+    def _ends_ok(self, ends: np.ndarray, rows: np.ndarray, lo: np.ndarray, ind: int,
+                 ctx: tuple[int, int, tuple[int, ...]]) -> np.ndarray:
+        """Whether tokens (``rows``) whose bytes from ``lo`` stayed inside one lexeme, now
+        at lexer states ``ends``, leave it alive under the parser context ``ctx``."""
+        stack, paren, levels = ctx
+        vb = self.viable_bits(stack, paren, levels)
+        nl_check = self.nl >= 0 and paren == 0 and stack != FREE
+        ok = np.zeros(rows.size, dtype=bool)
+        uniq, inv = np.unique(ends, return_inverse=True)
+        inv = inv.reshape(-1)
+        for u, end in enumerate(uniq.tolist()):
+            terms = self.lex.terms(end)
+            if terms & vb:
+                ok[inv == u] = True
+            elif nl_check and terms & self.nl_bit:
+                sel = np.flatnonzero(inv == u)
+                q = self.lex.component(end, self.nl)
+                has, cols = self._seg_effect(rows[sel], lo[sel], self.tt.lengths[rows[sel]])
+                final = np.where(has, cols, ind + cols)
+                for d in np.unique(final).tolist():
+                    if self.nl_ok(q, d, stack, levels):
+                        ok[sel[final == d]] = True
+        return ok
+
+    def _cross_ok(self, rows: np.ndarray, ks: np.ndarray, ends: np.ndarray, lo: np.ndarray,
+                  key: _Key) -> np.ndarray:
+        """Whether tokens whose lexeme ends after byte ``ks`` (at lexer states ``ends``;
+        the lexeme began at byte ``lo``) are legal: end it, then walk the rest. Rows are
+        grouped by the state after the lexeme ends (``foo(``, ``bar(``: one walk)."""
+        _, ind, stack, paren, levels, _ = key
+        ended = np.zeros(rows.size, dtype=np.int64)
+        uniq, inv = np.unique(ends, return_inverse=True)
+        inv = inv.reshape(-1)
+        for u, end in enumerate(uniq.tolist()):
+            if self.lex.terms(end) & self.nl_bit:
+                sel = np.flatnonzero(inv == u)
+                has, cols = self._seg_effect(rows[sel], lo[sel], ks[sel])
+                final = np.where(has, cols, ind + cols)
+                for d in np.unique(final).tolist():
+                    ended[sel[final == d]] = self.end_lexeme(
+                        self.intern((end, d, stack, paren, levels, False)))
+            else:
+                ended[inv == u] = self.end_lexeme(
+                    self.intern((end, 0, stack, paren, levels, False)))
+        ok = np.zeros(rows.size, dtype=bool)
+        for y in np.unique(ended).tolist():
+            if y:
+                part = np.flatnonzero(ended == y)
+                ok[part] = self._rows_from(y, rows[part], ks[part])
+        return ok
+
+    def _rows_from(self, state: int, rows: np.ndarray, offs: np.ndarray) -> np.ndarray:
+        """Whether the rest of each token (``rows``, from byte ``offs``) is legal from
+        ``state`` (a state between lexemes): one vectorized walk through the lexer."""
+        tt = self.tt
+        if rows.size <= _SCALAR_ROWS:  # a few short rests: byte steps (memoized) are cheaper
+            data, lengths = tt.data, tt.lengths
+            return np.array([bool(self.step_bytes(state, data[r, k:lengths[r]].tobytes()))
+                             for r, k in zip(rows.tolist(), offs.tolist())], dtype=bool)
+        key = self._keys[state]
+        ctx = (key[2], key[3], key[4])
+        result = np.zeros(rows.size, dtype=bool)
+        idx = np.arange(rows.size)
+        states = np.full(rows.size, key[0], dtype=np.int32)
+        pos = offs.copy()
+        lengths = tt.lengths[rows]
+        while idx.size:
+            done = pos >= lengths[idx]
+            if done.any():
+                d = idx[done]
+                result[d] = self._ends_ok(states[done], rows[d], offs[d], key[1], ctx)
+                idx, states, pos = idx[~done], states[~done], pos[~done]
+                if not idx.size:
+                    break
+            table = self.lex.expand(states)
+            nxt = table[states, tt.data[rows[idx], pos]]
+            dead = nxt == 0
+            if dead.any():
+                cross = dead & (self.lex.winner_arr[states] >= 0)
+                if cross.any():
+                    c = idx[cross]
+                    result[c] = self._cross_ok(rows[c], pos[cross], states[cross], offs[c], key)
+                keep = ~dead
+                idx, states, pos = idx[keep], nxt[keep], pos[keep]
+            else:
+                states = nxt
+            pos = pos + 1
+        return result
+
     def _lexer_groups(self, lx: int) -> tuple:
-        """Per lexer state: inside-token groups, crossing-token groups, first-byte kills."""
+        """Per lexer state: inside-token groups, the crossing tokens, first-byte kills."""
         got = self._groups.get(lx)
         if got is not None:
             return got
@@ -359,21 +480,6 @@ class LarkRuntime:
         groups_in = [(terms, nl, TokenMask.from_ids(tt.ids[np.concatenate(parts)],
                                                     tt.size).words)
                      for (terms, nl), parts in inside.items()]
-        cross: dict[tuple, list[int]] = {}
-        data, lengths = tt.data, tt.lengths
-        for row, k, end in zip(walk.cross_rows.tolist(), walk.cross_k.tolist(),
-                               walk.cross_states.tolist()):
-            eff = None
-            if self.lex.terms(end) & self.nl_bit:
-                pre = data[row, :k]
-                nl_at = np.flatnonzero(pre == 10)
-                seg = pre[nl_at[-1] + 1:] if nl_at.size else pre
-                cols = int((seg == 32).sum() + (seg == 9).sum() * self.tab_len)
-                eff = (bool(nl_at.size), cols)
-            suffix = data[row, k:lengths[row]].tobytes()
-            cross.setdefault((end, eff, suffix), []).append(int(tt.ids[row]))
-        groups_cross = [(end, eff, suffix, np.asarray(ids, dtype=np.int64))
-                        for (end, eff, suffix), ids in cross.items()]
         kill = None
         if self.lex.winner(lx) >= 0:
             table = self.lex.expand(np.array([lx]))
@@ -381,23 +487,27 @@ class LarkRuntime:
             rows = np.concatenate([tt.first_rows[b] for b in dead_first]) \
                 if dead_first.size else np.zeros(0, dtype=np.int64)
             kill = TokenMask.from_ids(tt.ids[rows], tt.size).words
-        got = (groups_in, groups_cross, kill)
+        got = (groups_in, walk, kill)
         self._groups[lx] = got
         return got
 
     def mask(self, state: int) -> TokenMask:
-        """The tokens legal in ``state`` (EOS excluded; the constraint adds it). Memoized."""
-        got = self._masks.get(state)
+        """The tokens legal in ``state`` (EOS excluded; the constraint adds it). Memoized
+        per state value, the after-newline flag left out (it does not change the mask)."""
+        key = self._keys[state]
+        mk = key[:5]
+        got = self._masks.get(mk)
         if got is None:
             got = self._mask(state)
-            self._masks[state] = got
+            self._masks[mk] = got
         return got
 
     def _mask(self, state: int) -> TokenMask:
-        lx, ind, stack, paren, levels, _ = self._keys[state]
+        key = self._keys[state]
+        lx, ind, stack, paren, levels, _ = key
         size = self.tt.size
         words = np.zeros((size + 31) // 32, dtype=np.uint32)
-        groups_in, groups_cross, kill = self._lexer_groups(lx)
+        groups_in, walk, kill = self._lexer_groups(lx)
         vb = self.viable_bits(stack, paren, levels)
         nl_check = self.nl >= 0 and paren == 0 and stack != FREE
         for terms, nl, w in groups_in:
@@ -407,20 +517,20 @@ class LarkRuntime:
                 q, reset, cols = nl
                 if self.nl_ok(q, cols if reset else ind + cols, stack, levels):
                     words |= w
-        extra: list[np.ndarray] = []
-        for end, eff, suffix, ids in groups_cross:
-            ind2 = 0 if eff is None else (eff[1] if eff[0] else ind + eff[1])
-            pending = self.intern((end, ind2, stack, paren, levels, False))
-            ended = self.end_lexeme(pending)
-            if ended and self.step_bytes(ended, suffix):
-                extra.append(ids)
+        extra = None
+        if walk.cross_rows.size:
+            rows = walk.cross_rows
+            ok = self._cross_ok(rows, walk.cross_k, walk.cross_states,
+                                np.zeros(rows.size, dtype=np.int64), key)
+            if ok.any():
+                extra = self.tt.ids[rows[ok]]
         if kill is not None:
             ended = self.end_lexeme(state)
             if ended:
                 words |= self.mask(ended).words & kill
         mask = TokenMask(words, size)
-        if extra:
-            mask = mask | TokenMask.from_ids(np.concatenate(extra), size)
+        if extra is not None:
+            mask = mask | TokenMask.from_ids(extra, size)
         return mask
 
     def n_states(self) -> int:

@@ -24,7 +24,7 @@ from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa
 from structspec.automata.lalr import ParseTables
 from structspec.automata.lexer import TerminalSpec
 from structspec.automata.pyregex import to_dfa_pattern
-from structspec.errors import GrammarError
+from structspec.errors import GrammarError, ResourceLimitError
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,8 @@ def _terminal_dfa(term: Any) -> ByteDFA:
             dfa = compile_dfa(to_dfa_pattern(pattern.to_regexp()))
     except GrammarError as exc:
         raise GrammarError(f"terminal {term.name}: {exc}") from exc
+    except ResourceLimitError as exc:
+        raise ResourceLimitError(f"terminal {term.name}: {exc}") from exc
     if dfa.is_empty():
         raise GrammarError(f"terminal {term.name} matches nothing")
     if dfa.accepting[dfa.start]:

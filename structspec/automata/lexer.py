@@ -148,6 +148,8 @@ class ContextualLexer:
 
     def expand(self, states: np.ndarray) -> np.ndarray:
         """Make sure the rows of ``states`` exist; returns the current table ``[n, 256]``."""
+        if self._expanded[states].all():
+            return self._table
         todo = [int(s) for s in np.unique(states) if not self._expanded[s]]
         if todo:
             with self._lock:
