@@ -53,7 +53,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle):
 
 
 def test_unsupported_keyword_names_keyword_and_pointer(capsys):
-    schema = '{"type":"object","properties":{"n":{"type":"number","multipleOf":0.5}}}'
+    schema = '{"type":"object","properties":{"n":{"type":"number","multipleOf":0.0000123457}}}'
     code, _, err = _run(capsys, "generate", "--schema", schema, "--prompt", "x")
     assert code == 2
     assert "multipleOf" in err and "/properties/n" in err

@@ -357,8 +357,8 @@ def test_decimal_number_bounds(byte_vocab):
 # -- refusals ----------------------------------------------------------------------------------
 
 UNSUPPORTED: list[tuple[Any, str, str]] = [
-    ({"type": "integer", "minimum": 0, "multipleOf": 2.5}, "multipleOf", ""),
-    ({"type": "number", "multipleOf": 0.5}, "multipleOf", ""),
+    ({"type": "integer", "minimum": 0, "multipleOf": 1234567}, "multipleOf", ""),
+    ({"type": "number", "multipleOf": 0.0000123457}, "multipleOf", ""),
     ({"type": "string", "format": "idn-hostname"}, "format", ""),
     ({"allOf": [{"items": {"type": "integer"}}, {"prefixItems": [{"type": "string"}]}]},
      "allOf", ""),
@@ -414,7 +414,7 @@ def test_lenient_mode_warns_and_drops(byte_vocab, schema, keyword, pointer):
 
 
 def test_lenient_warns_again_on_cache_hit(byte_vocab):
-    schema = {"type": "integer", "minimum": 0, "multipleOf": 2.5, "title": "cache-hit"}
+    schema = {"type": "integer", "minimum": 0, "multipleOf": 1234567, "title": "cache-hit"}
     with pytest.warns(LenientSchemaWarning):
         first = compile_(schema, byte_vocab, lenient=True)
     with pytest.warns(LenientSchemaWarning):
@@ -886,3 +886,23 @@ def test_integer_multiples_are_a_residue_automaton(byte_vocab):
     for x in range(-40, 80):
         assert accepted(c, str(x)) == (x % 7 == 0 and x >= -30), x
     assert accepted(c, "700000000000007")
+
+
+@pytest.mark.parametrize(("step", "good", "bad"), [
+    (0.01, ["10.99", "0", "10.990", "-3.5"], ["10.999", "0.001", "1e2"]),
+    (2.5, ["5", "7.5", "-2.5", "0", "12.50"], ["1", "2.4", "0.5"]),
+])
+def test_decimal_multiple_of_numbers(byte_vocab, step, good, bad):
+    c = compile_({"type": "number", "multipleOf": step}, byte_vocab)
+    for text in good:
+        assert accepted(c, text), text
+        assert c.validator.is_valid(json.loads(text))  # exact, unlike float division
+    for text in bad[:2]:
+        assert not accepted(c, text), text
+        assert not c.validator.is_valid(json.loads(text))
+    assert not accepted(c, bad[2])  # exponents are not written (narrowing)
+
+
+def test_fractional_multiple_of_integers(byte_vocab):
+    c = compile_({"type": "integer", "multipleOf": 2.5}, byte_vocab)  # 5, 10, 15, ...
+    assert accepted(c, "15") and not accepted(c, "2") and not accepted(c, "7")

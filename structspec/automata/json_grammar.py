@@ -242,6 +242,49 @@ def multiples_dfa(k: int) -> ByteDFA:
     return trimmed(table, accepting, 1)
 
 
+@functools.lru_cache(maxsize=256)
+def decimal_multiples_dfa(a: int, k: int) -> ByteDFA:
+    """Exponent-free JSON numbers that are multiples of ``a / 10**k`` (exactly, in decimal:
+    ``10.99`` is a multiple of ``0.01``).
+
+    ``x`` is such a multiple iff ``x * 10**k`` is an integer divisible by ``a``: the state is
+    the residue modulo ``a`` of the digits read so far (the integer part, then up to ``k``
+    fraction digits); fraction digits beyond the ``k``-th must be ``0``. A state with ``j``
+    fraction digits accepts iff ``residue * 10**(k - j)`` is divisible by ``a``.
+    """
+    # dead, start, "-", "0"; then I(r), F(j, r) for j in 0..k, Z(r)
+    base_i, base_f = 4, 4 + a
+    base_z = base_f + (k + 1) * a
+    n = base_z + a
+    table = np.zeros((n, 256), dtype=np.int32)
+    accepting = np.zeros(n, dtype=bool)
+    digits = np.arange(10)
+    zero, dot = ord("0"), ord(".")
+    r = np.arange(a)
+    table[1, ord("-")] = 2
+    for s in (1, 2):
+        table[s, zero] = 3
+        table[s, zero + 1: zero + 10] = base_i + (digits[1:] % a)
+    accepting[3] = True
+    table[3, dot] = base_f  # "0." -> F(0, 0)
+    for d in digits:
+        table[base_i + r, zero + d] = base_i + (r * 10 + d) % a
+    table[base_i + r, dot] = base_f + r  # F(0, r)
+    accepting[base_i + r] = (r * 10**k) % a == 0
+    for j in range(k + 1):
+        here = base_f + j * a + r
+        if j < k:
+            for d in digits:
+                table[here, zero + d] = base_f + (j + 1) * a + (r * 10 + d) % a
+        else:
+            table[here, zero] = base_z + r
+        if j >= 1:
+            accepting[here] = (r * 10 ** (k - j)) % a == 0
+    table[base_z + r, zero] = base_z + r
+    accepting[base_z + r] = r == 0
+    return trimmed(table, accepting, 1)
+
+
 @functools.lru_cache(maxsize=512)
 def string_dfa(lo: int, hi: int | None, regexes: tuple[str, ...]) -> ByteDFA:
     """The counted string DFA intersected with each regex (pattern, format)."""
@@ -350,6 +393,8 @@ class DialectCompiler:
                 key = "\0".join(["mul", str(d["x-multiple"]), *d.get("x-regex", ())]).encode()
                 return term(self.b.terminal(dfa, "integer", key=key))
             return self.rx(INTEGER, "integer")
+        if t == "number" and "x-decimal-multiple" in d:
+            return self.excluding({**d, "x-not-regex": []})
         if t == "number":
             if "x-regex" in d:  # bounds: one regex per side, intersected
                 dfa = cached_dfa(python_regex(self.placeholders[d["x-regex"][0]]))
@@ -379,8 +424,12 @@ class DialectCompiler:
             regexes = tuple(python_regex(self.placeholders[m]) for m in rest.get("x-regex", ()))
             dfa = string_dfa(int(rest.get("minLength", 0)), rest.get("maxLength"), regexes)
         else:
-            base = multiples_dfa(int(rest["x-multiple"])) if "x-multiple" in rest \
-                else cached_dfa(INTEGER if t == "integer" else NUMBER)
+            if "x-multiple" in rest:
+                base = multiples_dfa(int(rest["x-multiple"]))
+            elif "x-decimal-multiple" in rest:
+                base = decimal_multiples_dfa(*map(int, rest["x-decimal-multiple"]))
+            else:
+                base = cached_dfa(INTEGER if t == "integer" else NUMBER)
             dfa = base
             for marker in rest.get("x-regex", ()):
                 dfa = product(dfa, cached_dfa(python_regex(self.placeholders[marker])), "and")
@@ -390,7 +439,8 @@ class DialectCompiler:
             return alt()
         markers = [*rest.get("x-regex", ()), "not", *d["x-not-regex"]]
         key = "\0".join(["excl", t, str(rest.get("minLength", 0)), str(rest.get("maxLength")),
-                         str(rest.get("x-multiple")), *(self.placeholders[m] if m != "not"
+                         str(rest.get("x-multiple")), str(rest.get("x-decimal-multiple")),
+                         *(self.placeholders[m] if m != "not"
                                                         else m for m in markers)]).encode()
         return term(self.b.terminal(dfa, t, key=key))
 

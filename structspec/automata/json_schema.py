@@ -526,6 +526,21 @@ def _json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _decimal_step(step: float) -> tuple[int, int] | None:
+    """``step`` as ``(a, k)`` with ``step == a / 10**k`` exactly in decimal (``0.01`` ->
+    ``(1, 2)``), or ``None`` when its automaton would need over ``_MAX_MODULUS`` states."""
+    from decimal import Decimal
+
+    _, digits, exp = Decimal(repr(float(step))).normalize().as_tuple()
+    a = int("".join(map(str, digits)))
+    k = -int(exp)
+    if k < 0:
+        a, k = a * 10 ** (-k), 0
+    if a * (k + 3) > _MAX_MODULUS:
+        return None
+    return a, k
+
+
 #: JSON numbers without an exponent: the form excluded values are removed from.
 _PLAIN_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?"
 _JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f",
@@ -993,6 +1008,11 @@ class _Lowering:
         """Typed keywords; ``exclude``: values a ``not`` rules out."""
         if "type" in node:
             types = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
+        elif self.extra_properties:  # no type, spec-faithful: every type, each with the
+            # keywords of its family (the others hold vacuously)
+            if not kws & set(_FAMILY) and not exclude:
+                return _any_value()
+            types = ["null", "boolean", "number", "string", "array", "object"]
         else:  # no type: generate the types whose keywords are present (narrowing)
             types = sorted({_FAMILY[k] for k in kws if k in _FAMILY})
             if not types and not exclude:
@@ -1174,6 +1194,12 @@ class _Lowering:
         low, high = self.bounds(node, ptr, integer=True)
         lo, hi = (low[0] if low else None), (high[0] if high else None)
         step = node.get("multipleOf")
+        if step is not None and not float(step).is_integer():
+            # An integer x is a multiple of a / 10**k iff x * 10**k is divisible by a, i.e.
+            # iff x is a multiple of a / gcd(a, 10**k).
+            frac = _decimal_step(step)
+            if frac is not None:
+                step = frac[0] // math.gcd(frac[0], 10 ** frac[1])
         if step is not None and step != 1 and self.grammar and float(step).is_integer() \
                 and 1 < step <= _MAX_MODULUS:
             # Multiples of an integer are a regular language (a residue automaton), so no
@@ -1222,10 +1248,14 @@ class _Lowering:
         return out
 
     def lower_number(self, node: dict[str, Any], ptr: str) -> Any:
-        if "multipleOf" in node:
-            self.refuse("multipleOf", ptr, "multipleOf is supported only for integers")
+        step = _decimal_step(node["multipleOf"]) if "multipleOf" in node else None
+        if "multipleOf" in node and (step is None or not self.grammar):
+            self.refuse("multipleOf", ptr, f"a step of {node['multipleOf']!r} needs over "
+                        f"{_MAX_MODULUS} automaton states")
         if self.grammar:
             out = self.decimal_bounds(node, ptr)
+            if step is not None:  # exact decimal multiples, written without exponent
+                out["x-decimal-multiple"] = list(step)
             if node.get(NON_INTEGER) is True:  # written without exponent: a narrowing
                 out["x-regex"] = [*out.get("x-regex", ()), self.placeholder(
                     r"-?(?:0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*")["const"]]
@@ -1558,7 +1588,34 @@ def _load_schema(schema: Any, registry: Mapping[str, Any] | None = None,
         raise SchemaError(f"invalid schema{f' at {full}' if full else ''}: {exc.message}",
                           pointer) from exc
     schema = bundle_refs(schema, registry, lenient=lenient)
-    return schema, cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return schema, _exact_validator(cls)(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def _exact_fraction(value: float) -> Any:
+    """The decimal a JSON number was written as, exactly (``repr`` round-trips it)."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    return Fraction(value) if isinstance(value, int) else Fraction(Decimal(repr(value)))
+
+
+def _exact_multiple_of(validator: Any, step: Any, instance: Any, schema: Any) -> Any:
+    """``multipleOf`` in decimal arithmetic, as the specification means it (``jsonschema``
+    divides floats: it finds ``19.99`` not a multiple of ``0.01``)."""
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "number") or isinstance(instance, bool):
+        return
+    if (_exact_fraction(instance) / _exact_fraction(step)).denominator != 1:
+        yield ValidationError(f"{instance!r} is not a multiple of {step}")
+
+
+@cache
+def _exact_validator(cls: Any) -> Any:
+    """``cls`` with exact decimal ``multipleOf`` (the grammar enforces that meaning)."""
+    from jsonschema.validators import extend
+
+    return extend(cls, {"multipleOf": _exact_multiple_of})
 
 
 # -- the compiled constraint ---------------------------------------------------------------------
@@ -1667,10 +1724,12 @@ def compile_json_schema(
         vocab: the vocabulary the masks are for.
         whitespace: ``"compact"`` (no whitespace between JSON tokens) or ``"flexible"``
             (up to 16 of space/tab/newline/CR between tokens; see ``FLEXIBLE_WHITESPACE``).
-        extra_properties: also generate properties the schema does not name where it
-            allows them (``additionalProperties`` absent, true or a schema), after the named
-            ones; ``False`` (default) generates only named properties — validation is the same
-            either way, but small models otherwise invent keys until the token limit.
+        extra_properties: also generate what validation allows beyond what the schema
+            names: properties it does not name (``additionalProperties`` absent, true or a
+            schema), after the named ones, and values of every type where a subschema has no
+            ``type``; ``False`` (default) generates only named properties, and only the types
+            whose keywords an untyped subschema uses — validation is the same either way,
+            but small models otherwise invent keys until the token limit.
         max_array_items: cap on the length of arrays that have no ``maxItems`` (default
             16); ``None`` is spec-faithful. Together with ``extra_properties=True`` this is
             the mode the MaskBench harness uses.

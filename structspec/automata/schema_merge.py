@@ -68,6 +68,17 @@ def _both(a: Any, b: Any) -> Any:
     return {"allOf": [a, b]}
 
 
+_CONDITIONAL = ("if", "then", "else")
+
+
+def _conditional_unit(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` without ``if``/``then``/``else`` that have no effect (``then``/``else``
+    without ``if``; ``if`` alone), so that the rest is merged as one unit."""
+    if "if" not in node or ("then" not in node and "else" not in node):
+        return {k: v for k, v in node.items() if k not in _CONDITIONAL}
+    return node
+
+
 def merge_pair(a: Any, b: Any) -> Any:
     """One schema accepting exactly what both ``a`` and ``b`` accept.
 
@@ -84,8 +95,12 @@ def merge_pair(a: Any, b: Any) -> Any:
         ident = part.get("$id")
         if isinstance(ident, str) and not ident.startswith("#"):
             raise MergeError("$id", "a subschema with its own $id moves the base of its refs")
-    a = {k: v for k, v in a.items() if k not in _IGNORED}
-    b = {k: v for k, v in b.items() if k not in _IGNORED}
+    a = _conditional_unit({k: v for k, v in a.items() if k not in _IGNORED})
+    b = _conditional_unit({k: v for k, v in b.items() if k not in _IGNORED})
+    if any(k in a for k in _CONDITIONAL) and any(k in b for k in _CONDITIONAL) and \
+            not all(_same(a.get(k), b.get(k)) for k in _CONDITIONAL):
+        # Each if/then/else works within its own subschema: two cannot share one node.
+        raise MergeError("if", "two if/then/else from different subschemas")
     for key in ("unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef"):
         if key in a or key in b:  # these see annotations across applicators: not local
             raise MergeError(key, f"{key} depends on what sibling applicators evaluate")
