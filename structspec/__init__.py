@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from structspec._version import __version__
 from structspec.automata import (
     Constraint,
     JsonSchemaConstraint,
+    LarkConstraint,
     Limits,
     RegexConstraint,
     TokenMask,
+    compile_grammar,
     compile_json_schema,
     compile_regex,
 )
@@ -37,8 +40,6 @@ from structspec.errors import (
     VocabularyError,
 )
 from structspec.vocab import Vocabulary
-
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from structspec.api import Generator, Result, generate
@@ -62,6 +63,7 @@ __all__ = [
     "Generator",
     "GrammarError",
     "JsonSchemaConstraint",
+    "LarkConstraint",
     "Limits",
     "ModelLoadError",
     "RegexConstraint",
@@ -74,6 +76,7 @@ __all__ = [
     "Vocabulary",
     "VocabularyError",
     "__version__",
+    "compile_grammar",
     "compile_json_schema",
     "compile_regex",
     "generate",

@@ -199,17 +199,18 @@ def _context(data: bytes, i: int) -> str:
 
 
 def compile_grammar(grammar: str | os.PathLike[str], vocab: Vocabulary, *,
-                    start: str = "start", postlex: IndenterSpec | str | Any | None = "auto",
+                    start: str | None = None, postlex: IndenterSpec | str | Any | None = "auto",
                     ) -> LarkConstraint:
     """Compile a Lark grammar into a token-level constraint for ``vocab``.
 
     Args:
         grammar: Lark grammar text, or a path to a ``.lark`` file.
         vocab: the tokenizer's vocabulary.
-        start: the start rule.
-        postlex: the indentation postlexer: ``"auto"`` (Python's when the grammar
-            ``%declare``\\ s ``_INDENT`` and ``_DEDENT``), ``"python"``, ``None``, an
-            :class:`IndenterSpec` or a lark ``Indenter``.
+        start: the start rule (default: the grammar's ``// structspec: start=NAME``
+            header comment, else ``"start"``).
+        postlex: the indentation postlexer: ``"auto"`` (the header's ``postlex=``, else
+            Python's when the grammar ``%declare``\\ s ``_INDENT`` and ``_DEDENT``),
+            ``"python"``, ``None``, an :class:`IndenterSpec` or a lark ``Indenter``.
 
     Returns:
         An immutable, thread-safe :class:`LarkConstraint` (lazy: masks are built on use).

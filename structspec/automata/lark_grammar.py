@@ -136,12 +136,18 @@ def _build_lark(text: str, start: str, postlex: IndenterSpec | None,
         m = re.search(r"line (\d+)(?:,? col(?:umn)? (\d+))?", msg)
         line, col = (int(m.group(1)), int(m.group(2)) if m.group(2) else None) if m \
             else _locate(text, msg)
-        first = msg.splitlines()[0] if msg else "invalid grammar"
+        first = msg.splitlines()[0] if msg else "?"
+        first = "invalid grammar: " + re.sub(r",? at line \d+ col(?:umn)? \d+", "", first)
         if "collision" in msg.lower():
-            first = f"the grammar is not LALR(1): {msg.splitlines()[0]}"
-            detail = "\n".join(msg.splitlines()[1:4])
-            if detail:
-                first += " — " + " ".join(detail.split())
+            rules = re.findall(r"<([^>]*)>", msg)
+            first = "the grammar is not LALR(1): " + msg.splitlines()[0].rstrip(": ")
+            if rules:
+                first += " " + " | ".join(rules)
+                found = [m.start() for r in rules for m in [re.search(
+                    rf"^[?!]?{re.escape(r.split(':')[0].strip())}\s*(?:\.\d+)?\s*:", text,
+                    re.M)] if m]
+                if found:  # the first of the colliding rules in the text
+                    line, col = text.count("\n", 0, min(found)) + 1, 1
         raise GrammarError(first, line, col) from exc
     except (LarkError, KeyError, AssertionError) as exc:
         msg = str(exc).strip() or type(exc).__name__
@@ -169,22 +175,37 @@ def _terminal_dfa(term: Any) -> ByteDFA:
     return dfa
 
 
-def load_grammar(grammar: str | os.PathLike[str], *, start: str = "start",
+def _header(text: str) -> dict[str, str]:
+    """Options from a ``// structspec: key=value ...`` comment in the grammar's head."""
+    for line in text.splitlines()[:20]:
+        m = re.match(r"\s*//\s*structspec:\s*(.*)", line)
+        if m:
+            return dict(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
+    return {}
+
+
+def load_grammar(grammar: str | os.PathLike[str], *, start: str | None = None,
                  postlex: IndenterSpec | str | Any | None = "auto") -> LoadedGrammar:
     """Load ``grammar`` (Lark text, or a path to a ``.lark`` file) for the runtime.
 
     Args:
         grammar: Lark grammar text, or a path (``%import`` resolves next to the file).
-        start: the start rule.
-        postlex: ``"auto"`` (the Python indenter when the grammar declares ``_INDENT`` and
-            ``_DEDENT``), ``"python"``, ``None``, an :class:`IndenterSpec`, or a lark
-            ``Indenter`` class/instance.
+        start: the start rule; default: the grammar's ``// structspec: start=NAME`` header
+            comment (within its first 20 lines), else ``"start"``.
+        postlex: ``"auto"`` (the header's ``postlex=python|none`` if any, else the Python
+            indenter when the grammar declares ``_INDENT`` and ``_DEDENT``), ``"python"``,
+            ``None``, an :class:`IndenterSpec`, or a lark ``Indenter`` class/instance.
 
     Raises:
         GrammarError: syntax errors, undefined rules/terminals, LALR(1) conflicts,
             terminals our DFA compiler refuses (look-arounds, back-references…).
     """
     text, import_paths = _read(grammar)
+    header = _header(text)
+    if start is None:
+        start = header.get("start", "start")
+    if postlex == "auto" and "postlex" in header:
+        postlex = None if header["postlex"] in ("none", "None") else header["postlex"]
     if postlex == "auto":
         postlex = PYTHON_INDENTER if re.search(r"%declare[^\n]*\b_INDENT\b", text) and \
             re.search(r"%declare[^\n]*\b_DEDENT\b", text) else None
