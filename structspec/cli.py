@@ -189,7 +189,17 @@ def _generate(args: argparse.Namespace) -> int:
     )
     if args.stats:
         print(json.dumps({"attempts": result.attempts, **s.as_dict()}), file=sys.stderr)
+    _flush_compile_cache()
     return 0
+
+
+def _flush_compile_cache() -> None:
+    """Keep the masks this call computed for the next call (the on-disk compile cache)."""
+    from structspec.automata.cache import disk_cache
+
+    disk = disk_cache()
+    if disk is not None:
+        disk.flush()
 
 
 def _quiet_transformers() -> None:

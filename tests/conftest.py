@@ -11,6 +11,10 @@ from structspec.vocab import Vocabulary
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
+# Thousands of schemas are compiled by the tests: keep them off the user's disk cache (the
+# cache's own tests point it at a temporary directory).
+os.environ.setdefault("STRUCTSPEC_COMPILE_CACHE", "off")
+
 # Multi-byte tokens that cross JSON lexeme boundaries, as real BPE vocabularies have them.
 JSON_PIECES = [
     '{"', '":', '",', '"}', '},', '},{', '}]', '[{', '":"', '","', 'true', 'false', 'null',

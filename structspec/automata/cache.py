@@ -1,19 +1,44 @@
-"""The compile cache: a bounded, thread-safe, in-memory LRU of compiled constraints.
+"""The compile cache: a bounded, thread-safe LRU in memory, and a bounded store on disk.
 
 Compiling is cheap with the grammar route (milliseconds), but a compiled constraint also
 carries its memo tables (masks, transitions), which make repeated requests fast: sharing one
-constraint object between requests is what the cache is for. Concurrent requests for one key
-compile it once; the others wait for that result.
+constraint object between requests is what the memory cache is for. Concurrent requests for
+one key compile it once; the others wait for that result.
+
+The disk store keeps compiled constraints *with* their memo tables across processes — a
+command-line call pays neither the compilation nor the first masks again. Entries are keyed
+by the canonical input, the options, the vocabulary's fingerprint and the structspec version
+(:func:`disk_key`), pickled (the vocabulary itself is left out and re-attached on load), written
+atomically, readable by the owner only, and evicted oldest-first beyond ``max_bytes``.
+:meth:`DiskCache.flush` rewrites the entries whose memo tables have grown since they were
+written (the CLI calls it before exiting).
+
+Location: ``$STRUCTSPEC_COMPILE_CACHE`` (a directory, or ``off``), else
+``$STRUCTSPEC_CACHE/compiled``, else ``~/.cache/structspec/compiled``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
+import os
+import pickle
+import tempfile
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from structspec._version import __version__
 
 T = TypeVar("T")
+
+#: Bumped when the pickled layout of constraints changes.
+DISK_FORMAT = 1
+DEFAULT_DISK_BYTES = 256 * 2**20
 
 
 class CompileCache(Generic[T]):
@@ -81,3 +106,191 @@ class CompileCache(Generic[T]):
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)
+
+
+# -- on disk ------------------------------------------------------------------------------------
+
+
+def disk_key(kind: str, *parts: object) -> str:
+    """A file-safe key for ``parts`` (canonical text of the input, options, vocabulary
+    fingerprint), salted with the structspec version and the disk format."""
+    text = repr((kind, __version__, DISK_FORMAT, *parts)).encode("utf-8", "surrogatepass")
+    return f"{kind}-{hashlib.sha256(text).hexdigest()[:40]}"
+
+
+def memo_size(obj: Any) -> int:
+    """How much a constraint has memoized (0 if it does not say)."""
+    fn = getattr(obj, "memo_size", None)
+    return int(fn()) if callable(fn) else 0
+
+
+class _Pickler(pickle.Pickler):
+    def persistent_id(self, obj: Any) -> Any:
+        from structspec.vocab import Vocabulary
+
+        if isinstance(obj, Vocabulary):
+            return ("vocabulary", obj.fingerprint)
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, vocab: Any) -> None:
+        super().__init__(io.BytesIO(data))
+        self.vocab = vocab
+
+    def persistent_load(self, pid: Any) -> Any:
+        if pid == ("vocabulary", getattr(self.vocab, "fingerprint", None)):
+            return self.vocab
+        raise pickle.UnpicklingError("cached constraint is for another vocabulary")
+
+
+class DiskCache:
+    """Compiled constraints on disk (see the module docstring). Thread-safe.
+
+    Args:
+        directory: where entries live (created ``0700``).
+        max_bytes: total size kept; the least recently used entries go first.
+    """
+
+    def __init__(self, directory: str | Path, max_bytes: int = DEFAULT_DISK_BYTES) -> None:
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be positive")
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        # Entries this process wrote or read, with the memo size they were written with.
+        self._written: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        self._sizes: dict[str, int] = {}
+        self.hits = self.misses = self.errors = 0
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.pickle"
+
+    def load(self, key: str, vocab: Any) -> Any | None:
+        """The entry for ``key`` with ``vocab`` re-attached, or ``None`` (missing, stale or
+        unreadable entries are misses; unreadable ones are removed)."""
+        path = self._path(key)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            self.misses += 1
+            return None
+        try:
+            obj = _Unpickler(data, vocab).load()
+        except Exception:  # a torn or foreign file: drop it, compile again
+            self.errors += 1
+            self.misses += 1
+            path.unlink(missing_ok=True)
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # recently used: evicted last
+        with self._lock:
+            self._written[key] = obj
+            self._sizes[key] = memo_size(obj)
+        self.hits += 1
+        return obj
+
+    def store(self, key: str, obj: Any) -> bool:
+        """Write ``obj`` under ``key`` (atomically); ``False`` if it could not be written."""
+        buf = io.BytesIO()
+        for _ in range(3):  # memo tables may grow while they are pickled: try again
+            try:
+                buf = io.BytesIO()
+                _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+                break
+            except RuntimeError:
+                continue
+            except (pickle.PicklingError, TypeError, AttributeError):
+                self.errors += 1
+                return False
+        else:
+            self.errors += 1
+            return False
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(buf.getvalue())
+                os.replace(tmp, self._path(key))
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        except OSError:
+            self.errors += 1
+            return False
+        with self._lock:
+            self._written[key] = obj
+            self._sizes[key] = memo_size(obj)
+        self._evict()
+        return True
+
+    def flush(self) -> int:
+        """Rewrite the entries whose memo tables grew since they were written; returns how
+        many were rewritten."""
+        with self._lock:
+            grown = [(k, o) for k, o in list(self._written.items())
+                     if memo_size(o) > self._sizes.get(k, 0)]
+        return sum(self.store(k, o) for k, o in grown)
+
+    def _evict(self) -> None:
+        try:
+            entries = [(p.stat().st_mtime, p.stat().st_size, p)
+                       for p in self.directory.glob("*.pickle")]
+        except OSError:
+            return
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in sorted(entries, key=lambda e: e[0]):
+            if total <= self.max_bytes:
+                break
+            path.unlink(missing_ok=True)
+            total -= size
+
+    def clear(self) -> None:
+        """Remove every entry."""
+        for path in self.directory.glob("*.pickle"):
+            path.unlink(missing_ok=True)
+        with self._lock:
+            self._written.clear()
+            self._sizes.clear()
+
+
+_DISK: DiskCache | None = None
+_DISK_SET = False
+_DISK_LOCK = threading.Lock()
+
+
+def default_disk_directory() -> Path | None:
+    """Where the disk cache lives by default (``None``: switched off by the environment)."""
+    env = os.environ.get("STRUCTSPEC_COMPILE_CACHE")
+    if env is not None:
+        return None if env.strip().lower() in ("", "0", "off", "false", "no") else Path(env)
+    root = os.environ.get("STRUCTSPEC_CACHE")
+    base = Path(root) if root else Path.home() / ".cache" / "structspec"
+    return base / "compiled"
+
+
+def configure_disk_cache(directory: str | Path | None,
+                         max_bytes: int = DEFAULT_DISK_BYTES) -> DiskCache | None:
+    """Use ``directory`` for compiled constraints (``None`` switches the disk cache off);
+    returns the cache."""
+    global _DISK, _DISK_SET
+    with _DISK_LOCK:
+        _DISK = DiskCache(directory, max_bytes) if directory is not None else None
+        _DISK_SET = True
+        return _DISK
+
+
+def disk_cache() -> DiskCache | None:
+    """The disk cache in use (from :func:`configure_disk_cache` or the environment)."""
+    global _DISK, _DISK_SET
+    with _DISK_LOCK:
+        if not _DISK_SET:
+            directory = default_disk_directory()
+            _DISK = DiskCache(directory) if directory is not None else None
+            _DISK_SET = True
+        return _DISK
+
+
+__all__ = ["CompileCache", "DiskCache", "configure_disk_cache", "disk_cache", "disk_key",
+           "memo_size"]

@@ -481,6 +481,20 @@ class GrammarConstraint:
         """How many states have been interned so far (for budgets and stats)."""
         return len(self._memo.states)
 
+    def memo_size(self) -> int:
+        """How much has been memoized (masks and token steps): the disk cache rewrites an
+        entry once this grows."""
+        return len(self._memo.masks) + len(self._memo.token_steps)
+
+    def __getstate__(self) -> dict[str, object]:
+        state = self.__dict__.copy()
+        del state["_lock"]  # locks do not pickle; the memo tables do (the disk cache)
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
     # -- bytes ---------------------------------------------------------------------------------
 
     def step_bytes(self, state: int, data: bytes) -> int:

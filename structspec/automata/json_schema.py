@@ -39,7 +39,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from structspec.automata.cache import CompileCache
+from structspec.automata.cache import CompileCache, disk_cache, disk_key
 from structspec.automata.dfa import Ranges, complement, normalize
 from structspec.automata.limits import Limits, check_input_size, check_time, compiling
 from structspec.automata.schema_merge import MergeError, merge_all
@@ -1679,6 +1679,23 @@ class JsonSchemaConstraint:
         """Bytes every valid continuation from ``state`` must emit next."""
         return self.inner.forced(state)
 
+    def memo_size(self) -> int:
+        """How much has been memoized (see the disk cache)."""
+        return self.inner.memo_size()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["validator"] = None  # rebuilt from the schema: validator classes are dynamic
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        from jsonschema import Draft202012Validator
+        from jsonschema.validators import validator_for
+
+        self.__dict__.update(state)
+        cls = validator_for(self.schema, default=Draft202012Validator)
+        self.validator = _exact_validator(cls)(self.schema, format_checker=cls.FORMAT_CHECKER)
+
     def warn(self, stacklevel: int = 2) -> None:
         """Emit one :class:`LenientSchemaWarning` per dropped keyword."""
         for keyword, pointer, reason in self.dropped:
@@ -1780,14 +1797,23 @@ def compile_json_schema(
     key = (text, registry_text, *options, vocab.fingerprint)
 
     def build() -> JsonSchemaConstraint:
+        disk = disk_cache()
+        dkey = disk_key("schema", text, registry_text, *options, vocab.fingerprint)
+        if disk is not None:
+            hit = disk.load(dkey, vocab)
+            if isinstance(hit, JsonSchemaConstraint):
+                return hit
         with compiling(limits, "compiling the schema"):
             check_input_size(text, "the schema")
             try:
-                return _compile(json.loads(text), vocab, whitespace, bool(lenient),
-                                bool(extra_properties), max_array_items,
-                                json.loads(registry_text) if registry else None)
+                built = _compile(json.loads(text), vocab, whitespace, bool(lenient),
+                                 bool(extra_properties), max_array_items,
+                                 json.loads(registry_text) if registry else None)
             except RecursionError as exc:  # a pathological nesting of subschemas
                 raise ResourceLimitError("the schema nests too deeply to compile") from exc
+        if disk is not None:
+            disk.store(dkey, built)
+        return built
 
     constraint = _MEMORY.get_or_compile(key, build)
     constraint.warn(stacklevel=2)

@@ -100,6 +100,10 @@ class RegexConstraint:
         """The bytes every continuation from ``state`` starts with; memoized."""
         return self._inner.forced(state)
 
+    def memo_size(self) -> int:
+        """How much has been memoized (see the disk cache)."""
+        return self._inner.memo_size()
+
 
 def compile_regex(pattern: str, vocab: Vocabulary, *,
                   limits: Limits | None = None) -> RegexConstraint:
