@@ -19,9 +19,8 @@ Narrowing (fewer outputs than the schema allows, never more) is documented in
 ``max_array_items``, anchored alternatives of a pattern matched in full, numbers with bounds
 without exponent.
 
-The lowering once targeted outlines-core's ``build_regex_from_schema`` (its non-grammar
-options ``max_string_length`` and ``quote_free_top`` remain for that dialect); see the
-docs for what outlines-core gets wrong and why structure is not flattened into one regex.
+The lowering once targeted outlines-core's ``build_regex_from_schema``; see the docs for
+what outlines-core gets wrong and why structure is not flattened into one regex.
 
 Compiled constraints are cached per process (LRU of 64, keyed by the schema text in key
 order, the options and the vocabulary fingerprint).
@@ -69,7 +68,6 @@ __all__ = [
     "ANNOTATIONS",
     "FLEXIBLE_WHITESPACE",
     "FORMATS",
-    "MAX_STRING_LENGTH",
     "JsonSchemaConstraint",
     "LenientSchemaWarning",
     "compile_json_schema",
@@ -81,10 +79,6 @@ __all__ = [
 FLEXIBLE_WHITESPACE = r"[ \t\n\r]{0,16}"
 _WHITESPACE = {"compact": "", "flexible": FLEXIBLE_WHITESPACE}
 
-#: Longest string generated for ``maxLength`` and largest upper bound of a repetition in a
-#: ``pattern``; larger ones are narrowed to it. An outlines-core ``Index`` stores every token
-#: of every state, so each allowed character costs ~6 MB with a 49k vocabulary.
-MAX_STRING_LENGTH = 64
 _MAX_REPEAT_LOW = 256  # larger lower bounds (minLength, {m,}) are refused
 _MAX_ENUMERATED = 1024
 _MAX_MODULUS = 100_000  # integer multipleOf up to this is a residue automaton
@@ -248,7 +242,7 @@ def _anchors(items: Any) -> tuple[bool, bool]:
 
 
 def pattern_regex(pattern: str, *, quote: bool = True,
-                  max_repeat: int | None = MAX_STRING_LENGTH, search: bool = False) -> str:
+                  max_repeat: int | None = None, search: bool = False) -> str:
     """A regex over the *text inside the quotes* of a JSON string whose decoded value fully
     matches ``pattern``: a subset of the strings ``pattern`` accepts under both ECMA-262 and
     Python ``re.search`` semantics.
@@ -340,7 +334,7 @@ def _rx_item(op: Any, av: Any, at_start: bool, at_end: bool, opts: _Opts) -> str
         if lo > _MAX_REPEAT_LOW:
             raise _Refuse(f"repetition lower bounds above {_MAX_REPEAT_LOW} are too costly")
         if max_repeat is not None and hi != _sre.MAXREPEAT and hi > max_repeat:
-            hi = max(lo, max_repeat)  # narrowing: see MAX_STRING_LENGTH
+            hi = max(lo, max_repeat)  # narrowing
         body = _rx_seq(list(sub), False, False, opts)
         quant = f"{{{lo},}}" if hi == _sre.MAXREPEAT else f"{{{lo},{hi}}}"
         quant = {"{0,}": "*", "{1,}": "+", "{0,1}": "?"}.get(quant, quant)
@@ -453,52 +447,6 @@ def _int_range(lo: int | None, hi: int | None) -> str | None:
 Bound = tuple[int, bool]  # (value, exclusive)
 
 
-def _magnitude(low: Bound | None, high: Bound | None) -> str | None:
-    """Regex of unsigned decimals ``I(.F)?`` whose value ``w`` lies between the bounds."""
-    start, low_edge = 0, None
-    if low is not None:
-        value, strict = low
-        if strict and value >= 0:
-            start, low_edge = value + 1, value  # w > L: I >= L+1, or I = L with F > 0
-        elif value > 0:
-            start = value
-    end, high_edge = None, None
-    if high is not None:
-        value, strict = high
-        if value < 0 or (strict and value == 0):
-            return None
-        end = value - 1
-        high_edge = None if strict else value  # w <= U: also I = U with F = 0
-    parts = []  # the edges first, longest first: see _longest_first
-    if high_edge is not None and high_edge >= start:
-        parts.append(f"{high_edge}" + r"(?:\.0+)?")
-    if low_edge is not None and (end is None or low_edge <= end):
-        parts.append(f"{low_edge}" + r"\.[0-9]*[1-9][0-9]*")
-    if end is None or start <= end:
-        parts.append(_uint_range(start, end) + r"(?:\.[0-9]+)?")
-    if not parts:
-        return None
-    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
-
-
-def _number_range(low: Bound | None, high: Bound | None) -> str | None:
-    """Regex of the JSON numbers (no exponent) between integer bounds, or ``None`` if none.
-
-    ``x = +w`` keeps the bounds; ``x = -w`` turns ``x >= a`` into ``w <= -a`` and
-    ``x <= b`` into ``w >= -b`` (``-0`` is zero, so it is exact too).
-    """
-    positive = _magnitude(low, high)
-    negative = _magnitude(
-        None if high is None else (-high[0], high[1]),
-        None if low is None else (-low[0], low[1]),
-    )
-    parts = [p for p in (positive, None if negative is None else "-" + negative) if p]
-    if not parts:
-        return None
-    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
-
-
-
 # -- JSON values ----------------------------------------------------------------------------
 
 
@@ -585,31 +533,6 @@ def _number_spellings(value: float, integer: bool) -> str:
 _REGEX_META = set(".^$*+?()[]{}|\\\"")
 
 
-def _literal_problem(value: Any) -> str | None:
-    """Why outlines-core would not spell ``value`` exactly as a literal, or ``None``."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return None
-    if isinstance(value, int):
-        return None if -(2**63) <= value < 2**64 else f"integer {value} exceeds 64 bits"
-    if isinstance(value, float):
-        return None if math.isfinite(value) else f"{value} is not a JSON number"
-    if isinstance(value, list):
-        return next((p for p in map(_literal_problem, value) if p), None)
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if any(c in _REGEX_META or ord(c) < 0x20 for c in key):
-                return f"object key {key!r} would be spliced into the regex unescaped"
-            problem = _literal_problem(item)
-            if problem:
-                return problem
-        return None
-    return f"{type(value).__name__} is not a JSON value"
-
-
-def _needs_json_escape(text: str) -> bool:
-    return any(c in '"\\' or ord(c) < 0x20 for c in text)
-
-
 def _escape_pointer(token: Any) -> str:
     return str(token).replace("~", "~0").replace("/", "~1")
 
@@ -645,13 +568,7 @@ class _Lowering:
     """
 
     def __init__(self, root: Any, validator: Any, lenient: bool, *,
-                 max_string_length: int | None = MAX_STRING_LENGTH,
-                 quote_free_top: bool = True, grammar: bool = False,
                  extra_properties: bool = False) -> None:
-        """``max_string_length`` and ``quote_free_top`` are narrowings the regex route needs
-        (see :meth:`lower_string`); a compiler without its costs passes ``None``/``False``."""
-        self.max_string_length = max_string_length
-        self.quote_free_top = quote_free_top
         self.root = root
         self.validator = validator
         self.lenient = lenient
@@ -661,10 +578,9 @@ class _Lowering:
         self._nonce = secrets.token_hex(6)
         self._memo: dict[tuple[str, bool], Any] = {}
         self._stack: list[str] = [""]
-        # Grammar mode: recursion becomes rule references ({"$ref": target}), and strings
-        # may combine pattern, format and lengths (the grammar intersects their automata).
-        self.grammar = grammar
-        self.extra_properties = extra_properties and grammar
+        # Recursion becomes rule references ({"$ref": target}); strings combine pattern,
+        # format and lengths (the grammar intersects their automata).
+        self.extra_properties = extra_properties
         self.validator_keywords = frozenset(getattr(validator, "VALIDATORS", {}))
         # Assertion keywords of the draft: what a negation must account for.
         self.known = frozenset((_KNOWN | self.validator_keywords) - ANNOTATIONS)
@@ -755,7 +671,7 @@ class _Lowering:
             if k in kws:
                 self.refuse(k, ptr, "not enforced")
                 kws.discard(k)
-        if self.grammar and ("allOf" in kws or ("$ref" in kws and len(kws) > 1)):
+        if "allOf" in kws or ("$ref" in kws and len(kws) > 1):
             merged = self.merged(node, kws, ptr)
             if merged is not _ABSENT:
                 return self.lower(merged, ptr, top)
@@ -764,12 +680,6 @@ class _Lowering:
             for k in sorted(kws - {"$ref"}):
                 self.refuse(k, ptr, "keywords beside $ref cannot be intersected with its target")
             return self.lower_ref(node["$ref"], ptr, top)
-        if "allOf" in kws:
-            if len(node["allOf"]) == 1 and kws == {"allOf"}:
-                return self.lower(node["allOf"][0], f"{ptr}/allOf/0", top)
-            self.refuse("allOf", ptr, "outlines-core concatenates allOf branches instead of "
-                        "intersecting them; merge them into one schema")
-            kws.discard("allOf")
         if "anyOf" in kws or "oneOf" in kws:
             return self.lower_union(node, kws, ptr, top)
         return self.lower_typed(node, kws, ptr, top)
@@ -778,19 +688,7 @@ class _Lowering:
         """``enum``/``const``: keep the values that validate against the whole subschema."""
         keyword = "const" if "const" in node else "enum"
         candidates = [node["const"]] if keyword == "const" else list(node["enum"])
-        kept, unspellable = [], False
-        for value in candidates:
-            if not self.is_valid(node, value):
-                continue
-            problem = None if self.grammar else _literal_problem(value)
-            if problem:
-                self.refuse(keyword, ptr, problem)
-                unspellable = True
-                continue
-            kept.append(value)
-        if not kept and unspellable:  # lenient: generate without the enum, validate later
-            rest = {k: v for k, v in node.items() if k not in ("enum", "const")}
-            return self.lower(rest, ptr, top)
+        kept = [value for value in candidates if self.is_valid(node, value)]
         if not kept:
             return self.nothing(ptr, f"no {keyword} value satisfies the other keywords")
         kept.sort(key=lambda v: -len(json.dumps(v)))  # longest first: see _longest_first
@@ -800,17 +698,10 @@ class _Lowering:
         if not isinstance(ref, str) or not ref.startswith("#"):
             self.refuse("$ref", ptr, f"only local references (#/...) are supported, not {ref!r}")
             return _any_value()
-        target = unquote(ref[1:])
-        if target and not target.startswith("/"):
-            self.refuse("$ref", ptr, f"anchor references ({ref!r}) are not supported")
-            return _any_value()
-        if target in self._stack:
-            if self.grammar:
-                self.recursive.add(target)
-                return {"$ref": target}
-            self.refuse("$ref", ptr, "recursive reference (outlines-core cuts recursion at "
-                        "depth 3; the grammar-based compiler will support it)")
-            return _any_value()
+        target = unquote(ref[1:])  # a pointer: schema_refs rewrote every other kind
+        if target in self._stack:  # recursion: one rule, referenced
+            self.recursive.add(target)
+            return {"$ref": target}
         if (target, top) in self._memo:
             return self._memo[target, top]
         try:
@@ -855,7 +746,7 @@ class _Lowering:
         key = "anyOf" if "anyOf" in kws else "oneOf"
         branches = node[key]
         siblings = {k: v for k, v in node.items() if k in kws and k != key}
-        if self.grammar and siblings:  # each branch is intersected with the siblings
+        if siblings:  # each branch is intersected with the siblings
             try:
                 branches = [merge_all([siblings, b], self.deref) for b in branches]
                 siblings = {}
@@ -864,7 +755,7 @@ class _Lowering:
                             f"{exc}")
         for k in sorted(siblings):
             self.refuse(k, ptr, f"keywords beside {key} cannot be intersected with its branches")
-        if key == "oneOf" and self.grammar:
+        if key == "oneOf":
             branches = self.objects_only(branches)
         if key == "oneOf" and not self.disjoint(branches):
             # Exactly one: branch i and the complement of every other branch.
@@ -1077,57 +968,13 @@ class _Lowering:
         return out
 
     def lower_string(self, node: dict[str, Any], ptr: str, top: bool = False) -> Any:
-        """Strings. Long bounds are narrowed to :data:`MAX_STRING_LENGTH`.
-
-        A string that is the whole document is generated without ``\\"`` escapes
-        (narrowing): regex-automata also builds the *unanchored* DFA of the regex, and a
-        quote inside a bounded string restarts it, which blows that DFA up exponentially
-        (``maxLength`` 16 takes 4.5 s, 64 runs out of memory).
-        """
+        """Strings: lengths, pattern and format all at once (their automata are intersected
+        by the grammar compiler), as ``x-regex`` placeholders beside the lengths."""
         lo, hi = node.get("minLength"), node.get("maxLength")
-        pattern, fmt = node.get("pattern"), node.get("format")
         if lo is not None and hi is not None and lo > hi:
             return self.nothing(ptr, "minLength exceeds maxLength")
-        if self.grammar:
-            return self.lower_string_grammar(node, ptr, lo, hi, pattern, fmt)
-        if lo is not None and lo > _MAX_REPEAT_LOW:
-            self.refuse("minLength", ptr, f"above {_MAX_REPEAT_LOW} the regex is too costly")
-            lo = None
-        cap = self.max_string_length
-        if hi is not None and cap is not None and hi > cap:
-            hi = max(cap, int(lo or 0))  # narrowing: see MAX_STRING_LENGTH
-        lengths = lo is not None or hi is not None
-        if pattern is not None and lengths:
-            self.refuse("pattern", ptr, "outlines-core drops pattern beside minLength/maxLength")
-            pattern = None
-        if fmt is not None:
-            if fmt not in FORMATS:
-                self.refuse("format", ptr, f"format {fmt!r} is not supported "
-                            f"(supported: {', '.join(sorted(FORMATS))})")
-                fmt = None
-            elif pattern is not None or lengths:
-                self.refuse("format", ptr, "format cannot be combined with pattern, minLength "
-                            "or maxLength")
-                fmt = None
-        if pattern is not None:
-            try:
-                core = pattern_regex(pattern, quote=not (top and self.quote_free_top),
-                                     max_repeat=cap)
-                return self.placeholder(f'"(?:{core})"')
-            except _Refuse as exc:
-                self.refuse("pattern", ptr, str(exc))
-        if fmt is not None:
-            return self.placeholder(f'"(?:{FORMATS[fmt]})"')
-        if top and lengths and self.quote_free_top:
-            unquoted = r'(?:[^"\\\x00-\x1F\x7F-\x9F]|\\[\\/bfnrt])'
-            upper = "" if hi is None else int(hi)
-            return self.placeholder(f'"{unquoted}{{{int(lo or 0)},{upper}}}"')
-        out: dict[str, Any] = {"type": "string"}
-        if lo is not None:
-            out["minLength"] = int(lo)
-        if hi is not None:
-            out["maxLength"] = int(hi)
-        return out
+        return self.lower_string_grammar(node, ptr, lo, hi, node.get("pattern"),
+                                         node.get("format"))
 
     def lower_string_grammar(self, node: dict[str, Any], ptr: str, lo: Any, hi: Any,
                              pattern: Any, fmt: Any) -> Any:
@@ -1200,7 +1047,7 @@ class _Lowering:
             frac = _decimal_step(step)
             if frac is not None:
                 step = frac[0] // math.gcd(frac[0], 10 ** frac[1])
-        if step is not None and step != 1 and self.grammar and float(step).is_integer() \
+        if step is not None and step != 1 and float(step).is_integer() \
                 and 1 < step <= _MAX_MODULUS:
             # Multiples of an integer are a regular language (a residue automaton), so no
             # enumeration is needed: intersected with the bounds in the grammar compiler.
@@ -1249,22 +1096,16 @@ class _Lowering:
 
     def lower_number(self, node: dict[str, Any], ptr: str) -> Any:
         step = _decimal_step(node["multipleOf"]) if "multipleOf" in node else None
-        if "multipleOf" in node and (step is None or not self.grammar):
+        if "multipleOf" in node and step is None:
             self.refuse("multipleOf", ptr, f"a step of {node['multipleOf']!r} needs over "
                         f"{_MAX_MODULUS} automaton states")
-        if self.grammar:
-            out = self.decimal_bounds(node, ptr)
-            if step is not None:  # exact decimal multiples, written without exponent
-                out["x-decimal-multiple"] = list(step)
-            if node.get(NON_INTEGER) is True:  # written without exponent: a narrowing
-                out["x-regex"] = [*out.get("x-regex", ()), self.placeholder(
-                    r"-?(?:0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*")["const"]]
-            return out
-        low, high = self.bounds(node, ptr, integer=False)
-        if low is None and high is None:
-            return {"type": "number"}
-        regex = _number_range(low, high)
-        return self.placeholder(regex) if regex else self.nothing(ptr, "empty number range")
+        out = self.decimal_bounds(node, ptr)
+        if step is not None:  # exact decimal multiples, written without exponent
+            out["x-decimal-multiple"] = list(step)
+        if node.get(NON_INTEGER) is True:  # written without exponent: a narrowing
+            out["x-regex"] = [*out.get("x-regex", ()), self.placeholder(
+                r"-?(?:0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*")["const"]]
+        return out
 
     def lower_array(self, node: dict[str, Any], ptr: str) -> Any:
         prefix, prefix_key = node.get("prefixItems"), "prefixItems"
@@ -1279,25 +1120,8 @@ class _Lowering:
         if "contains" in node:
             self.refuse("contains", ptr, "not enforced")
         unique = node.get("uniqueItems", False)
-        if prefix is not None and self.grammar:
+        if prefix is not None:
             return self.lower_tuple(node, ptr, prefix, prefix_key, items, items_ptr, lo, hi)
-        if prefix is not None:  # outlines-core emits exactly len(prefix) items
-            n = len(prefix)
-            if lo > n:
-                self.refuse("minItems", ptr, f"above len({prefix_key}); outlines-core emits "
-                            f"exactly {n} items")
-            if hi is not None and hi < n:
-                self.refuse("maxItems", ptr, f"below len({prefix_key}); outlines-core emits "
-                            f"exactly {n} items")
-            if unique and n > 1:
-                self.refuse("uniqueItems", ptr, "not enforced")
-            lowered = []
-            for i, sub in enumerate(prefix):
-                one = self.lower(sub, f"{ptr}/{prefix_key}/{i}")
-                if one is None:
-                    return None
-                lowered.append(one)
-            return {"prefixItems": lowered}
         if unique and (hi is None or hi > 1):
             self.refuse("uniqueItems", ptr, "not enforced")
         if items is _ABSENT and "unevaluatedItems" in node:
@@ -1384,14 +1208,6 @@ class _Lowering:
                                           dep_required or dep_schemas)
 
         req = set(required)
-        names = list(sources)
-        for name in names:
-            if not self.grammar and _needs_json_escape(name):
-                self.refuse("properties", ptr, f"property name {name!r} needs JSON escaping, "
-                            "which outlines-core does not do")
-                if name in req:
-                    return self.nothing(ptr, f"required {name!r} cannot be generated")
-                sources.pop(name)
         if "propertyNames" in node:
             for name in list(sources):
                 if not self.is_valid(node["propertyNames"], name):
@@ -1495,7 +1311,7 @@ class _Lowering:
     def lower_free_object(self, node: dict[str, Any], ptr: str, extra: Any, extra_ptr: str,
                           patterns: dict[str, Any], dependencies: Any) -> Any:
         """An object without named properties: arbitrary keys (outlines-core's object)."""
-        if self.grammar and len(patterns) == 1 and not dependencies and not any(
+        if len(patterns) == 1 and not dependencies and not any(
                 k in node for k in ("propertyNames", "minProperties", "maxProperties")):
             return self.lower_pattern_object(patterns, extra, extra_ptr, ptr)
         min_p, max_p = int(node.get("minProperties", 0)), node.get("maxProperties")
@@ -1850,8 +1666,7 @@ def check_json_schema(schema: dict[str, Any] | bool | str, *, lenient: bool = Fa
             raise SchemaError(f"the schema is not valid JSON: {exc}") from exc
     try:
         schema, validator = _load_schema(schema, registry, lenient)
-        lowering = _Lowering(schema, validator, lenient, max_string_length=None,
-                             quote_free_top=False, grammar=True)
+        lowering = _Lowering(schema, validator, lenient)
         lowered = lowering.lower(schema, "", top=True)
     except RecursionError as exc:
         raise ResourceLimitError("the schema nests too deeply to check") from exc
@@ -1868,8 +1683,7 @@ def _compile(
     from structspec.automata.json_grammar import DialectCompiler
 
     schema, validator = _load_schema(schema, registry, lenient)
-    lowering = _Lowering(schema, validator, lenient, max_string_length=None,
-                         quote_free_top=False, grammar=True, extra_properties=extra_properties)
+    lowering = _Lowering(schema, validator, lenient, extra_properties=extra_properties)
     lowered = lowering.lower(schema, "", top=True)
     if "" in lowering.recursive:  # the root refers to itself ("$ref": "#")
         lowering.rules[""] = lowered
