@@ -98,6 +98,8 @@ def test_expression_grammar_golden(expr, text: str, want: str) -> None:
     ("returnx = 1\n", "accept"), ("return = 1\n", "reject"),
     ("if x: pass\n", "accept"), ("if x:\n    pass # hi\n", "accept"),
     ("if x:\n\tpass\n", "accept"), ("if x:\n", "prefix"), ("def f(", "prefix"),
+    ("x = 1  # c", "accept"), ("if x:\n    y = 1  # c", "accept"), ("# only\n", "accept"),
+    ("if x:\n    y = 1\n    # c\n", "accept"), ("if x:\n    y = f(1,\n# c\n 2)\n", "accept"),
 ])
 def test_indentation_golden(indented, text: str, want: str) -> None:
     assert run_bytes(indented, text) == want

@@ -52,7 +52,7 @@ class ParseTables:
     @classmethod
     def from_lark(cls, parse_table: Any, start: str, terminal_names: list[str]) -> ParseTables:
         """Convert lark's ``IntParseTable`` (``parser.parser.parser.parse_table``)."""
-        names = list(terminal_names)
+        names = [str(n) for n in terminal_names]
         if END not in names:
             names.append(END)
         index = {n: i for i, n in enumerate(names)}
@@ -64,6 +64,7 @@ class ParseTables:
         gotos: list[dict[str, int]] = [{} for _ in range(n_states)]
         for state, row in parse_table.states.items():
             for sym, (action, arg) in row.items():
+                sym = str(sym)  # lark's Token subclasses str with a slow __eq__
                 is_term = sym in index or sym.isupper()
                 if is_term and sym not in index:  # declared (e.g. _INDENT) or unknown to lexer
                     index[sym] = len(names)
@@ -78,7 +79,7 @@ class ParseTables:
                     if rid is None:
                         rid = rules[arg] = len(rule_len)
                         rule_len.append(len(arg.expansion))
-                        rule_lhs.append(arg.origin.name)
+                        rule_lhs.append(str(arg.origin.name))
                     actions[state][index[sym]] = -rid - 1
         return cls(tuple(names), tuple(actions), tuple(gotos), tuple(rule_len),
                    tuple(rule_lhs), int(parse_table.start_states[start]),

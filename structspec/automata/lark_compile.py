@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from structspec.automata.base import TokenMask
+from structspec.automata.cache import CompileCache
 from structspec.automata.lark_constraint import FREE, LarkRuntime
 from structspec.automata.lark_grammar import IndenterSpec, LoadedGrammar, load_grammar
 from structspec.errors import GrammarError
@@ -214,13 +215,31 @@ def compile_grammar(grammar: str | os.PathLike[str], vocab: Vocabulary, *,
 
     Returns:
         An immutable, thread-safe :class:`LarkConstraint` (lazy: masks are built on use).
+        Cached: the same grammar, options and vocabulary give the same object (in memory),
+        and the loaded grammar is kept in the disk compile cache.
 
     Raises:
         GrammarError: the grammar does not load, is not LALR(1), or has a terminal our
             DFA compiler refuses; the error carries line/column where known.
     """
-    return LarkConstraint(LarkRuntime(load_grammar(grammar, start=start, postlex=postlex),
-                                      vocab))
+    def build() -> LarkConstraint:
+        return LarkConstraint(LarkRuntime(load_grammar(grammar, start=start, postlex=postlex),
+                                          vocab))
+
+    if not isinstance(postlex, (str, IndenterSpec)) and postlex is not None:
+        return build()  # a lark Indenter object: no stable cache key
+    source = os.fspath(grammar) if isinstance(grammar, os.PathLike) else grammar
+    try:
+        mtime = os.stat(source).st_mtime_ns if "\n" not in source else 0
+    except OSError:
+        mtime = 0
+    key = (source, mtime, start, repr(postlex), vocab.fingerprint)
+    return _COMPILED.get_or_compile(key, build)
+
+
+_COMPILED: CompileCache[LarkConstraint] = CompileCache(maxsize=16)
+"""Compiled grammars by (text or path + mtime, options, vocabulary): repeated calls share
+one constraint and therefore its memo tables."""
 
 
 __all__ = ["LarkConstraint", "compile_grammar"]

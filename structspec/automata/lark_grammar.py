@@ -14,12 +14,14 @@ place the name occurs in the text).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from structspec.automata.cache import disk_cache, disk_key
 from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa
 from structspec.automata.lalr import ParseTables
 from structspec.automata.lexer import TerminalSpec
@@ -83,8 +85,11 @@ class LoadedGrammar:
         ignore: lexer ids of ``%ignore``d terminals.
         tables: the LALR(1) tables.
         postlex: the indenter, or ``None``.
-        lark: lark's own parser for the same grammar (for tests and error reports).
         start: the start rule.
+        source: (text, import paths) the grammar was loaded from.
+
+    ``lark`` (a property) is lark's own LALR parser for the same grammar, built on first use
+    (for tests and error reports); it is not pickled with the rest.
     """
 
     terminals: tuple[TerminalSpec, ...]
@@ -92,8 +97,21 @@ class LoadedGrammar:
     ignore: frozenset[int]
     tables: ParseTables
     postlex: IndenterSpec | None
-    lark: Any
     start: str
+    source: tuple[str, tuple[str, ...]] = ("", ())
+
+    @functools.cached_property
+    def lark(self) -> Any:
+        """lark's own parser (``parser="lalr"``, contextual lexer, the same postlexer)."""
+        return _build_lark(self.source[0], self.start, self.postlex, list(self.source[1]))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("lark", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
 
 def _read(grammar: str | os.PathLike[str]) -> tuple[str, list[str]]:
@@ -185,7 +203,8 @@ def _header(text: str) -> dict[str, str]:
 
 
 def load_grammar(grammar: str | os.PathLike[str], *, start: str | None = None,
-                 postlex: IndenterSpec | str | Any | None = "auto") -> LoadedGrammar:
+                 postlex: IndenterSpec | str | Any | None = "auto",
+                 cache: bool = True) -> LoadedGrammar:
     """Load ``grammar`` (Lark text, or a path to a ``.lark`` file) for the runtime.
 
     Args:
@@ -195,6 +214,9 @@ def load_grammar(grammar: str | os.PathLike[str], *, start: str | None = None,
         postlex: ``"auto"`` (the header's ``postlex=python|none`` if any, else the Python
             indenter when the grammar declares ``_INDENT`` and ``_DEDENT``), ``"python"``,
             ``None``, an :class:`IndenterSpec`, or a lark ``Indenter`` class/instance.
+        cache: reuse (and store) the loaded grammar in the disk compile cache
+            (:mod:`.cache`; keyed by the text, options and the lark and structspec
+            versions): lark's LALR analysis and the terminal DFAs are paid once.
 
     Raises:
         GrammarError: syntax errors, undefined rules/terminals, LALR(1) conflicts,
@@ -214,6 +236,16 @@ def load_grammar(grammar: str | os.PathLike[str], *, start: str | None = None,
     elif postlex is not None and not isinstance(postlex, IndenterSpec):
         postlex = IndenterSpec.from_indenter(postlex)
     assert postlex is None or isinstance(postlex, IndenterSpec)
+    key = None
+    disk = disk_cache() if cache else None
+    if disk is not None:
+        import lark
+
+        key = disk_key("lark-grammar", text, start, repr(postlex), tuple(import_paths),
+                       lark.__version__)
+        got = disk.load(key, None)
+        if isinstance(got, LoadedGrammar):
+            return got
     parser = _build_lark(text, start, postlex, import_paths)
     lark_terms = list(parser.terminals)
     ignore_names = set(parser.ignore_tokens)
@@ -239,7 +271,12 @@ def load_grammar(grammar: str | os.PathLike[str], *, start: str | None = None,
         for name in (postlex.indent_type, postlex.dedent_type):
             if name not in tables.index:
                 raise GrammarError(f"the grammar does not use the indenter's {name}")
-    return LoadedGrammar(tuple(specs), parser_index, ignore, tables, postlex, parser, start)
+    loaded = LoadedGrammar(tuple(specs), parser_index, ignore, tables, postlex, start,
+                           (text, tuple(import_paths)))
+    loaded.__dict__["lark"] = parser  # already built: keep it
+    if disk is not None and key is not None:
+        disk.store(key, loaded)
+    return loaded
 
 
 __all__ = ["PYTHON_INDENTER", "IndenterSpec", "LoadedGrammar", "load_grammar"]

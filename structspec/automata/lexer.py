@@ -17,6 +17,12 @@ one ``NAME``); then lark's own order (longer max width, longer pattern, name).
 Because every terminal DFA is trimmed, every terminal in a live state can still be reached:
 ``terms(s)`` is the set of terminals the lexeme may still become.
 
+``%ignore``d lexemes change nothing in the parser, so the lexeme after one starts from the
+*same* start set: when the winner of a state is an ignored terminal, the bytes that cannot
+extend it continue from the state's start state (an "absorbed" boundary). Tokens such as
+`` foo`` or ``  return`` then stay inside the lexer DFA — decided without the parser, the
+way most BPE tokens with a leading space should be. A state remembers its start state.
+
 State 0 is dead. Thread-safe: tables only grow; growth is locked.
 """
 
@@ -67,8 +73,10 @@ class TokenWalk:
 class ContextualLexer:
     """The combined lexer DFA over ``terminals`` (see the module docstring)."""
 
-    def __init__(self, terminals: list[TerminalSpec]) -> None:
+    def __init__(self, terminals: list[TerminalSpec], absorb: frozenset[int] = frozenset()
+                 ) -> None:
         self.terminals = terminals
+        self.absorb = absorb
         order = sorted(range(len(terminals)), key=lambda i: (
             -terminals[i].priority, not terminals[i].is_string, -terminals[i].max_width,
             -terminals[i].pattern_len, terminals[i].name))
@@ -79,7 +87,9 @@ class ContextualLexer:
         self._accepting = [t.dfa.accepting for t in terminals]
         self._lock = threading.RLock()
         self._comps: list[tuple[tuple[int, int], ...]] = [()]
-        self._ids: dict[tuple[tuple[int, int], ...], int] = {(): 0}
+        self._origin: list[int] = [0]  # the start state each state's lexeme began at
+        self._ids: dict[tuple[int, tuple[tuple[int, int], ...]], int] = {(0, ()): 0}
+        self._absorbed: dict[int, np.ndarray] = {}  # [256] bool: boundary absorbed
         self._table = np.zeros((64, 256), dtype=np.int32)  # grows; rows valid when expanded
         self._expanded = np.zeros(64, dtype=bool)
         self._expanded[0] = True
@@ -91,8 +101,10 @@ class ContextualLexer:
 
     # -- states ---------------------------------------------------------------------------
 
-    def _intern(self, comps: tuple[tuple[int, int], ...]) -> int:
-        got = self._ids.get(comps)
+    def _intern(self, comps: tuple[tuple[int, int], ...], origin: int) -> int:
+        if not comps:
+            return 0
+        got = self._ids.get((origin, comps))
         if got is None:
             got = len(self._comps)
             if got >= self._table.shape[0]:
@@ -105,7 +117,8 @@ class ContextualLexer:
                 winner[:got] = self.winner_arr[:got]
                 self._table, self._expanded, self.winner_arr = table, expanded, winner
             self._comps.append(comps)
-            self._ids[comps] = got
+            self._origin.append(got if origin < 0 else origin)
+            self._ids[(origin, comps)] = got
             best, best_rank, bits = -1, 1 << 30, 0
             for tid, q in comps:
                 bits |= 1 << tid
@@ -122,7 +135,7 @@ class ContextualLexer:
             with self._lock:
                 comps = tuple(sorted((t, self.terminals[t].dfa.start) for t in terminal_ids
                                      if self.terminals[t].dfa.start))
-                got = self._intern(comps)
+                got = self._intern(comps, -1)
                 self._start_set.add(got)
                 self._starts[terminal_ids] = got
         return got
@@ -160,16 +173,28 @@ class ContextualLexer:
 
     def _expand_one(self, s: int) -> None:
         comps = self._comps[s]
+        origin = self._origin[s]
         tids = [tid for tid, _ in comps]
         m = np.stack([self._tables[tid][q] for tid, q in comps])  # [C, 256]
         cols, inverse = np.unique(m.T, axis=0, return_inverse=True)  # [U, C], [256]
         ids = np.zeros(len(cols), dtype=np.int32)
         for u, col in enumerate(cols.tolist()):
             nxt = tuple((tid, q) for tid, q in zip(tids, col) if q)
-            ids[u] = self._intern(nxt)
+            ids[u] = self._intern(nxt, origin)
         row = ids[inverse.reshape(-1)]
+        if self.winner_arr[s] >= 0 and int(self.winner_arr[s]) in self.absorb:
+            if not self._expanded[origin]:
+                self._expand_one(origin)
+            absorbed = (row == 0) & (self._table[origin] != 0)
+            row = np.where(absorbed, self._table[origin], row)
+            self._absorbed[s] = absorbed
         self._table[s] = row
         self._expanded[s] = True
+
+    def absorbs(self, state: int, byte: int) -> bool:
+        """Whether ``byte`` ends ``state``'s ignored lexeme and starts the next one."""
+        got = self._absorbed.get(state)
+        return bool(got[byte]) if got is not None else False
 
     def step(self, state: int, byte: int) -> int:
         """The state after one byte (0 when the lexeme cannot take it)."""

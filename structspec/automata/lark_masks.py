@@ -1,0 +1,297 @@
+"""Token masks for the Lark constraint: parser-independent lexing trees, parser-dependent
+evaluation, the XGrammar split.
+
+For a lexer state, the whole vocabulary is walked once through the lexer DFA (numpy). The
+result is a *node* of a lexing tree, which depends on the lexer alone:
+
+- **inside groups**: tokens that stay inside the current lexeme, grouped by the set of
+  terminals their end state may still become (and, for the indenter's newline, by what
+  they do to its indentation). One bit test against the parser's viable terminals decides
+  a whole group — most of the vocabulary, most of the time.
+- **crossing groups**: tokens whose lexeme ends midway (``foo(``, ``):``, ``"]``), grouped
+  by the lexer state where it ends. The rest of those tokens is a *child node*: the same
+  walk from the next lexeme's start state, built on first use and memoized by
+  ``(group, start state)``.
+
+Evaluating a node needs the parser: end the lexeme (memoized per state), test the
+groups. A child's result depends only on the state after the lexeme ends, so it is
+memoized per ``(group, state)`` and shared by every mask that reaches it — ``foo(`` and
+``bar(`` after ``x = `` in any statement of the same block share one evaluation.
+
+When the lexeme may end right before a token (the token's first byte cannot extend it),
+the token is judged from the state after the lexeme: that part of the mask is that
+state's mask, limited to those first bytes.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from structspec.automata.base import TokenMask
+
+if TYPE_CHECKING:
+    from structspec.automata.lark_constraint import LarkRuntime
+
+_WORDS_MIN = 512  # inside groups at least this large are kept as packed words
+
+
+def groups_of(values: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Indices of ``values`` (ints) grouped by value, ascending: one counting pass and one
+    radix sort, instead of ``np.unique``'s comparison sort."""
+    if values.size == 0:
+        return []
+    lo, hi = int(values.min()), int(values.max())
+    if lo == hi:
+        return [(lo, np.arange(values.size))]
+    shifted = values - lo
+    counts = np.bincount(shifted)
+    present = np.flatnonzero(counts)
+    keys = shifted.astype(np.int16) if hi - lo < 32768 else shifted
+    order = np.argsort(keys, kind="stable")
+    parts = np.split(order, np.cumsum(counts[present])[:-1])
+    return [(int(p) + lo, idx) for p, idx in zip(present.tolist(), parts)]
+
+
+def apply_effect(ind: int, has_nl: bool, cols: int) -> int:
+    """A newline lexeme's indentation after bytes that hold a ``\\n`` (then ``cols`` after
+    the last one) or not (``cols`` added, unless no ``\\n`` was seen yet: -1)."""
+    if has_nl:
+        return cols
+    return ind + cols if ind >= 0 else -1
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Tokens of one node that end inside one lexeme: their ids (or packed words)."""
+
+    terms: int  # terminals the lexeme may still become
+    nl_q: int  # the newline terminal's DFA state in it, or -1
+    effect: tuple[bool, int] | None  # (holds a \n, columns) when nl_q >= 0
+    ids: np.ndarray
+    words: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class _Cross:
+    """Tokens of one node whose lexeme ends at lexer state ``end`` after byte ``ks``."""
+
+    key: int  # registry id of (rows, ks): names the child node together with a start state
+    end: int
+    effect: tuple[bool, int] | None
+
+
+@dataclass(frozen=True)
+class _Node:
+    inside: tuple[_Group, ...]
+    cross: tuple[_Cross, ...]
+
+
+class MaskBuilder:
+    """Masks of one :class:`LarkRuntime` (see the module docstring). Thread-safe: memo
+    tables only grow; registry growth is locked."""
+
+    def __init__(self, rt: LarkRuntime) -> None:
+        self.rt = rt
+        self.tt = rt.tt
+        self.size = self.tt.size
+        self._lock = threading.Lock()
+        self._top: dict[int, _Node] = {}
+        self._child: dict[tuple[int, int], _Node] = {}
+        self._rests: list[tuple[np.ndarray, np.ndarray]] = []
+        self._results: dict[tuple[int, int], np.ndarray] = {}
+        self._kills: dict[int, np.ndarray | None] = {}
+        self._masks: dict[tuple, TokenMask] = {}
+        tt, tab = self.tt, rt.tab_len
+        pos = np.arange(tt.data.shape[1])[None, :]
+        self._cols = np.where(tt.data == 32, 1, np.where(tt.data == 9, tab, 0)) \
+            * (pos < tt.lengths[:, None])  # [T, Lmax]
+
+    # -- lexing trees (parser-independent) ------------------------------------------------
+
+    def _effects(self, rows: np.ndarray, lo: np.ndarray,
+                 hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: whether bytes ``[lo, hi)`` hold a ``\\n``; the columns after the last."""
+        data = self.tt.data[rows]  # [R, Lmax]
+        pos = np.arange(data.shape[1])[None, :]
+        seg = (pos >= lo[:, None]) & (pos < hi[:, None])
+        is_nl = (data == 10) & seg
+        has = is_nl.any(axis=1)
+        last = np.where(has, data.shape[1] - 1 - np.argmax(is_nl[:, ::-1], axis=1), -1)
+        return has, (self._cols[rows] * (seg & (pos > last[:, None]))).sum(axis=1)
+
+    def _split_nl(self, end: int, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray
+                  ) -> list[tuple[tuple[bool, int] | None, np.ndarray]]:
+        """Index groups of ``rows`` by their effect on a newline lexeme (if ``end`` may
+        still become one)."""
+        rt = self.rt
+        if not rt.lex.terms(end) & rt.nl_bit:
+            return [(None, np.arange(rows.size))]
+        has, cols = self._effects(rows, lo, hi)
+        key = cols * 2 + has  # cols >= 0
+        return [((bool(k & 1), k >> 1), idx) for k, idx in groups_of(key)]
+
+    def _node(self, rows: np.ndarray, offs: np.ndarray, in_rows: np.ndarray,
+              in_ends: np.ndarray, in_lo: np.ndarray, cr_rows: np.ndarray, cr_ks: np.ndarray,
+              cr_ends: np.ndarray, cr_lo: np.ndarray, words: bool) -> _Node:
+        rt, tt = self.rt, self.tt
+        del rows, offs
+        inside: list[_Group] = []
+        for end, idx in groups_of(in_ends):
+            r, lo = in_rows[idx], in_lo[idx]
+            q = rt.lex.component(end, rt.nl) if rt.nl >= 0 else 0
+            for eff, sub in self._split_nl(end, r, lo, tt.lengths[r]):
+                ids = tt.ids[r[sub]]
+                w = TokenMask.from_ids(ids, self.size).words \
+                    if words and ids.size >= _WORDS_MIN else None
+                inside.append(_Group(rt.lex.terms(end), q if eff is not None else -1, eff,
+                                     ids, w))
+        cross: list[_Cross] = []
+        for end, idx in groups_of(cr_ends):
+            r, ks, lo = cr_rows[idx], cr_ks[idx], cr_lo[idx]
+            for eff, sub in self._split_nl(end, r, lo, ks):
+                with self._lock:
+                    key = len(self._rests)
+                    self._rests.append((r[sub], ks[sub]))
+                cross.append(_Cross(key, end, eff))
+        return _Node(tuple(inside), tuple(cross))
+
+    def top_node(self, lx: int) -> _Node:
+        """The node of lexer state ``lx``: every token walked from it."""
+        got = self._top.get(lx)
+        if got is None:
+            w = self.rt.lex.walk(lx, self.tt)
+            zeros_in = np.zeros(w.inside_rows.size, dtype=np.int64)
+            zeros_cr = np.zeros(w.cross_rows.size, dtype=np.int64)
+            got = self._node(w.inside_rows, zeros_in, w.inside_rows, w.inside_states,
+                             zeros_in, w.cross_rows, w.cross_k, w.cross_states, zeros_cr, True)
+            self._top[lx] = got
+        return got
+
+    def child_node(self, key: int, lx: int) -> _Node:
+        """The node of the rests of crossing group ``key`` walked from start state ``lx``."""
+        ck = (key, lx)
+        got = self._child.get(ck)
+        if got is None:
+            rows, offs = self._rests[key]
+            got = self._walk_rests(rows, offs, lx)
+            self._child[ck] = got
+        return got
+
+    def _walk_rests(self, rows: np.ndarray, offs: np.ndarray, lx: int) -> _Node:
+        tt, lex = self.tt, self.rt.lex
+        lengths = tt.lengths[rows]
+        idx = np.arange(rows.size)
+        states = np.full(rows.size, lx, dtype=np.int32)
+        pos = offs.copy()
+        ins: list[tuple[np.ndarray, np.ndarray]] = []
+        crs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        while idx.size:
+            done = pos >= lengths[idx]
+            if done.any():
+                ins.append((idx[done], states[done]))
+                keep = ~done
+                idx, states, pos = idx[keep], states[keep], pos[keep]
+                if not idx.size:
+                    break
+            table = lex.expand(states)
+            nxt = table[states, tt.data[rows[idx], pos]]
+            dead = nxt == 0
+            if dead.any():
+                cross = dead & (lex.winner_arr[states] >= 0)
+                if cross.any():
+                    crs.append((idx[cross], pos[cross], states[cross]))
+                keep = ~dead
+                idx, states, pos = idx[keep], nxt[keep], pos[keep]
+            else:
+                states = nxt
+            pos = pos + 1
+        in_idx = np.concatenate([a for a, _ in ins]) if ins else np.zeros(0, np.int64)
+        in_end = np.concatenate([b for _, b in ins]) if ins else np.zeros(0, np.int32)
+        cr_idx = np.concatenate([a for a, _, _ in crs]) if crs else np.zeros(0, np.int64)
+        cr_ks = np.concatenate([b for _, b, _ in crs]) if crs else np.zeros(0, np.int64)
+        cr_end = np.concatenate([c for _, _, c in crs]) if crs else np.zeros(0, np.int32)
+        return self._node(rows, offs, rows[in_idx], in_end.astype(np.int64), offs[in_idx],
+                          rows[cr_idx], cr_ks, cr_end.astype(np.int64), offs[cr_idx], False)
+
+    # -- evaluation (parser-dependent) ------------------------------------------------------
+
+    def _eval(self, node: _Node, ind: int, stack: int, paren: int, levels: tuple[int, ...],
+              words: np.ndarray | None, ids: list[np.ndarray]) -> None:
+        """Add the legal tokens of ``node`` under this parser context to ``words`` (packed
+        groups) and ``ids``."""
+        rt = self.rt
+        nl_check = rt.nl >= 0 and paren == 0 and stack >= 0
+        for g in node.inside:
+            ok = rt.any_viable(g.terms, stack, paren)
+            if not ok and g.nl_q >= 0 and nl_check and g.effect is not None:
+                ok = rt.nl_ok(g.nl_q, apply_effect(ind, *g.effect), stack, levels)
+            if ok:
+                if g.words is not None and words is not None:
+                    words |= g.words
+                else:
+                    ids.append(g.ids)
+        for c in node.cross:
+            d = -1 if c.effect is None else apply_effect(ind, *c.effect)
+            y = rt.end_lexeme(rt.intern((c.end, d, stack, paren, levels, False)))
+            if y:
+                got = self._child_result(c.key, y)
+                if got.size:
+                    ids.append(got)
+
+    def _child_result(self, key: int, state: int) -> np.ndarray:
+        """The legal tokens of crossing group ``key`` once their lexeme has ended in
+        ``state``. Memoized per ``(group, state)``."""
+        ck = (key, state)
+        got = self._results.get(ck)
+        if got is None:
+            lx, ind, stack, paren, levels, _ = self.rt.key(state)
+            parts: list[np.ndarray] = []
+            self._eval(self.child_node(key, lx), ind, stack, paren, levels, None, parts)
+            got = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+            self._results[ck] = got
+        return got
+
+    def _kill(self, lx: int) -> np.ndarray | None:
+        """Packed tokens whose first byte cannot extend the lexeme of ``lx`` (``None`` when
+        the lexeme cannot end at ``lx``)."""
+        if lx in self._kills:
+            return self._kills[lx]
+        got = None
+        rt, tt = self.rt, self.tt
+        if rt.lex.winner(lx) >= 0:
+            table = rt.lex.expand(np.array([lx]))
+            dead_first = np.flatnonzero(table[lx] == 0)
+            rows = np.concatenate([tt.first_rows[b] for b in dead_first]) \
+                if dead_first.size else np.zeros(0, dtype=np.int64)
+            got = TokenMask.from_ids(tt.ids[rows], tt.size).words
+        self._kills[lx] = got
+        return got
+
+    def mask(self, state: int) -> TokenMask:
+        """The tokens legal in ``state`` (EOS left to the caller). Memoized per state
+        value, the after-newline flag left out (it does not change the mask)."""
+        key = self.rt.key(state)
+        mk = key[:5]
+        got = self._masks.get(mk)
+        if got is None:
+            lx, ind, stack, paren, levels = mk
+            words = np.zeros((self.size + 31) // 32, dtype=np.uint32)
+            ids: list[np.ndarray] = []
+            self._eval(self.top_node(lx), ind, stack, paren, levels, words, ids)
+            kill = self._kill(lx)
+            if kill is not None:
+                ended = self.rt.end_lexeme(state)
+                if ended:
+                    words |= self.mask(ended).words & kill
+            got = TokenMask(words, self.size)
+            if ids:
+                got = got | TokenMask.from_ids(np.concatenate(ids), self.size)
+            self._masks[mk] = got
+        return got
+
+
+__all__ = ["MaskBuilder", "apply_effect", "groups_of"]
