@@ -82,6 +82,8 @@ def test_compile_json_schema_reads_and_writes_the_disk_cache(disk) -> None:
     vocab = make_byte_vocab([])
     schema = {**SCHEMA, "title": "disk-cache-test"}
     compile_json_schema(schema, vocab)
+    assert not list(disk.directory.glob("*.pickle"))  # deferred: nothing written yet
+    assert disk.flush() == 1
     files = list(disk.directory.glob("*.pickle"))
     assert len(files) == 1 and oct(files[0].stat().st_mode & 0o777) == "0o600"
     compile_json_schema.__globals__["_MEMORY"].clear()  # a new process, as it were

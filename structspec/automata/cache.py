@@ -10,8 +10,9 @@ command-line call pays neither the compilation nor the first masks again. Entrie
 by the canonical input, the options, the vocabulary's fingerprint and the structspec version
 (:func:`disk_key`), pickled (the vocabulary itself is left out and re-attached on load), written
 atomically, readable by the owner only, and evicted oldest-first beyond ``max_bytes``.
-:meth:`DiskCache.flush` rewrites the entries whose memo tables have grown since they were
-written (the CLI calls it before exiting).
+Writing is deferred: a compilation only *registers* its constraint (:meth:`DiskCache.remember`,
+no latency added), and :meth:`DiskCache.flush` writes the registered constraints that are new
+or whose memo tables grew — the CLI calls it before exiting, and it runs at interpreter exit.
 
 Location: ``$STRUCTSPEC_COMPILE_CACHE`` (a directory, or ``off``), else
 ``$STRUCTSPEC_CACHE/compiled``, else ``~/.cache/structspec/compiled``.
@@ -19,6 +20,7 @@ Location: ``$STRUCTSPEC_COMPILE_CACHE`` (a directory, or ``off``), else
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import io
@@ -162,6 +164,7 @@ class DiskCache:
         self._written: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self._sizes: dict[str, int] = {}
         self.hits = self.misses = self.errors = 0
+        self._armed = False
 
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.pickle"
@@ -225,9 +228,19 @@ class DiskCache:
         self._evict()
         return True
 
+    def remember(self, key: str, obj: Any) -> None:
+        """Register ``obj`` to be written under ``key`` at the next :meth:`flush` (the first
+        registration arms a flush at interpreter exit)."""
+        with self._lock:
+            self._written[key] = obj
+            self._sizes.setdefault(key, -1)
+            if not self._armed:
+                self._armed = True
+                atexit.register(self.flush)
+
     def flush(self) -> int:
-        """Rewrite the entries whose memo tables grew since they were written; returns how
-        many were rewritten."""
+        """Write the registered entries that are new or whose memo tables grew since they
+        were written; returns how many were written."""
         with self._lock:
             grown = [(k, o) for k, o in list(self._written.items())
                      if memo_size(o) > self._sizes.get(k, 0)]

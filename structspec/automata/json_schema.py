@@ -1628,7 +1628,7 @@ def compile_json_schema(
             except RecursionError as exc:  # a pathological nesting of subschemas
                 raise ResourceLimitError("the schema nests too deeply to compile") from exc
         if disk is not None:
-            disk.store(dkey, built)
+            disk.remember(dkey, built)  # written at flush (exit), not on this path
         return built
 
     constraint = _MEMORY.get_or_compile(key, build)
