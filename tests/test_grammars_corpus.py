@@ -9,6 +9,8 @@ interpreter when one is on the PATH.
 Corpora: HumanEval infilling (``../shared/data/code``; prompt + canonical_solution + suffix,
 deduplicated — 287 distinct programs from 6,848 tasks), a deterministic sample of the
 running interpreter's standard library, and the snippets under ``tests/data/grammars/``.
+The JavaScript corpus, its rejects and its known gaps are checked with ``node`` when it is
+on the PATH.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def rejects(name: str) -> list[str]:
 
 
 def test_available_and_paths():
-    assert {"json", "python", "sql"} <= set(available())
+    assert {"javascript", "json", "python", "sql"} <= set(available())
     assert grammar_path("python") == grammar_path("python.lark")
     assert grammar_options("python") == {"postlex": "python", "start": "file_input"}
     assert grammar_options("json")["start"] == "start"
@@ -107,7 +109,7 @@ def test_unknown_grammar_lists_the_known_ones():
         grammar_path("../errors")
 
 
-@pytest.mark.parametrize("name", ["json", "python", "sql"])
+@pytest.mark.parametrize("name", ["javascript", "json", "python", "sql"])
 def test_grammar_is_lalr_without_conflicts(name, caplog):
     """lark resolves shift/reduce conflicts silently (as shift); the grammars have none."""
     import logging
@@ -121,7 +123,7 @@ def test_grammar_is_lalr_without_conflicts(name, caplog):
     assert "conflict" not in caplog.text.lower()
 
 
-@pytest.mark.parametrize("name", ["json", "python", "sql"])
+@pytest.mark.parametrize("name", ["javascript", "json", "python", "sql"])
 def test_terminals_have_no_lookarounds_or_backreferences(name):
     """Each terminal compiles to a byte DFA: no ``(?=``, ``(?!``, ``(?<``, ``\\1``."""
     for term in parser(name).terminals:
@@ -277,3 +279,78 @@ def test_json_rejects(text):
     with pytest.raises(ValueError):
         json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     assert not parses("json", text, "basic")
+
+
+# ------------------------------------------------------------------ JavaScript
+
+JS = DATA / "javascript"
+# whether each program is valid JavaScript, as a script or (for imports, top-level await)
+# as a module: V8's parser without running anything
+NODE_CHECK = r"""
+const vm = require('vm');
+const valid = (src, goals) => goals.some((goal) => {
+  try {
+    if (goal === 'script') new vm.Script(src); else new vm.SourceTextModule(src);
+    return true;
+  } catch (e) {
+    if (e instanceof SyntaxError) return false;
+    throw e;
+  }
+});
+const rows = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+console.log(JSON.stringify(rows.map(([src, goals]) => valid(src, goals))));
+"""
+
+
+def _js_programs(name: str) -> list[str]:
+    """The programs of ``javascript/NAME``: one a line; ``#`` lines are comments."""
+    text = (JS / name).read_text(encoding="utf-8")
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def _js_files() -> list[Path]:
+    """The corpus: scripts (``*.js``) and modules (``*.mjs``)."""
+    return sorted(JS.glob("*.js")) + sorted(JS.glob("*.mjs"))
+
+
+def _node_valid(rows: list[tuple[str, list[str]]]) -> list[bool]:
+    """Whether node parses each ``(source, goals)``; skips the test without node."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node on the PATH to cross-check the JavaScript corpus")
+    out = subprocess.run([node, "--experimental-vm-modules", "--no-warnings", "-e", NODE_CHECK],
+                         input=json.dumps(rows), text=True, capture_output=True, check=True)
+    return json.loads(out.stdout)
+
+
+def test_javascript_corpus():
+    files = _js_files()
+    assert len(files) >= 20
+    failed = [p.name for p in files if not parses("javascript", p.read_text(encoding="utf-8"))]
+    assert not failed, f"{len(failed)}/{len(files)} fail: {failed}"
+
+
+def test_javascript_corpus_is_valid_javascript():
+    files = _js_files()
+    goals = {".js": ["script"], ".mjs": ["module"]}
+    valid = _node_valid([(p.read_text(encoding="utf-8"), goals[p.suffix]) for p in files])
+    assert all(valid), [p.name for p, ok in zip(files, valid) if not ok]
+
+
+@pytest.mark.parametrize("program", _js_programs("rejects.txt"))
+def test_javascript_rejects(program):
+    assert not parses("javascript", program)
+
+
+@pytest.mark.parametrize("program", _js_programs("outside_subset.txt"))
+def test_javascript_outside_subset_still_rejected(program):
+    """Ratchet: valid JavaScript the grammar documents as out (ASI, regex literals, ...)."""
+    assert not parses("javascript", program)
+
+
+def test_javascript_rejects_are_invalid_and_gaps_valid_for_node():
+    rejects_, gaps = _js_programs("rejects.txt"), _js_programs("outside_subset.txt")
+    both = ["script", "module"]
+    valid = _node_valid([(p, both) for p in rejects_ + gaps])
+    assert not any(valid[: len(rejects_)]), [p for p, v in zip(rejects_, valid) if v]
+    assert all(valid[len(rejects_):]), [p for p, v in zip(gaps, valid[len(rejects_):]) if not v]
