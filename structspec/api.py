@@ -72,15 +72,29 @@ class Generator:
             defaults, speculation on); ``run(speculative=...)`` overrides per call.
         pack: on CPU, replace the model's linear layers by packed oneDNN ones (same outputs
             within 1e-4; passes of a few tokens get much cheaper, which speculation needs).
+        draft_model: a small model with the same tokenizer to draft with (a model spec, a
+            :class:`~structspec.models.LoadedModel` or a
+            :class:`~structspec.spec.draft_model.DraftModel`); loaded here (and packed like
+            the target) and added to the default ``speculation`` config.
 
     Thread-safety: compiled constraints are shared; concurrent ``run`` calls on one
     Generator are serialized by a lock (one model, one KV cache at a time).
     """
 
     def __init__(self, model: str | LoadedModel | None = None, *, device: str = "cpu",
-                 speculation: SpecConfig | None = None, pack: bool = True) -> None:
+                 speculation: SpecConfig | None = None, pack: bool = True,
+                 draft_model: Any = None) -> None:
         self.loaded = model if isinstance(model, LoadedModel) else load_model(model, device=device)
         self.speculation = speculation if speculation is not None else SpecConfig()
+        if draft_model is not None:
+            from dataclasses import replace
+
+            from structspec.spec.draft_model import DraftModel
+
+            draft = DraftModel.resolve(draft_model, device=device, pack=pack)
+            if pack and packing_available(draft.model):
+                pack_linears(draft.model)
+            self.speculation = replace(self.speculation, draft_model=draft)
         if pack and packing_available(self.loaded.model):
             pack_linears(self.loaded.model)
         self.vocab = Vocabulary.from_tokenizer(

@@ -95,6 +95,9 @@ def _build_parser() -> argparse.ArgumentParser:
                       help="deepest drafted path (default 32)")
     spec.add_argument("--validation-threshold", type=float, default=None, metavar="E",
                       help="opt-in LOSSY typical acceptance with threshold E in (0, 1)")
+    spec.add_argument("--draft-model", metavar="ID", default=None,
+                      help="a small model with the same tokenizer to draft with (HF id, "
+                      "local directory or .gguf file)")
     spec.add_argument("--no-pack", action="store_true",
                       help="keep the model's plain linear layers (no oneDNN packing)")
     return parser
@@ -163,7 +166,7 @@ def _generate(args: argparse.Namespace) -> int:
     from structspec.api import Generator
 
     generator = Generator(args.model, device=args.device, speculation=spec,
-                          pack=not args.no_pack)
+                          pack=not args.no_pack, draft_model=args.draft_model)
     result = generator.run(
         prompt,
         schema=schema,

@@ -15,6 +15,11 @@ The prompt is not prefilled on its own: the first verification pass runs the pro
 first tree together (the prompt's last token is the first root), so that pass computes the
 first token's distribution and already checks drafts after it — as many passes as plain
 decoding when nothing is drafted. ``stats.prefill_seconds`` is that first pass.
+
+Tree size: the scheduler bounds the speculative part (smaller for free text, shrunk when it
+stops paying or under memory pressure), and within that bound keeps the nodes that maximize
+expected tokens per second given the device's measured cost curve
+(:mod:`structspec.spec.cost`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from structspec.engine import DecodeOutput, DecodeStats, advance_or_raise, dead_
 from structspec.errors import GenerationError
 from structspec.sampling import SamplingParams, make_generator
 from structspec.spec.accept import MaskCache, walk_tree
+from structspec.spec.cost import CostCurve, device_cost_curve, memory_use
+from structspec.spec.draft_model import SOURCE as DRAFT_MODEL
+from structspec.spec.draft_model import DraftModel
 from structspec.spec.drafters import (
     DRAFTERS,
     FORCED,
@@ -48,6 +56,9 @@ from structspec.spec.verify import check_tree_support, keep_path, verify_tree
 from structspec.vocab import Vocabulary
 
 DEFAULT_DRAFTERS = ("values", "closers", "lookup", "alternatives", "topk")
+#: Speculative (nodes, branches) bounds when ``max_nodes``/``num_speculations`` are ``None``:
+#: structured output (few legal tokens per step) vs free text.
+AUTO_BUDGETS = {"structured": (16, 8), "free": (8, 4)}
 
 
 @dataclass(frozen=True)
@@ -58,10 +69,12 @@ class SpecConfig:
         enabled: ``False`` runs the same loop with a root-only tree (one token per pass):
             the baseline of the same engine.
         draft_length: maximum tree depth (drafted tokens on one path).
-        num_speculations: maximum branches opened by the speculative drafters per step.
+        num_speculations: maximum branches opened by the speculative drafters per step;
+            ``None``: 8 for structured output, 4 for free text (:data:`AUTO_BUDGETS`).
         max_nodes: maximum speculative nodes per step (branches and their forced
-            extensions). The forced chain from the root is bounded by ``draft_length`` only,
-            so a pass runs at most ``1 + draft_length + max_nodes`` tokens.
+            extensions); ``None``: 16 for structured output, 8 for free text. The forced
+            chain from the root is bounded by ``draft_length`` only, so a pass runs at most
+            ``1 + draft_length + max_nodes`` tokens.
         validation_threshold: ``None`` for lossless acceptance; a float ``ε`` in (0, 1)
             enables Medusa-style typical acceptance (lossy, opt-in).
         adaptive: shrink the speculative budget when its hit rate over ``window`` steps is
@@ -73,12 +86,26 @@ class SpecConfig:
         alternatives_max: the ``alternatives`` drafter branches where at most this many
             tokens are allowed.
         values_max: at most this many branches from the ``values`` drafter per step.
+        draft_model: a small causal LM with the target's tokenizer, as the ``draft_model``
+            drafter (added first to ``drafters`` when absent): a
+            :class:`~structspec.spec.draft_model.DraftModel`, a
+            :class:`~structspec.models.LoadedModel`, a model id/path (loaded once per
+            process), or a ``transformers`` model (no tokenizer check then).
+        draft_model_topk: the draft model's branching width at its first levels.
+        draft_model_branch_levels: levels below the frontier where the draft model branches
+            (deeper it extends its best candidate only).
+        cost_model: size each tree by expected tokens per second from the device's cost
+            curve (measured once per model and device) and the running acceptance.
+        cost_curve: use this :class:`~structspec.spec.cost.CostCurve` instead of measuring
+            one (tests, or a curve measured elsewhere).
+        memory_threshold: above this fraction of memory in use (CUDA device memory, else
+            system memory), budgets are halved; ``None`` never checks.
     """
 
     enabled: bool = True
     draft_length: int = 32
-    num_speculations: int = 8
-    max_nodes: int = 16
+    num_speculations: int | None = None
+    max_nodes: int | None = None
     validation_threshold: float | None = None
     adaptive: bool = True
     window: int = 8
@@ -90,13 +117,28 @@ class SpecConfig:
     topk: int = 2
     alternatives_max: int = 8
     values_max: int = 4
+    draft_model: Any = None
+    draft_model_topk: int = 2
+    draft_model_branch_levels: int = 2
+    cost_model: bool = True
+    cost_curve: CostCurve | None = None
+    memory_threshold: float | None = 0.9
 
     def __post_init__(self) -> None:
         for name in ("draft_length", "num_speculations", "max_nodes", "window", "probe_every",
-                     "lookup_max_n", "topk", "alternatives_max", "values_max"):
+                     "lookup_max_n", "topk", "alternatives_max", "values_max",
+                     "draft_model_topk", "draft_model_branch_levels"):
             value = getattr(self, name)
+            if value is None and name in ("num_speculations", "max_nodes"):
+                continue
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if self.draft_model is not None and DRAFT_MODEL not in self.drafters:
+            object.__setattr__(self, "drafters", (DRAFT_MODEL, *self.drafters))
+        if self.draft_model is None and DRAFT_MODEL in self.drafters:
+            raise ValueError("the draft_model drafter needs SpecConfig(draft_model=...)")
+        if self.memory_threshold is not None and not 0 < self.memory_threshold <= 1:
+            raise ValueError(f"memory_threshold must be in (0, 1], got {self.memory_threshold!r}")
         if self.validation_threshold is not None and not 0 < self.validation_threshold < 1:
             raise ValueError(
                 f"validation_threshold must be in (0, 1) or None, got {self.validation_threshold!r}"
@@ -111,7 +153,15 @@ class SpecConfig:
     def options(self) -> dict[str, Any]:
         """Per-drafter knobs, as drafters read them from the context."""
         return {"lookup_max_n": self.lookup_max_n, "topk": self.topk,
-                "alternatives_max": self.alternatives_max, "values_max": self.values_max}
+                "alternatives_max": self.alternatives_max, "values_max": self.values_max,
+                "draft_model_topk": self.draft_model_topk,
+                "draft_model_branch_levels": self.draft_model_branch_levels}
+
+    def budgets(self, structured: bool) -> tuple[int, int]:
+        """``(max_nodes, num_speculations)``, the ``None`` ones from :data:`AUTO_BUDGETS`."""
+        nodes, branches = AUTO_BUDGETS["structured" if structured else "free"]
+        return (nodes if self.max_nodes is None else self.max_nodes,
+                branches if self.num_speculations is None else self.num_speculations)
 
 
 @dataclass
@@ -127,7 +177,13 @@ class SpecStats(DecodeStats):
         per_drafter: ``{source: [proposed nodes, accepted nodes]}`` (``"forced"`` included).
         per_depth: ``[[steps whose tree reached depth d, steps that accepted depth d], ...]``
             for ``d = 1, 2, ...``.
-        budgets: speculative node budget per step (the scheduler's decisions).
+        per_drafter_depth: ``{source: [[proposed, accepted] at depth d, ...]}`` for
+            ``d = 1, 2, ...`` (depth from the root).
+        budgets: speculative node budget per step (the scheduler's upper bound).
+        planned: speculative nodes kept per step (the cost plan's choice within the bound).
+        draft_model_passes: forward passes of the draft model (``draft_model`` drafter).
+        memory_pressure_steps: steps whose budget was halved under memory pressure.
+        cost_curve: the device cost curve the plan used (ms and relative), if any.
     """
 
     steps: int = 0
@@ -138,6 +194,11 @@ class SpecStats(DecodeStats):
     per_drafter: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
     per_depth: list[list[int]] = field(default_factory=list)
     budgets: list[int] = field(default_factory=list)
+    per_drafter_depth: dict[str, list[list[int]]] = field(default_factory=dict)
+    planned: list[int] = field(default_factory=list)
+    draft_model_passes: int = 0
+    memory_pressure_steps: int = 0
+    cost_curve: dict[str, Any] | None = None
 
     @property
     def mean_accepted_length(self) -> float:
@@ -153,6 +214,23 @@ class SpecStats(DecodeStats):
         """Accepted / proposed nodes per drafter."""
         return {k: round(a / p, 4) if p else 0.0 for k, (p, a) in sorted(self.per_drafter.items())}
 
+    def acceptance_per_depth(self) -> list[float]:
+        """Per depth ``d = 1, 2, ...``: the fraction of steps whose tree reached depth ``d``
+        that accepted a token at depth ``d``."""
+        return [round(a / r, 4) if r else 0.0 for r, a in self.per_depth]
+
+    def acceptance_per_drafter_depth(self) -> dict[str, list[float]]:
+        """Accepted / proposed nodes per drafter and depth (``d = 1, 2, ...``)."""
+        return {k: [round(a / p, 4) if p else 0.0 for p, a in rows]
+                for k, rows in sorted(self.per_drafter_depth.items())}
+
+    def time_split(self) -> dict[str, float]:
+        """Seconds spent drafting, verifying (the prefill included), masking/accepting, and
+        elsewhere."""
+        other = self.seconds - self.draft_seconds - self.verify_seconds - self.mask_seconds
+        return {"draft": round(self.draft_seconds, 4), "verify": round(self.verify_seconds, 4),
+                "mask": round(self.mask_seconds, 4), "other": round(max(0.0, other), 4)}
+
     def as_dict(self) -> dict[str, Any]:  # type: ignore[override]
         """The stats as a plain dict (for JSON output)."""
         out: dict[str, Any] = dict(super().as_dict())
@@ -167,6 +245,16 @@ class SpecStats(DecodeStats):
             "per_drafter": {k: list(v) for k, v in sorted(self.per_drafter.items())},
             "acceptance_per_drafter": self.acceptance(),
             "per_depth": [list(x) for x in self.per_depth],
+            "acceptance_per_depth": self.acceptance_per_depth(),
+            "per_drafter_depth": {k: [list(x) for x in v]
+                                  for k, v in sorted(self.per_drafter_depth.items())},
+            "acceptance_per_drafter_depth": self.acceptance_per_drafter_depth(),
+            "time_split": self.time_split(),
+            "mean_budget": round(sum(self.budgets) / len(self.budgets), 2) if self.budgets else 0,
+            "mean_planned": round(sum(self.planned) / len(self.planned), 2) if self.planned else 0,
+            "draft_model_passes": self.draft_model_passes,
+            "memory_pressure_steps": self.memory_pressure_steps,
+            "cost_curve": self.cost_curve,
         })
         return out
 
@@ -207,7 +295,9 @@ def speculative_decode(
         GenerationError: ``max_new_tokens`` was reached before the output was complete (the
             error's ``stats`` attribute holds the :class:`SpecStats` of the run), or the
             constraint reached a state with no legal token.
-        UnsupportedModelError: speculation is enabled and the model cannot verify trees.
+        UnsupportedModelError: speculation is enabled and the model (or the draft model)
+            cannot verify trees.
+        DraftModelMismatchError: ``config.draft_model`` does not share the target's tokenizer.
     """
     from transformers import DynamicCache
 
@@ -228,18 +318,30 @@ def speculative_decode(
     past_len = 0
     prefix = list(prompt_ids[:-1])  # prefilled in the first verification pass
 
+    draft_model = None
+    if config.enabled and config.draft_model is not None:
+        draft_model = _draft_model(config.draft_model, str(device))
+        draft_model.check(vocab)
     history = NgramIndex(max(1, config.lookup_max_n))
     history.extend(prompt_ids)
     ctx = DraftContext(
         constraint=constraint, vocab=vocab, canon=CanonicalTokenizer(tokenizer, vocab),
         history=history, prompt_len=len(prompt_ids),
         literals=extract_literals(vocab.decode_text(prompt_ids)) if config.enabled else [],
-        options=config.options,
+        options=config.options, draft_model=draft_model,
     )
     drafters = make_drafters(config.drafters) if config.enabled else []
-    scheduler = Scheduler(config.max_nodes, config.num_speculations, adaptive=config.adaptive,
+    max_nodes, max_branches = config.budgets(_structured(constraint, vocab))
+    curve = None
+    if config.enabled and config.cost_model and max_nodes:
+        curve = config.cost_curve if config.cost_curve is not None else device_cost_curve(model)
+        stats.cost_curve = curve.as_dict()
+    threshold = config.memory_threshold
+    scheduler = Scheduler(max_nodes, max_branches, adaptive=config.adaptive,
                           window=config.window, min_acceptance=config.min_acceptance,
-                          probe_every=config.probe_every)
+                          probe_every=config.probe_every, curve=curve,
+                          memory_probe=None if threshold is None else lambda: memory_use(device),
+                          memory_threshold=threshold or 1.0)
     gate = DrafterGate(config.window, config.probe_every, adaptive=config.adaptive)
     masks: MaskCache | None = None
 
@@ -259,7 +361,7 @@ def speculative_decode(
 
         t0 = time.perf_counter()
         tree, frontier_depth = _draft(ctx, drafters, scheduler, gate, config, root, state, eos,
-                                      remaining=max_new_tokens - len(out))
+                                      remaining=max_new_tokens - len(out), first=bool(prefix))
         t1 = time.perf_counter()
         logits = verify_tree(model, cache, tree, past_len, prefix)  # [q, V]
         past_len += len(prefix)
@@ -308,6 +410,10 @@ def speculative_decode(
     stats.new_tokens = len(out)
     stats.seconds = time.perf_counter() - start
     stats.budgets = scheduler.history
+    stats.planned = scheduler.planned
+    stats.memory_pressure_steps = scheduler.pressure_steps
+    stats.draft_model_passes = sum(getattr(d, "forward_passes", 0) for d in drafters
+                                   if getattr(d, "name", None) == DRAFT_MODEL)
     if not complete:
         text = vocab.decode_text(out)
         error = GenerationError(
@@ -323,7 +429,7 @@ def speculative_decode(
 def _draft(
     ctx: DraftContext, drafters: list[Any], scheduler: Scheduler, gate: DrafterGate,
     config: SpecConfig,
-    root: int, state: State, eos: frozenset[int], *, remaining: int,
+    root: int, state: State, eos: frozenset[int], *, remaining: int, first: bool = False,
 ) -> tuple[DraftTree, int]:
     """This step's tree and the depth of its frontier (the end of the forced chain)."""
     if not config.enabled:
@@ -336,7 +442,8 @@ def _draft(
                           max_nodes=budget.nodes, max_branches=budget.branches, eos_ids=eos)
     frontier = build_tree(ctx, builder, drafters if budget.nodes else [], forced=config.forced,
                           active=gate.active)
-    return builder.freeze(), builder.depths[frontier]
+    frontier_depth = builder.depths[frontier]
+    return scheduler.plan(builder.freeze(), frontier_depth, keep_all=first), frontier_depth
 
 
 def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, tree: DraftTree,
@@ -348,6 +455,14 @@ def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, tree: Dra
         stats.per_drafter[tree.sources[i]][0] += 1
     for i in path[1:]:
         stats.per_drafter[tree.sources[i]][1] += 1
+    on_path = set(path)
+    for i in range(1, len(tree)):
+        rows = stats.per_drafter_depth.setdefault(tree.sources[i], [])
+        d = tree.depths[i]
+        while len(rows) < d:
+            rows.append([0, 0])
+        rows[d - 1][0] += 1
+        rows[d - 1][1] += i in on_path
     depth = tree.max_depth
     while len(stats.per_depth) < depth:
         stats.per_depth.append([0, 0])
@@ -361,5 +476,24 @@ def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, tree: Dra
         if tree.sources[i] in proposed:
             proposed[tree.sources[i]] = True
     gate.record(proposed)
-    speculative = sum(1 for d in tree.depths if d > frontier_depth)
-    scheduler.record(speculative, max(0, len(path) - 1 - frontier_depth))
+    scheduler.record_tree(tree, path, frontier_depth)
+
+
+def _structured(constraint: Constraint, vocab: Vocabulary) -> bool:
+    """Whether the constraint looks like structured output: at the start it allows at most
+    half the vocabulary (free text and prose-like regexes allow nearly all of it)."""
+    return constraint.allowed(constraint.initial).count() * 2 <= len(vocab)
+
+
+_DRAFT_MODELS: dict[tuple[str, str], DraftModel] = {}
+
+
+def _draft_model(spec: Any, device: str) -> DraftModel:
+    """``spec`` as a :class:`DraftModel`; model ids are loaded once per process and device."""
+    if not isinstance(spec, str):
+        return DraftModel.resolve(spec)
+    key = (spec, device)
+    hit = _DRAFT_MODELS.get(key)
+    if hit is None:
+        hit = _DRAFT_MODELS[key] = DraftModel.resolve(spec, device=device)
+    return hit

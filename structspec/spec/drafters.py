@@ -225,6 +225,8 @@ class DraftContext:
         choices: canonical first token (bytes) of some forced text -> the token the model
             chose there instead (see :func:`learn_choice`).
         split_suffixes: suffixes the model splits off canonical tokens (ordered set).
+        draft_model: a :class:`~structspec.spec.draft_model.DraftModel` for the
+            ``draft_model`` drafter, or ``None``.
     """
 
     constraint: Constraint
@@ -237,6 +239,7 @@ class DraftContext:
     options: dict[str, Any] = field(default_factory=dict)
     choices: dict[bytes, int] = field(default_factory=dict)
     split_suffixes: dict[bytes, None] = field(default_factory=dict)
+    draft_model: Any = None
 
     def output_text(self, tail: int = 64) -> bytes:
         """The last ``tail`` tokens of the committed output, as bytes."""

@@ -9,13 +9,24 @@ above it steps back up. At level none it still probes with the smallest budget e
 ``probe_every`` steps, and two probes decide whether to step back up, so a change of regime
 (prose turning into copying) is noticed.
 
+That level is an upper bound. Within it, when a device cost curve is known, :meth:`Scheduler.plan`
+keeps the part of the built tree that maximizes expected tokens per second
+(:mod:`structspec.spec.cost`): the running acceptance per drafter and depth against the
+measured pass time per tree size; the next tree is built with at most twice what was kept
+(at least 2 nodes), so drafting effort follows the plan. Under memory pressure (memory use above
+``memory_threshold``, probed every ``memory_every`` steps) the bound is halved.
+
 Not thread-safe; one per decode.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from structspec.spec.cost import AcceptanceModel, CostCurve, plan_tree
+from structspec.spec.tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -36,10 +47,20 @@ class Scheduler:
         window: speculative steps per decision.
         min_acceptance: hit rate below which the budget shrinks.
         probe_every: at level none, speculate once every this many steps.
+        curve: the device's pass time vs tree nodes; ``None`` keeps every built node.
+        acceptance: running acceptance statistics (a fresh :class:`AcceptanceModel` if
+            ``None``).
+        memory_probe: returns the fraction of memory in use (or ``None``); ``None`` never
+            probes.
+        memory_threshold: above this fraction of memory in use, budgets are halved.
+        memory_every: probe memory every this many steps.
     """
 
     def __init__(self, max_nodes: int, max_branches: int, *, adaptive: bool = True,
-                 window: int = 8, min_acceptance: float = 0.6, probe_every: int = 16) -> None:
+                 window: int = 8, min_acceptance: float = 0.6, probe_every: int = 16,
+                 curve: CostCurve | None = None, acceptance: AcceptanceModel | None = None,
+                 memory_probe: Callable[[], float | None] | None = None,
+                 memory_threshold: float = 0.9, memory_every: int = 8) -> None:
         levels = []
         n = max_nodes
         while n >= 2:
@@ -56,20 +77,65 @@ class Scheduler:
         self.level = 0
         self._hits: deque[bool] = deque(maxlen=self.window)
         self._steps_at_none = 0
-        self.history: list[int] = []  # node budget per step, for stats
+        self.curve = curve
+        self.acceptance = acceptance if acceptance is not None else AcceptanceModel()
+        self.memory_probe = memory_probe
+        self.memory_threshold = memory_threshold
+        self.memory_every = max(1, memory_every)
+        self.under_pressure = False
+        self.pressure_steps = 0
+        self._steps = 0
+        # With a cost curve: build at most twice what the last plan kept (at least 2), so
+        # nodes the plan keeps dropping are not drafted (a draft model pays per level).
+        self._cap = max_nodes
+        self.history: list[int] = []  # node budget (upper bound) per step, for stats
+        self.planned: list[int] = []  # speculative nodes kept by the cost plan per step
 
     def budget(self) -> Budget:
-        """The speculative budget for the next step."""
-        nodes = self.levels[self.level]
-        if nodes == 0 and self.adaptive:
+        """The speculative budget (an upper bound) for the next step."""
+        if self.memory_probe is not None and self._steps % self.memory_every == 0:
+            use = self.memory_probe()
+            self.under_pressure = use is not None and use > self.memory_threshold
+        self._steps += 1
+        nodes = min(self.levels[self.level], self._cap)
+        if self.levels[self.level] == 0 and self.adaptive:
             self._steps_at_none += 1
             if self._steps_at_none % self.probe_every == 0:
                 nodes = self.levels[-2] if len(self.levels) > 1 else 0
         branches = 0
         if nodes:
             branches = max(1, round(self.max_branches * nodes / max(1, self.max_nodes)))
+            if self.under_pressure:  # fewer candidates: smaller passes, smaller caches
+                nodes, branches = max(1, nodes // 2), max(1, branches // 2)
+                self.pressure_steps += 1
         self.history.append(nodes)
         return Budget(nodes, branches)
+
+    def plan(self, tree: DraftTree, frontier_depth: int, *, keep_all: bool = False) -> DraftTree:
+        """The part of ``tree`` worth verifying: without a cost curve (or with ``keep_all``,
+        e.g. for the pass that also prefills the prompt, whose cost the curve does not
+        describe), all of it; with one, the speculative nodes that maximize expected tokens
+        per second (the root and the forced chain are always kept). Pure apart from
+        recording the choice."""
+        speculative = sum(1 for d in tree.depths if d > frontier_depth)
+        if self.curve is None or speculative == 0 or keep_all:
+            self.planned.append(speculative)
+            return tree
+        probs = self.acceptance.node_probabilities(tree, frontier_depth)
+        plan = plan_tree(tree, frontier_depth, probs, self.curve)
+        self.planned.append(plan.speculative_nodes)
+        self._cap = max(2, 2 * plan.speculative_nodes)
+        if plan.speculative_nodes == speculative:
+            return tree
+        base = [i for i in range(len(tree)) if tree.depths[i] <= frontier_depth]
+        return tree.subtree([*base, *plan.keep])
+
+    def record_tree(self, tree: DraftTree, path: tuple[int, ...], frontier_depth: int) -> None:
+        """Report one verified tree and its accepted path (root first): feeds the acceptance
+        statistics the plan uses, and the hit rate."""
+        self.acceptance.record(tree, path, frontier_depth)
+        speculative = sum(1 for d in tree.depths if d > frontier_depth)
+        self.record(speculative, max(0, len(path) - 1 - frontier_depth))
 
     def record(self, offered: int, accepted: int) -> None:
         """Report one step: ``offered`` speculative nodes drafted, ``accepted`` of them

@@ -91,6 +91,25 @@ class DraftTree:
         """Token ids of the drafted nodes from the root (excluded) down to ``node``."""
         return [self.tokens[i] for i in self.path(node)[1:]]
 
+    def subtree(self, keep: Iterable[int]) -> DraftTree:
+        """The tree restricted to the nodes ``keep`` (the root is always kept; every kept
+        node's parent must be kept too), in the original order. Pure.
+
+        Raises:
+            ValueError: a kept node whose parent is not kept.
+        """
+        kept = sorted({0, *keep})
+        new_index = {old: new for new, old in enumerate(kept)}
+        parents = []
+        for old in kept:
+            p = self.parents[old]
+            if p >= 0 and p not in new_index:
+                raise ValueError(f"node {old} is kept but its parent {p} is not")
+            parents.append(-1 if p < 0 else new_index[p])
+        return DraftTree(tuple(self.tokens[i] for i in kept), tuple(parents),
+                         tuple(self.depths[i] for i in kept), tuple(self.states[i] for i in kept),
+                         tuple(self.sources[i] for i in kept))
+
     def ancestors_matrix(self) -> np.ndarray:
         """``[q, q]`` bool: ``m[i, j]`` when ``j`` is ``i`` or an ancestor of ``i``."""
         n = len(self.tokens)
@@ -187,6 +206,10 @@ class TreeBuilder:
     def child(self, parent: int, token: int) -> int | None:
         """The existing child of ``parent`` with ``token``, if any."""
         return self._children[parent].get(token)
+
+    def num_children(self, parent: int) -> int:
+        """How many children ``parent`` has so far."""
+        return len(self._children[parent])
 
     def room(self, parent: int) -> int:
         """How many more nodes a chain under ``parent`` could get (depth and node budget)."""

@@ -1,0 +1,269 @@
+"""Size each step's draft tree by expected tokens per second: a measured cost curve of the
+device against the running acceptance of each drafter at each depth.
+
+- :class:`CostCurve`: seconds of one verification pass vs the number of tree nodes, measured
+  once per model and device at start-up (:func:`device_cost_curve`, cached in-process; a
+  handful of passes on a short prefix, ~1 s on the default model on CPU) or injected.
+- :class:`AcceptanceModel`: for every drafter and depth below the frontier (the end of the
+  forced chain), and for the forced chain, the running rate at which a node is accepted
+  *given that its parent was*; exponentially decayed counts with a prior that falls back on
+  the depth above, so a few steps suffice.
+- :func:`plan_tree`: estimates each node's probability of being accepted (the product of
+  the conditional rates along its path), and keeps the ``k`` most likely nodes — an
+  ancestor-closed set — for the ``k`` that maximizes
+  ``(expected tokens) / cost(pass of that size)``. That ``k`` is the step's node
+  budget. Pruning never affects what is generated, only how fast (acceptance stays lossless
+  for any tree of legal nodes).
+- :func:`memory_use`: the fraction of device (CUDA) or system memory in use, for the
+  scheduler's memory-pressure rule.
+
+Deterministic given the curve and the history of the decode (no timing is read during a
+decode), so a decode is reproducible within a process.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from structspec.spec.tree import DraftTree, chain
+from structspec.spec.verify import rollback, verify_tree
+
+DEFAULT_SIZES = (1, 2, 4, 8, 16, 32)
+FORCED = "forced"
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Seconds of one verification pass of ``q`` tree nodes, measured at ``sizes``.
+
+    Piecewise linear between measured sizes; flat below the first; extended with the last
+    segment's slope above the last. Immutable and thread-safe.
+    """
+
+    sizes: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.sizes or len(self.sizes) != len(self.seconds):
+            raise ValueError("a cost curve needs one time per size, at least one")
+        if any(b <= a for a, b in zip(self.sizes, self.sizes[1:], strict=False)):
+            raise ValueError(f"sizes must be ascending, got {self.sizes}")
+        if any(s <= 0 for s in self.seconds):
+            raise ValueError("pass times must be positive")
+
+    @classmethod
+    def from_relative(cls, relative: dict[int, float], t1: float = 1.0) -> CostCurve:
+        """A curve from times relative to a one-node pass (``{1: 1.0, 2: 1.15, ...}``)."""
+        sizes = tuple(sorted(relative))
+        return cls(sizes, tuple(t1 * relative[q] for q in sizes))
+
+    def __call__(self, q: int | float) -> float:
+        """Estimated seconds for a pass of ``q`` nodes."""
+        s, t = self.sizes, self.seconds
+        if q <= s[0] or len(s) == 1:
+            return t[0] if q <= s[0] else t[0] * q / s[0]
+        i = bisect.bisect_left(s, q)
+        if i >= len(s):
+            i = len(s) - 1
+        a, b = s[i - 1], s[i]
+        return t[i - 1] + (t[i] - t[i - 1]) * (q - a) / (b - a)
+
+    def relative(self) -> dict[int, float]:
+        """``{q: time(q) / time(1)}`` at the measured sizes."""
+        t1 = self(1)
+        return {q: round(t / t1, 3) for q, t in zip(self.sizes, self.seconds, strict=True)}
+
+    def as_dict(self) -> dict[str, Any]:
+        """For JSON output: milliseconds and relative costs per size."""
+        return {"ms": {q: round(1000 * t, 3) for q, t in zip(self.sizes, self.seconds,
+                                                              strict=True)},
+                "relative": self.relative()}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def measure_cost_curve(model: Any, *, sizes: Sequence[int] = DEFAULT_SIZES,
+                       prefix_len: int = 32, repeats: int = 2) -> CostCurve:
+    """Time verification passes of ``q`` nodes (a chain) on a ``prefix_len``-token cache.
+
+    One warm-up pass per size, then ``repeats`` rounds; the fastest time per size counts
+    (the least disturbed on a shared machine). Token ids are arbitrary (cost does not depend
+    on them). Does not change ``model``.
+    """
+    from transformers import DynamicCache
+
+    device = model.device
+    vocab = int(getattr(model.config, "vocab_size", 1000) or 1000)
+    ids = [(17 + 31 * i) % vocab for i in range(prefix_len + max(sizes))]
+    cache = DynamicCache(config=model.config)
+    model(input_ids=torch.tensor([ids[:prefix_len]], device=device), cache=cache,
+          use_cache=True, logits_to_keep=1)
+    best = {q: float("inf") for q in sizes}
+    for round_ in range(repeats + 1):
+        for q in sizes:
+            tree: DraftTree = chain(ids[prefix_len:prefix_len + q], [None] * q)
+            _sync(device)
+            t0 = time.perf_counter()
+            verify_tree(model, cache, tree, prefix_len)
+            _sync(device)
+            elapsed = time.perf_counter() - t0
+            rollback(cache, prefix_len)
+            if round_:
+                best[q] = min(best[q], elapsed)
+    # A pass of more nodes never costs less: keep the curve monotone (noise otherwise).
+    seconds, floor = [], 0.0
+    for q in sizes:
+        floor = max(floor, best[q])
+        seconds.append(floor)
+    return CostCurve(tuple(sizes), tuple(seconds))
+
+
+_CURVES: weakref.WeakKeyDictionary[Any, dict[tuple, CostCurve]] = weakref.WeakKeyDictionary()
+
+
+def device_cost_curve(model: Any) -> CostCurve:
+    """The cost curve of ``model`` on its device, measured on first use and cached for the
+    life of the model object (keyed by device, dtype and whether its linears are packed)."""
+    from structspec.spec.fastlinear import is_packed
+
+    key = (str(model.device), str(getattr(model, "dtype", "")), is_packed(model))
+    per_model = _CURVES.setdefault(model, {})
+    curve = per_model.get(key)
+    if curve is None:
+        curve = measure_cost_curve(model)
+        per_model[key] = curve
+    return curve
+
+
+def memory_use(device: torch.device | str | None = None) -> float | None:
+    """Fraction of memory in use: the CUDA device's for a CUDA device, else the system's
+    (``psutil``); ``None`` when it cannot be read. Cheap (microseconds)."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda":
+        try:
+            free, total = torch.cuda.mem_get_info(device)
+            return 1.0 - free / total if total else None
+        except (RuntimeError, AssertionError):
+            return None
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return float(psutil.virtual_memory().percent) / 100.0
+
+
+class AcceptanceModel:
+    """Running acceptance rate per ``(drafter, depth below the frontier)``, conditional on
+    the parent being accepted, and of the forced chain.
+
+    Args:
+        prior: the rate assumed for a drafter never seen at depth 1.
+        strength: weight of the prior, in pseudo-observations (deeper levels take the
+            estimate of the level above as their prior).
+        decay: counts are multiplied by this every step (recent steps weigh more).
+
+    Not thread-safe; one per decode.
+    """
+
+    def __init__(self, prior: float = 0.5, strength: float = 2.0, decay: float = 0.97) -> None:
+        self.prior = prior
+        self.strength = strength
+        self.decay = decay
+        self.counts: dict[tuple[str, int], list[float]] = {}  # -> [proposed, accepted]
+        self.chain = [0.0, 0.0]  # forced-chain nodes: [proposed, accepted]
+
+    def rate(self, source: str, depth: int) -> float:
+        """P(a ``source`` node at ``depth`` below the frontier is accepted | its parent is)."""
+        prior = self.prior if depth <= 1 else self.rate(source, depth - 1)
+        proposed, accepted = self.counts.get((source, depth), (0.0, 0.0))
+        return (accepted + self.strength * prior) / (proposed + self.strength)
+
+    def chain_rate(self) -> float:
+        """P(a forced-chain node is accepted | its parent is) (prior 0.9)."""
+        return (self.chain[1] + 0.9 * self.strength) / (self.chain[0] + self.strength)
+
+    def node_probabilities(self, tree: DraftTree, frontier_depth: int) -> list[float]:
+        """Estimated P(node accepted) per node: the product of the conditional rates along
+        its path (the root: ``1.0``)."""
+        probs = [1.0] * len(tree)
+        chain_rate = self.chain_rate()
+        for i in range(1, len(tree)):
+            d = tree.depths[i] - frontier_depth
+            rate = chain_rate if d <= 0 else self.rate(tree.sources[i], d)
+            probs[i] = probs[tree.parents[i]] * rate
+        return probs
+
+    def record(self, tree: DraftTree, path: Sequence[int], frontier_depth: int) -> None:
+        """Learn from one step: ``path`` (root first) is what was accepted. Only nodes whose
+        parent was accepted count (the others never had a chance)."""
+        if self.decay < 1.0:
+            for c in (*self.counts.values(), self.chain):
+                c[0] *= self.decay
+                c[1] *= self.decay
+        on_path = set(path)
+        for i in range(1, len(tree)):
+            if tree.parents[i] not in on_path:
+                continue
+            d = tree.depths[i] - frontier_depth
+            c = self.chain if d <= 0 else self.counts.setdefault((tree.sources[i], d), [0.0, 0.0])
+            c[0] += 1
+            c[1] += i in on_path
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`plan_tree` chose: the nodes kept and the expected gain."""
+
+    keep: tuple[int, ...]
+    expected_tokens: float
+    seconds: float
+
+    @property
+    def speculative_nodes(self) -> int:
+        """Speculative nodes kept (the step's node budget as chosen)."""
+        return len(self.keep)
+
+
+def plan_tree(tree: DraftTree, frontier_depth: int, probs: Sequence[float], curve: CostCurve,
+              *, overhead: float = 0.0) -> Plan:
+    """The speculative nodes to keep: the ``k`` most likely (an ancestor-closed set, since a
+    node is never likelier than its parent) for the ``k`` maximizing expected tokens per
+    second. Pure.
+
+    Args:
+        tree: the built tree.
+        frontier_depth: depth of the forced chain's end; nodes at or above it are always
+            kept (the root and the forced chain).
+        probs: estimated P(accepted) per node (see :meth:`AcceptanceModel.node_probabilities`).
+        curve: pass time vs nodes.
+        overhead: seconds per step outside the pass (drafting, masks).
+
+    Returns:
+        A :class:`Plan`; ``keep`` lists speculative node indices (ascending).
+    """
+    base_nodes = [i for i in range(len(tree)) if tree.depths[i] <= frontier_depth]
+    spec = [i for i in range(len(tree)) if tree.depths[i] > frontier_depth]
+    # The bonus token, plus the forced chain weighted by how often chain nodes get through.
+    expected = 1.0 + sum(probs[i] for i in base_nodes[1:])
+    q0 = len(base_nodes)
+    order = sorted(spec, key=lambda i: (-probs[i], i))
+    best_k, best_rate = 0, expected / (curve(q0) + overhead)
+    best_expected, gain = expected, expected
+    for k, i in enumerate(order, start=1):
+        gain += probs[i]
+        rate = gain / (curve(q0 + k) + overhead)
+        if rate > best_rate * (1 + 1e-9):
+            best_k, best_rate, best_expected = k, rate, gain
+    keep = tuple(sorted(order[:best_k]))
+    return Plan(keep, best_expected, curve(q0 + best_k) + overhead)

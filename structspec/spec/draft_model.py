@@ -1,0 +1,340 @@
+"""Draft-model drafter: a small causal LM with the target's tokenizer proposes a tree.
+
+The draft model expands its most likely *legal* tokens level by level below the frontier
+(the end of the forced chain): at the first ``draft_model_branch_levels`` levels the
+``draft_model_topk`` best candidates by cumulative log-probability are kept (a dynamic tree,
+EAGLE-2, Li et al. 2024; SpecInfer, Miao et al. 2023), deeper only the best one (a greedy
+chain). Every candidate is masked by the constraint in its node's state before ranking, so
+every proposed node is legal (the :class:`~structspec.spec.tree.TreeBuilder` checks it
+again). Each level is one forward pass of the draft model over that level's new nodes, with
+a tree mask on top of its own KV cache.
+
+The draft model keeps its own ``DynamicCache`` in sync with the committed sequence cheaply:
+
+- its cache holds a *prefix* of committed tokens, followed by the nodes it drafted last step
+  (in the order it ran them);
+- next step, the newly committed tokens are matched against that prefix and then against its
+  drafted nodes: the accepted draft path is compacted in place
+  (:func:`~structspec.spec.verify.keep_path`: no recomputation), anything else is cropped
+  away (:func:`~structspec.spec.verify.rollback`: a slice), and only the tokens it has not
+  seen — usually the bonus token and the forced chain — are run.
+
+Drafts are a deterministic function of the context (top-k, no sampling), so they are point
+masses and acceptance stays lossless in both greedy and sampling modes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import torch
+
+from structspec.errors import VocabularyError
+from structspec.masks import mask_to_bool
+from structspec.spec.drafters import register_drafter
+from structspec.spec.tree import TreeBuilder
+from structspec.spec.verify import check_tree_support, keep_path, rollback
+from structspec.vocab import Vocabulary
+
+SOURCE = "draft_model"
+
+
+class DraftModelMismatchError(VocabularyError):
+    """The draft model does not share the target's tokenizer (token ids would not match)."""
+
+
+def _text_tokens(tokens: list[bytes]) -> list[bytes]:
+    """``tokens`` without the trailing empty entries (padding of the embedding matrix)."""
+    n = len(tokens)
+    while n and not tokens[n - 1]:
+        n -= 1
+    return tokens[:n]
+
+
+def _signature(tokens: list[bytes]) -> str:
+    h = hashlib.sha256()
+    for t in tokens:
+        h.update(len(t).to_bytes(4, "little"))
+        h.update(t)
+    return h.hexdigest()[:32]
+
+
+class DraftModel:
+    """A small causal LM used as a drafter, with what is needed to check it fits the target.
+
+    Args:
+        model: a ``transformers`` causal LM whose attention takes custom 4D masks
+            (``eager`` or ``sdpa``).
+        tokenizer: its tokenizer; when given, its vocabulary must equal the target's token
+            for token (checked by :meth:`check`). Without it only the logits width is checked.
+        name: for messages and stats.
+
+    Holds no per-request state (each decode's drafter owns its KV cache), so one instance can
+    serve many requests — one at a time per model, like the target.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any = None, *, name: str = "draft") -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self._checked: set[str] = set()
+
+    @classmethod
+    def resolve(cls, spec: Any, *, device: str = "cpu", pack: bool = True) -> DraftModel:
+        """A :class:`DraftModel` from a model id/path (loaded), a
+        :class:`~structspec.models.LoadedModel`, a ``DraftModel`` (returned as is) or a bare
+        ``transformers`` model.
+
+        Raises:
+            ModelLoadError: ``spec`` names a model that cannot be loaded.
+        """
+        if isinstance(spec, DraftModel):
+            return spec
+        from structspec.models import LoadedModel, load_model
+
+        if isinstance(spec, str):
+            spec = load_model(spec, device=device)
+            if pack:
+                from structspec.spec.fastlinear import pack_linears, packing_available
+
+                if packing_available(spec.model):
+                    pack_linears(spec.model)
+        if isinstance(spec, LoadedModel):
+            return cls(spec.model, spec.tokenizer, name=spec.name)
+        return cls(spec, None, name=type(spec).__name__)
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the draft model's logits."""
+        head = self.model.get_output_embeddings() if hasattr(
+            self.model, "get_output_embeddings") else None
+        width = getattr(head, "out_features", None) or getattr(
+            getattr(head, "weight", None), "shape", [None])[0]
+        return int(width or self.model.config.vocab_size)
+
+    def check(self, vocab: Vocabulary) -> None:
+        """Refuse a draft model whose token ids do not mean what the target's mean.
+
+        Args:
+            vocab: the target's vocabulary (the one the constraint was compiled for).
+
+        Raises:
+            DraftModelMismatchError: the draft tokenizer's tokens differ from the target's
+                (the message names the first differing id), or its logits are narrower than
+                the target's text vocabulary.
+
+        Memoized per vocabulary; cheap after the first call.
+        """
+        key = vocab.fingerprint
+        if key in self._checked:
+            return
+        target = _text_tokens(list(vocab.tokens))
+        width = self.vocab_size
+        if width < len(target):
+            raise DraftModelMismatchError(
+                f"draft model {self.name!r} has {width} output ids but the target's vocabulary "
+                f"has {len(target)} tokens: a draft model must share the target's tokenizer"
+            )
+        if self.tokenizer is not None:
+            mine = _text_tokens(list(Vocabulary.from_tokenizer(self.tokenizer).tokens))
+            if _signature(mine) != _signature(target):
+                first = next((i for i, (a, b) in enumerate(zip(mine, target, strict=False))
+                              if a != b), min(len(mine), len(target)))
+                detail = (f"token {first} is {mine[first]!r} there and {target[first]!r} in the "
+                          f"target" if first < min(len(mine), len(target))
+                          else f"{len(mine)} tokens vs {len(target)}")
+                raise DraftModelMismatchError(
+                    f"draft model {self.name!r} does not share the target's tokenizer "
+                    f"({detail}); pick a draft model of the same family"
+                )
+        self._checked.add(key)
+
+
+class DraftModelDrafter:
+    """Registered as ``"draft_model"``; reads the model from ``ctx.draft_model``.
+
+    Per-decode state: the draft KV cache and what it holds. Options (``ctx.options``):
+    ``draft_model_topk`` (branching width, default 2), ``draft_model_branch_levels`` (levels
+    with branching, default 2), ``draft_model_min_prob`` (a side branch needs at least this
+    cumulative draft probability, default 0.05). Not thread-safe.
+
+    Attributes:
+        forward_passes: draft-model forward calls so far.
+    """
+
+    name = SOURCE
+
+    def __init__(self) -> None:
+        self.cache: Any = None
+        self.prefix: list[int] = []  # committed tokens whose key/values are in the cache
+        # Nodes run after the prefix last step: (token, parent slot or -1), in cache order.
+        self.nodes: list[tuple[int, int]] = []
+        self.forward_passes = 0
+        self._model: Any = None
+        self._masks: dict[int, tuple[Any, torch.Tensor]] = {}
+
+    # -- cache bookkeeping ---------------------------------------------------------------
+
+    def sync(self, draft: DraftModel, sequence: list[int]) -> torch.Tensor:
+        """Bring the cache to ``sequence[:-1]`` plus a pass over what is missing; returns the
+        draft logits ``[V]`` after the whole ``sequence``. Mutates the cache.
+
+        Reuses the longest part already cached: the common prefix, then the drafted nodes
+        that ``sequence`` continues with (compacted in place); crops the rest.
+        """
+        model = draft.model
+        if self.cache is None or self._model is not model:
+            from transformers import DynamicCache
+
+            self.cache = DynamicCache(config=model.config)
+            check_tree_support(model, self.cache)
+            self._model = model
+            self.prefix, self.nodes = [], []
+        common = 0
+        limit = min(len(self.prefix), len(sequence))
+        while common < limit and self.prefix[common] == sequence[common]:
+            common += 1
+        if common == len(self.prefix) and self.nodes:
+            kids: dict[tuple[int, int], int] = {(p, t): i for i, (t, p) in enumerate(self.nodes)}
+            path: list[int] = []
+            parent = -1
+            for token in sequence[common:]:
+                slot = kids.get((parent, token))
+                if slot is None:
+                    break
+                path.append(slot)
+                parent = slot
+            keep_path(self.cache, common, path) if path else rollback(self.cache, common)
+            common += len(path)
+            self.prefix = list(sequence[:common])
+        else:
+            rollback(self.cache, common)
+            self.prefix = self.prefix[:common]
+        self.nodes = []
+        if common >= len(sequence):  # everything cached: re-run the last token for its logits
+            common = len(sequence) - 1
+            rollback(self.cache, common)
+            self.prefix = self.prefix[:common]
+        feed = sequence[common:]
+        ids = torch.tensor([feed], dtype=torch.long, device=model.device)  # [1, n]
+        logits = model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=1).logits
+        self.forward_passes += 1
+        self.prefix = list(sequence)
+        return logits[0, -1]  # [V]
+
+    def _run_level(self, draft: DraftModel, tokens: list[int], parents: list[int],
+                   depths: list[int]) -> torch.Tensor:
+        """Run new tree nodes (``parents``: slots, -1 = below the prefix end; ``depths``: 1 for
+        a child of the prefix end) on top of the cache; returns logits ``[m, V]``."""
+        model = draft.model
+        past = len(self.prefix) + len(self.nodes)
+        m = len(tokens)
+        base = len(self.prefix)
+        visible = torch.zeros((m, past + m), dtype=torch.bool)  # [m, P+m]
+        visible[:, :base] = True
+        for i, parent in enumerate(parents):
+            slot = parent
+            while slot >= 0:
+                visible[i, base + slot] = True
+                slot = self.nodes[slot][1]
+            visible[i, past + i] = True
+        mask = torch.zeros((1, 1, m, past + m), dtype=model.dtype)  # [1, 1, m, P+m]
+        mask[0, 0].masked_fill_(~visible, torch.finfo(model.dtype).min)
+        positions = torch.tensor([[base - 1 + d for d in depths]], dtype=torch.long)  # [1, m]
+        ids = torch.tensor([tokens], dtype=torch.long, device=model.device)  # [1, m]
+        try:
+            out = model(input_ids=ids, cache=self.cache, use_cache=True,
+                        attention_mask=mask.to(model.device),
+                        position_ids=positions.to(model.device))
+        except BaseException:
+            rollback(self.cache, past)
+            raise
+        self.forward_passes += 1
+        first = len(self.nodes)
+        for k, (token, parent) in enumerate(zip(tokens, parents, strict=True)):
+            assert first + k == len(self.nodes)
+            self.nodes.append((token, parent))
+        return out.logits[0]  # [m, V]
+
+    def _legal(self, ctx: Any, state: Any, width: int, device: torch.device,
+               eos: frozenset[int]) -> torch.Tensor:
+        """``[width]`` bool: tokens legal in ``state``, EOS excluded (memoized per mask)."""
+        mask = ctx.constraint.allowed(state)
+        hit = self._masks.get(id(mask))
+        if hit is None:
+            allowed = mask_to_bool(mask, width, device).clone()
+            for e in eos:
+                if e < width:
+                    allowed[e] = False
+            if len(self._masks) > 256:
+                self._masks.clear()
+            hit = (mask, allowed)
+            self._masks[id(mask)] = hit
+        return hit[1]
+
+    # -- drafting --------------------------------------------------------------------------
+
+    def propose(self, ctx: Any, builder: TreeBuilder, frontier: int) -> None:
+        """Expand the draft model's best legal tokens below ``frontier`` (see the module
+        docstring). Mutates ``builder`` and this drafter's cache."""
+        draft: DraftModel | None = getattr(ctx, "draft_model", None)
+        if draft is None or builder.room(frontier) <= 0:
+            return
+        topk = max(1, int(ctx.options.get("draft_model_topk", 2)))
+        branch_levels = int(ctx.options.get("draft_model_branch_levels", 2))
+        min_logp = math.log(max(1e-12, float(ctx.options.get("draft_model_min_prob", 0.05))))
+        path: list[int] = []
+        node = frontier
+        while node > 0:
+            path.append(builder.tokens[node])
+            node = builder.parents[node]
+        sequence = list(ctx.history.tokens) + path[::-1]
+        logits = self.sync(draft, sequence)  # [V]
+        width = logits.shape[-1]
+        base_depth = builder.depths[frontier]
+        # Beams: (builder node, draft slot (-1: the frontier), logits [V], cumulative log-prob)
+        beams: list[tuple[int, int, torch.Tensor, float]] = [(frontier, -1, logits, 0.0)]
+        level = 0
+        while beams:
+            k = topk if level < branch_levels else 1
+            cands: list[tuple[float, int, int, int]] = []  # (score, node, slot, token)
+            for node, slot, row, cum in beams:
+                if builder.room(node) <= 0:
+                    continue
+                allowed = self._legal(ctx, builder.states[node], width, row.device,
+                                      builder.eos_ids)
+                logp = torch.log_softmax(row.float().masked_fill(~allowed, float("-inf")), -1)
+                top = torch.topk(logp, min(k, width))  # [k]
+                for lp, tok in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+                    if lp != float("-inf"):
+                        cands.append((cum + lp, node, slot, int(tok)))
+            if not cands:
+                break
+            cands.sort(key=lambda c: -c[0])
+            new: list[tuple[int, int, float]] = []  # (builder node, parent slot, score)
+            for score, node, slot, tok in cands[:k]:
+                if new and score < min_logp:  # side branches need some draft confidence
+                    break
+                existing = builder.child(node, tok)
+                if existing is not None:
+                    child: int | None = existing
+                elif node == frontier or builder.num_children(node):
+                    child = builder.add_branch(node, [tok], self.name)
+                else:
+                    child = builder.add(node, tok, self.name)
+                if child is not None:
+                    new.append((child, slot, score))
+            level += 1
+            new = [n for n in new if builder.room(n[0]) > 0]  # nothing to expand below the rest
+            if not new:
+                break
+            rows = self._run_level(draft, [builder.tokens[c] for c, _, _ in new],
+                                   [s for _, s, _ in new],
+                                   [builder.depths[c] - base_depth for c, _, _ in new])  # [m, V]
+            first = len(self.nodes) - len(new)
+            beams = [(c, first + i, rows[i], score) for i, (c, _, score) in enumerate(new)]
+
+
+register_drafter(SOURCE, DraftModelDrafter)
