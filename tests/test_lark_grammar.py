@@ -203,6 +203,28 @@ def test_undefined_rule_has_a_line(vocab) -> None:
     assert info.value.line == 2
 
 
+def test_keywords_reserved_or_contextual(vocab) -> None:
+    grammar = r"""
+start: NAME "=" NAME | "if" NAME | NAME "in" NAME
+NAME: /[a-z]+/
+%ignore " "
+"""
+    reserved = compile_grammar(grammar, vocab)
+    contextual = compile_grammar(grammar, vocab, keywords="contextual")
+    assert run_bytes(reserved, "x = if ") == "reject"  # "if" is a keyword everywhere
+    assert run_bytes(contextual, "x = if") == "accept"  # lark: a NAME where IF is unexpected
+    assert run_bytes(reserved, "x = ifx") == "accept"
+    assert run_bytes(reserved, "a indexes") == "reject"  # one NAME, as Python lexes it
+    assert run_bytes(contextual, "a indexes") == "accept"  # lark: "in" + "dexes"
+    assert run_bytes(reserved, "a in b") == "accept"
+
+
+def test_first_line_indentation_counts(indented) -> None:
+    assert run_bytes(indented, " x = 1\n") == "reject"  # Python: unexpected indent
+    assert run_bytes(indented, "  # c\nx = 1\n") == "accept"
+    assert run_bytes(indented, "\n\nx = 1\n") == "accept"
+
+
 def test_lark_example_grammar_from_a_path(tmp_path, vocab) -> None:
     path = tmp_path / "calc.lark"
     path.write_text("// structspec: start=sum\n" + r"""

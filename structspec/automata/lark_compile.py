@@ -201,7 +201,7 @@ def _context(data: bytes, i: int) -> str:
 
 def compile_grammar(grammar: str | os.PathLike[str], vocab: Vocabulary, *,
                     start: str | None = None, postlex: IndenterSpec | str | Any | None = "auto",
-                    ) -> LarkConstraint:
+                    keywords: str = "reserved") -> LarkConstraint:
     """Compile a Lark grammar into a token-level constraint for ``vocab``.
 
     Args:
@@ -212,6 +212,13 @@ def compile_grammar(grammar: str | os.PathLike[str], vocab: Vocabulary, *,
         postlex: the indentation postlexer: ``"auto"`` (the header's ``postlex=``, else
             Python's when the grammar ``%declare``\\ s ``_INDENT`` and ``_DEDENT``),
             ``"python"``, ``None``, an :class:`IndenterSpec` or a lark ``Indenter``.
+        keywords: ``"reserved"`` (default): a string terminal that a regex terminal of
+            equal priority also matches (``"or"`` and ``NAME``) is lexed the same in
+            every context, as Python's tokenizer does: ``or`` is always the keyword and
+            ``indexes`` always one ``NAME`` (never ``in`` + ``dexes``); soft keywords are
+            the grammar's business (``name: NAME | "match"``). ``"contextual"``: exactly
+            lark's contextual lexer, where ``or`` is a ``NAME`` wherever the parser does
+            not expect the keyword, and ``indexes`` may split where it expects ``in``.
 
     Returns:
         An immutable, thread-safe :class:`LarkConstraint` (lazy: masks are built on use).
@@ -224,7 +231,7 @@ def compile_grammar(grammar: str | os.PathLike[str], vocab: Vocabulary, *,
     """
     def build() -> LarkConstraint:
         return LarkConstraint(LarkRuntime(load_grammar(grammar, start=start, postlex=postlex),
-                                          vocab))
+                                          vocab, keywords))
 
     if not isinstance(postlex, (str, IndenterSpec)) and postlex is not None:
         return build()  # a lark Indenter object: no stable cache key
@@ -233,7 +240,7 @@ def compile_grammar(grammar: str | os.PathLike[str], vocab: Vocabulary, *,
         mtime = os.stat(source).st_mtime_ns if "\n" not in source else 0
     except OSError:
         mtime = 0
-    key = (source, mtime, start, repr(postlex), vocab.fingerprint)
+    key = (source, mtime, start, repr(postlex), keywords, vocab.fingerprint)
     return _COMPILED.get_or_compile(key, build)
 
 

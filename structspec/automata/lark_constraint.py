@@ -43,15 +43,38 @@ FREE = -2  # stack value of the tolerant, parser-free mode
 _Key = tuple[int, int, int, int, tuple[int, ...], bool]
 
 
+def _embedded_strings(g: LoadedGrammar) -> dict[int, set[int]]:
+    """For each regex terminal, the string terminals of equal priority whose text it
+    matches (keywords inside ``NAME``): lark's basic lexer turns those lexemes into the
+    keyword; its contextual lexer only where the parser expects the keyword."""
+    literals = {i: t.dfa.literal() for i, t in enumerate(g.terminals) if t.is_string}
+    out: dict[int, set[int]] = {}
+    for i, t in enumerate(g.terminals):
+        if t.is_string:
+            continue
+        for j, lit in literals.items():
+            if lit and g.terminals[j].priority == t.priority and t.dfa.matches(lit):
+                out.setdefault(i, set()).add(j)
+    return out
+
+
 class LarkRuntime:
     """The shared, growing memo of one compiled grammar for one vocabulary.
 
     Thread-safe: tables only grow; interning is locked.
     """
 
-    def __init__(self, g: LoadedGrammar, vocab: Vocabulary) -> None:
+    def __init__(self, g: LoadedGrammar, vocab: Vocabulary, keywords: str = "reserved"
+                 ) -> None:
+        if keywords not in ("reserved", "contextual"):
+            raise ValueError(f"keywords must be 'reserved' or 'contextual', got {keywords!r}")
         self.g = g
         self.vocab = vocab
+        self._embedded = _embedded_strings(g) if keywords == "reserved" else {}
+        self._embedders: dict[int, set[int]] = {}
+        for r, strings in self._embedded.items():
+            for j in strings:
+                self._embedders.setdefault(j, set()).add(r)
         self.lex = ContextualLexer(list(g.terminals), g.ignore)
         self.stacks = ParserStacks(g.tables)
         self.tt = token_table(vocab)
@@ -84,6 +107,12 @@ class LarkRuntime:
         self.eos = np.fromiter(sorted(vocab.eos_token_ids), dtype=np.int64)
         self.masks = MaskBuilder(self)
         self.initial = self.intern((self.start_lexer(0), -1, 0, 0, (0,), False))
+        if g.postlex is not None and g.postlex.line_start:
+            # The text begins a line: its first line's indentation counts, as in Python
+            # (" x = 1" is an unexpected indent), when the grammar takes a leading newline.
+            first_line = self.step_byte(self.initial, 10)
+            if first_line and self.stacks.feed(0, g.parser_index[self.nl]) >= 0:
+                self.initial = first_line
         self.free_initial = self.intern((self.free_start, -1, FREE, 0, (0,), False))
 
     # -- state values ------------------------------------------------------------------------
@@ -116,6 +145,12 @@ class LarkRuntime:
             ids |= set(self.g.ignore)
             if self.nl >= 0:
                 ids.add(self.nl)
+            # Reserved keywords: "or" never lexes as a NAME, and "indexes" never as
+            # "in" + "dexes": a keyword and the regex that matches it come together.
+            for i in list(ids):
+                ids |= self._embedders.get(i, set())
+            for i in list(ids):
+                ids |= self._embedded.get(i, set())
             got = self.lex.start(frozenset(ids))
             self._starts[top] = got
         return got

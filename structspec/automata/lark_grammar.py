@@ -38,6 +38,8 @@ class IndenterSpec:
     stack (a level not on the stack is an error). Indentation counts the spaces and tabs
     (``tab_len`` each) after the last ``\\n`` of the newline lexeme, exactly as lark does.
     At end of input a final newline is implied when missing and every block is closed.
+    With ``line_start`` (Python's rule, not lark's) the text begins at the start of a
+    line, so indentation on its first line is an unexpected indent.
     """
 
     nl_type: str = "_NEWLINE"
@@ -46,6 +48,7 @@ class IndenterSpec:
     indent_type: str = "_INDENT"
     dedent_type: str = "_DEDENT"
     tab_len: int = 8
+    line_start: bool = True
 
     @classmethod
     def from_indenter(cls, indenter: Any) -> IndenterSpec:

@@ -21,7 +21,8 @@ Because every terminal DFA is trimmed, every terminal in a live state can still 
 *same* start set: when the winner of a state is an ignored terminal, the bytes that cannot
 extend it continue from the state's start state (an "absorbed" boundary). Tokens such as
 `` foo`` or ``  return`` then stay inside the lexer DFA — decided without the parser, the
-way most BPE tokens with a leading space should be. A state remembers its start state.
+way most BPE tokens with a leading space should be. A state remembers its start state
+(only where an ignored terminal is still alive in it; other states are shared).
 
 State 0 is dead. Thread-safe: tables only grow; growth is locked.
 """
@@ -104,6 +105,8 @@ class ContextualLexer:
     def _intern(self, comps: tuple[tuple[int, int], ...], origin: int) -> int:
         if not comps:
             return 0
+        if origin >= 0 and not any(tid in self.absorb for tid, _ in comps):
+            origin = -2  # no ignored lexeme can end here: the start state does not matter
         got = self._ids.get((origin, comps))
         if got is None:
             got = len(self._comps)
@@ -117,7 +120,7 @@ class ContextualLexer:
                 winner[:got] = self.winner_arr[:got]
                 self._table, self._expanded, self.winner_arr = table, expanded, winner
             self._comps.append(comps)
-            self._origin.append(got if origin < 0 else origin)
+            self._origin.append(got if origin == -1 else max(origin, 0))
             self._ids[(origin, comps)] = got
             best, best_rank, bits = -1, 1 << 30, 0
             for tid, q in comps:
