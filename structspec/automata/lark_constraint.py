@@ -53,7 +53,7 @@ def _embedded_strings(g: LoadedGrammar) -> dict[int, set[int]]:
         if t.is_string:
             continue
         for j, lit in literals.items():
-            if lit and g.terminals[j].priority == t.priority and t.dfa.matches(lit):
+            if lit and g.terminals[j].priority == t.priority and t.matches(lit):
                 out.setdefault(i, set()).add(j)
     return out
 

@@ -25,7 +25,7 @@ from structspec.automata.cache import disk_cache, disk_key
 from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa
 from structspec.automata.lalr import ParseTables
 from structspec.automata.lexer import TerminalSpec
-from structspec.automata.pyregex import to_dfa_pattern
+from structspec.automata.pyregex import to_dfa_alternatives, to_dfa_pattern
 from structspec.errors import GrammarError, ResourceLimitError
 
 
@@ -176,24 +176,43 @@ def _build_lark(text: str, start: str, postlex: IndenterSpec | None,
         raise GrammarError(f"invalid grammar: {msg.splitlines()[0]}", line, col) from exc
 
 
-def _terminal_dfa(term: Any) -> ByteDFA:
+def _terminal_dfas(term: Any) -> tuple[ByteDFA, ...]:
+    """The DFA(s) of a lark terminal: one, or — when one DFA would exceed the state budget
+    — one per alternative of its top-level alternation (recursively), united lazily by the
+    lexer."""
     from lark.lexer import PatternStr
 
     pattern = term.pattern
     try:
         if isinstance(pattern, PatternStr) and not pattern.flags:
-            dfa = literal_dfa(pattern.value.encode())
+            dfas: tuple[ByteDFA, ...] = (literal_dfa(pattern.value.encode()),)
         else:  # to_regexp() carries the flags inline, as (?i:...)
-            dfa = compile_dfa(to_dfa_pattern(pattern.to_regexp()))
+            dfas = _split_compile(pattern.to_regexp(), 0)
     except GrammarError as exc:
         raise GrammarError(f"terminal {term.name}: {exc}") from exc
     except ResourceLimitError as exc:
         raise ResourceLimitError(f"terminal {term.name}: {exc}") from exc
-    if dfa.is_empty():
+    dfas = tuple(d for d in dfas if not d.is_empty())
+    if not dfas:
         raise GrammarError(f"terminal {term.name} matches nothing")
-    if dfa.accepting[dfa.start]:
+    if any(d.accepting[d.start] for d in dfas):
         raise GrammarError(f"terminal {term.name} matches the empty string")
-    return dfa
+    return dfas
+
+
+def _split_compile(regexp: str, depth: int) -> tuple[ByteDFA, ...]:
+    alternatives = to_dfa_alternatives(regexp)
+    if len(regexp) < _SPLIT_CHARS or len(alternatives) < 2:
+        try:
+            return (compile_dfa(alternatives[0] if len(alternatives) == 1
+                                else to_dfa_pattern(regexp)),)
+        except ResourceLimitError:
+            if len(alternatives) < 2 or depth > 4:
+                raise
+    return tuple(d for alt in alternatives for d in _split_compile(alt, depth + 1))
+
+
+_SPLIT_CHARS = 20_000  # longer alternations are compiled one alternative at a time
 
 
 def _header(text: str) -> dict[str, str]:
@@ -256,9 +275,10 @@ def load_grammar(grammar: str | os.PathLike[str], *, start: str | None = None,
     for t in lark_terms:
         from lark.lexer import PatternStr
 
+        dfas = _terminal_dfas(t)
         specs.append(TerminalSpec(
-            t.name, _terminal_dfa(t), int(t.priority), isinstance(t.pattern, PatternStr),
-            int(min(t.pattern.max_width, 1 << 30)), len(t.pattern.value)))
+            t.name, dfas[0], int(t.priority), isinstance(t.pattern, PatternStr),
+            int(min(t.pattern.max_width, 1 << 30)), len(t.pattern.value), dfas[1:]))
     try:
         table = parser.parser.parser.parser.parse_table
     except AttributeError as exc:  # pragma: no cover - lark internals moved
@@ -271,6 +291,8 @@ def load_grammar(grammar: str | os.PathLike[str], *, start: str | None = None,
         if postlex.nl_type not in names:
             raise GrammarError(f"the indenter's newline terminal {postlex.nl_type} is not "
                                "defined by the grammar")
+        if any(s.extra for s in specs if s.name == postlex.nl_type):
+            raise GrammarError(f"the newline terminal {postlex.nl_type} is too large")
         for name in (postlex.indent_type, postlex.dedent_type):
             if name not in tables.index:
                 raise GrammarError(f"the grammar does not use the indenter's {name}")

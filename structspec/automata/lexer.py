@@ -1,7 +1,7 @@
 """A combined, lazily built lexer DFA over many terminals, with lark's contextual choice.
 
 Every terminal is a trimmed :class:`.dfa.ByteDFA`. A lexer state is the interned tuple of
-``(terminal, dfa state)`` pairs still alive for the current lexeme — a subset
+``(terminal part, dfa state)`` pairs still alive for the current lexeme — a subset
 construction over the terminals, built row by row on first use and stored in one growing
 ``int32 [n, 256]`` table, so a whole vocabulary can be walked through it with numpy.
 
@@ -43,7 +43,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TerminalSpec:
-    """One lexer terminal: its name, DFA and lark's tie-breaking attributes."""
+    """One lexer terminal: its name, DFA and lark's tie-breaking attributes.
+
+    ``extra``: more DFAs whose union with ``dfa`` is the terminal's language — a terminal
+    too large for one DFA (``STRING: _STR | _FSTR | ...``) is kept as its alternatives,
+    and the lexer's lazy subset construction unites them only where text goes.
+    """
 
     name: str
     dfa: ByteDFA
@@ -51,6 +56,16 @@ class TerminalSpec:
     is_string: bool = False
     max_width: int = 0
     pattern_len: int = 0
+    extra: tuple[ByteDFA, ...] = ()
+
+    @property
+    def parts(self) -> tuple[ByteDFA, ...]:
+        """Every DFA of the terminal."""
+        return (self.dfa, *self.extra)
+
+    def matches(self, data: bytes) -> bool:
+        """Whether ``data`` is in the terminal's language."""
+        return any(d.matches(data) for d in self.parts)
 
 
 @dataclass(frozen=True)
@@ -84,8 +99,16 @@ class ContextualLexer:
         self._rank = [0] * len(terminals)
         for r, i in enumerate(order):
             self._rank[i] = r
-        self._tables = [t.dfa.table for t in terminals]
-        self._accepting = [t.dfa.accepting for t in terminals]
+        # Components are (part, DFA state); a part is one DFA of one terminal.
+        parts = [(tid, d) for tid, t in enumerate(terminals) for d in t.parts]
+        self._part_tid = [tid for tid, _ in parts]
+        self._part_rank = [0] * len(parts)
+        self._parts_of: list[list[int]] = [[] for _ in terminals]
+        for pid, (tid, _) in enumerate(parts):
+            self._parts_of[tid].append(pid)
+        self._tables = [d.table for _, d in parts]
+        self._accepting = [d.accepting for _, d in parts]
+        self._starts_of = [d.start for _, d in parts]
         self._lock = threading.RLock()
         self._comps: list[tuple[tuple[int, int], ...]] = [()]
         self._origin: list[int] = [0]  # the start state each state's lexeme began at
@@ -105,7 +128,7 @@ class ContextualLexer:
     def _intern(self, comps: tuple[tuple[int, int], ...], origin: int) -> int:
         if not comps:
             return 0
-        if origin >= 0 and not any(tid in self.absorb for tid, _ in comps):
+        if origin >= 0 and not any(self._part_tid[p] in self.absorb for p, _ in comps):
             origin = -2  # no ignored lexeme can end here: the start state does not matter
         got = self._ids.get((origin, comps))
         if got is None:
@@ -123,9 +146,10 @@ class ContextualLexer:
             self._origin.append(got if origin == -1 else max(origin, 0))
             self._ids[(origin, comps)] = got
             best, best_rank, bits = -1, 1 << 30, 0
-            for tid, q in comps:
+            for pid, q in comps:
+                tid = self._part_tid[pid]
                 bits |= 1 << tid
-                if self._accepting[tid][q] and self._rank[tid] < best_rank:
+                if self._accepting[pid][q] and self._rank[tid] < best_rank:
                     best, best_rank = tid, self._rank[tid]
             self.winner_arr[got] = best
             self._terms.append(bits)
@@ -136,8 +160,8 @@ class ContextualLexer:
         got = self._starts.get(terminal_ids)
         if got is None:
             with self._lock:
-                comps = tuple(sorted((t, self.terminals[t].dfa.start) for t in terminal_ids
-                                     if self.terminals[t].dfa.start))
+                comps = tuple(sorted((p, self._starts_of[p]) for t in terminal_ids
+                                     for p in self._parts_of[t] if self._starts_of[p]))
                 got = self._intern(comps, -1)
                 self._start_set.add(got)
                 self._starts[terminal_ids] = got
@@ -157,8 +181,8 @@ class ContextualLexer:
 
     def component(self, state: int, terminal: int) -> int:
         """The DFA state of ``terminal`` inside lexer ``state`` (0 when it is not alive)."""
-        for tid, q in self._comps[state]:
-            if tid == terminal:
+        for pid, q in self._comps[state]:
+            if self._part_tid[pid] == terminal:
                 return q
         return 0
 

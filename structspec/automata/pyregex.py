@@ -206,4 +206,27 @@ def to_dfa_pattern(pattern: str, flags: int = 0) -> str:
     return _items(list(parsed), all_flags)
 
 
-__all__ = ["to_dfa_pattern"]
+def to_dfa_alternatives(pattern: str, flags: int = 0) -> list[str]:
+    """Like :func:`to_dfa_pattern`, split at the top-level alternation (groups around it
+    unwrapped): the union of the returned patterns is the language. One pattern when the
+    regex is not an alternation. Pure.
+
+    Raises:
+        GrammarError: as :func:`to_dfa_pattern`.
+    """
+    try:
+        parsed = _sre_parse.parse(pattern, flags)
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise GrammarError(f"invalid regular expression {pattern[:80]!r}: {exc}") from exc
+    all_flags = parsed.state.flags | flags
+    items = list(parsed)
+    while len(items) == 1 and items[0][0] is _sre.SUBPATTERN:
+        _group, add, remove, sub = items[0][1]
+        all_flags = (all_flags | add) & ~remove
+        items = list(sub)
+    if len(items) == 1 and items[0][0] is _sre.BRANCH:
+        return [_items(b, all_flags) for b in items[0][1][1]]
+    return [_items(items, all_flags)]
+
+
+__all__ = ["to_dfa_alternatives", "to_dfa_pattern"]
