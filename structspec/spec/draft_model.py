@@ -173,7 +173,7 @@ class DraftModelDrafter:
         self.nodes: list[tuple[int, int]] = []
         self.forward_passes = 0
         self._model: Any = None
-        self._masks: dict[int, tuple[Any, torch.Tensor]] = {}
+        self._masks: dict[int, tuple[Any, torch.Tensor, int]] = {}
 
     # -- cache bookkeeping ---------------------------------------------------------------
 
@@ -259,8 +259,9 @@ class DraftModelDrafter:
         return out.logits[0]  # [m, V]
 
     def _legal(self, ctx: Any, state: Any, width: int, device: torch.device,
-               eos: frozenset[int]) -> torch.Tensor:
-        """``[width]`` bool: tokens legal in ``state``, EOS excluded (memoized per mask)."""
+               eos: frozenset[int]) -> tuple[torch.Tensor, int]:
+        """``[width]`` bool: tokens legal in ``state``, EOS excluded, and how many there are
+        (memoized per mask object; constraints memoize masks per state)."""
         mask = ctx.constraint.allowed(state)
         hit = self._masks.get(id(mask))
         if hit is None:
@@ -270,9 +271,9 @@ class DraftModelDrafter:
                     allowed[e] = False
             if len(self._masks) > 256:
                 self._masks.clear()
-            hit = (mask, allowed)
+            hit = (mask, allowed, int(allowed.sum()))
             self._masks[id(mask)] = hit
-        return hit[1]
+        return hit[1], hit[2]
 
     # -- drafting --------------------------------------------------------------------------
 
@@ -303,12 +304,14 @@ class DraftModelDrafter:
             for node, slot, row, cum in beams:
                 if builder.room(node) <= 0:
                     continue
-                allowed = self._legal(ctx, builder.states[node], width, row.device,
-                                      builder.eos_ids)
+                allowed, n_allowed = self._legal(ctx, builder.states[node], width, row.device,
+                                                 builder.eos_ids)
+                if not n_allowed:  # only EOS (or nothing) may follow
+                    continue
                 logp = torch.log_softmax(row.float().masked_fill(~allowed, float("-inf")), -1)
-                top = torch.topk(logp, min(k, width))  # [k]
+                top = torch.topk(logp, min(k, n_allowed))  # [k]
                 for lp, tok in zip(top.values.tolist(), top.indices.tolist(), strict=True):
-                    if lp != float("-inf"):
+                    if math.isfinite(lp):
                         cands.append((cum + lp, node, slot, int(tok)))
             if not cands:
                 break
