@@ -11,10 +11,13 @@ Per task, greedy: ``baseline`` (speculation off: one token per pass, the same lo
 ``speculative`` (default ``SpecConfig``), each after one warm-up. Reported: tokens/s (decode
 time = end-to-end time minus a separately measured prefill of the prompt), speedup of the
 decode time, end-to-end speedup, mean accepted length (tokens per verification pass),
-tokens per forward pass, per-drafter acceptance, and whether the outputs are identical.
+tokens per forward pass, acceptance per drafter and per depth, the scheduler's node budgets
+(upper bound and what the cost plan kept), the time split, the device cost curve the plan
+used, and whether the outputs are identical.
 
     python benchmarks/speculative.py --task json [--n 5] [--max-new-tokens 160]
-        [--no-pack] [--threads T] [--repeats R] [--json-out F]
+        [--no-pack] [--threads T] [--repeats R] [--draft-model ID] [--no-cost-model]
+        [--json-out F]
 
 On a CPU shared with other work, ``--threads 1`` gives stable timings: oneDNN/OpenMP with
 more threads than idle cores stalls unpredictably.
@@ -42,6 +45,7 @@ from structspec.engine import free_text  # noqa: E402
 from structspec.errors import GenerationError  # noqa: E402
 from structspec.sampling import SamplingParams  # noqa: E402
 from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
+from structspec.spec.cost import device_cost_curve  # noqa: E402
 from structspec.spec.fastlinear import pack_linears, packing_available  # noqa: E402
 
 BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
@@ -112,8 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-pack", action="store_true", help="keep the plain nn.Linear layers")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     ap.add_argument("--repeats", type=int, default=1, help="runs per variant; the fastest counts")
-    ap.add_argument("--max-nodes", type=int, default=SpecConfig.max_nodes)
+    ap.add_argument("--max-nodes", type=int, default=None,
+                    help="speculative node bound (default: 16 structured, 8 free text)")
     ap.add_argument("--drafters", default=",".join(SpecConfig.drafters))
+    ap.add_argument("--draft-model", default=None,
+                    help="a small model with the same tokenizer, as the draft_model drafter")
+    ap.add_argument("--no-cost-model", action="store_true",
+                    help="keep every drafted node (no tree sizing from the cost curve)")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     if args.threads:
@@ -126,8 +135,19 @@ def main(argv: list[str] | None = None) -> int:
         packed = True
     tasks = load_tasks(args.task, args.n, gen)
     base_cfg = SpecConfig(enabled=False)
+    draft = None
+    if args.draft_model:
+        from structspec.spec.draft_model import DraftModel
+
+        draft = DraftModel.resolve(args.draft_model, pack=not args.no_pack)
     spec_cfg = SpecConfig(max_nodes=args.max_nodes,
-                          drafters=tuple(d for d in args.drafters.split(",") if d))
+                          drafters=tuple(d for d in args.drafters.split(",") if d),
+                          draft_model=draft, cost_model=not args.no_cost_model)
+    if spec_cfg.cost_model:  # measured once per model and device, as the decode loop does
+        t0 = time.perf_counter()
+        curve = device_cost_curve(gen.loaded.model)
+        curve_s = time.perf_counter() - t0
+        print(f"cost curve (ms) {curve.as_dict()['ms']} measured in {curve_s:.2f} s")
     print(f"model={gen.loaded.name} packed={packed} threads={torch.get_num_threads()} "
           f"load={os.getloadavg()[0]:.2f} task={args.task} n={len(tasks)}")
     _run(gen, tasks[0], spec_cfg, 8)  # warm-up
@@ -163,6 +183,14 @@ def main(argv: list[str] | None = None) -> int:
                 "mask_s": round(s_stats.mask_seconds, 3),
                 "acceptance": s_stats.acceptance(),
                 "per_drafter": {k: list(v) for k, v in sorted(s_stats.per_drafter.items())},
+                "acceptance_per_depth": s_stats.acceptance_per_depth(),
+                "acceptance_per_drafter_depth": s_stats.acceptance_per_drafter_depth(),
+                "mean_budget": round(statistics.mean(s_stats.budgets), 2)
+                if s_stats.budgets else 0,
+                "mean_planned": round(statistics.mean(s_stats.planned), 2)
+                if s_stats.planned else 0,
+                "draft_model_passes": s_stats.draft_model_passes,
+                "time_split": s_stats.time_split(),
             })
         rows.append(row)
         print(f"{row['id']:<28} tok={n_tok:>4} ident={row['identical']!s:<5} "
@@ -172,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     summary = {
         "task": args.task, "n": len(rows), "packed": packed, "threads": torch.get_num_threads(),
+        "load": round(os.getloadavg()[0], 2),
+        "cost_model": spec_cfg.cost_model, "draft_model": args.draft_model,
         "identical": sum(r["identical"] for r in rows),
         "speedup_median": round(statistics.median(r["speedup"] for r in rows), 3),
         "speedup_e2e_median": round(statistics.median(r["speedup_e2e"] for r in rows), 3),
@@ -181,8 +211,11 @@ def main(argv: list[str] | None = None) -> int:
                                / sum(r["speculative_s"] - r["prefill_s"] for r in rows), 3),
     }
     print(json.dumps(summary))
+    result = {"summary": summary, "rows": rows}
+    if spec_cfg.cost_model:
+        result["cost_curve"] = {**curve.as_dict(), "measure_seconds": round(curve_s, 3)}
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
+        Path(args.json_out).write_text(json.dumps(result, indent=1))
     return 0 if summary["identical"] == len(rows) else 1
 
 

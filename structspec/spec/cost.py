@@ -97,9 +97,10 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] = DEFAULT_SIZES,
                        prefix_len: int = 32, repeats: int = 2) -> CostCurve:
     """Time verification passes of ``q`` nodes (a chain) on a ``prefix_len``-token cache.
 
-    One warm-up pass per size, then ``repeats`` rounds; the fastest time per size counts
-    (the least disturbed on a shared machine). Token ids are arbitrary (cost does not depend
-    on them). Does not change ``model``.
+    A warm-up pass of one node and of two (the tree-mask path), then ``repeats`` rounds over
+    all sizes; the fastest time per size counts (the least disturbed on a shared machine),
+    and a size never costs more than a larger one (stalls only ever add time). Token ids are
+    arbitrary (cost does not depend on them). Does not change ``model``.
     """
     from transformers import DynamicCache
 
@@ -110,8 +111,9 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] = DEFAULT_SIZES,
     model(input_ids=torch.tensor([ids[:prefix_len]], device=device), cache=cache,
           use_cache=True, logits_to_keep=1)
     best = {q: float("inf") for q in sizes}
-    for round_ in range(repeats + 1):
-        for q in sizes:
+    rounds = [(0, (1, 2))] + [(r, tuple(sizes)) for r in range(1, repeats + 1)]
+    for round_, qs in rounds:
+        for q in qs:
             tree: DraftTree = chain(ids[prefix_len:prefix_len + q], [None] * q)
             _sync(device)
             t0 = time.perf_counter()
@@ -121,11 +123,10 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] = DEFAULT_SIZES,
             rollback(cache, prefix_len)
             if round_:
                 best[q] = min(best[q], elapsed)
-    # A pass of more nodes never costs less: keep the curve monotone (noise otherwise).
-    seconds, floor = [], 0.0
-    for q in sizes:
-        floor = max(floor, best[q])
-        seconds.append(floor)
+    # Fewer nodes never cost more: an outlier (a stall) is capped by the larger sizes.
+    seconds = [best[q] for q in sizes]
+    for i in range(len(seconds) - 2, -1, -1):
+        seconds[i] = min(seconds[i], seconds[i + 1])
     return CostCurve(tuple(sizes), tuple(seconds))
 
 
@@ -163,6 +164,24 @@ def memory_use(device: torch.device | str | None = None) -> float | None:
     return float(psutil.virtual_memory().percent) / 100.0
 
 
+def speculative_depths(tree: DraftTree, frontier_depth: int) -> list[int]:
+    """Per node, ``0`` on the forced chain (the root, then each chain node's first child,
+    ``frontier_depth`` times — :func:`~structspec.spec.drafters.build_tree` adds the chain
+    first), else how far below its deepest chain ancestor it lies (``1`` for a branch's first
+    node). Pure."""
+    out = [0] * len(tree)
+    chain_nodes = {0}
+    node = 0
+    for _ in range(frontier_depth):
+        if not tree.children[node]:
+            break
+        node = tree.children[node][0]
+        chain_nodes.add(node)
+    for i in range(1, len(tree)):
+        out[i] = 0 if i in chain_nodes else out[tree.parents[i]] + 1
+    return out
+
+
 class AcceptanceModel:
     """Running acceptance rate per ``(drafter, depth below the frontier)``, conditional on
     the parent being accepted, and of the forced chain.
@@ -198,8 +217,9 @@ class AcceptanceModel:
         its path (the root: ``1.0``)."""
         probs = [1.0] * len(tree)
         chain_rate = self.chain_rate()
+        depths = speculative_depths(tree, frontier_depth)
         for i in range(1, len(tree)):
-            d = tree.depths[i] - frontier_depth
+            d = depths[i]
             rate = chain_rate if d <= 0 else self.rate(tree.sources[i], d)
             probs[i] = probs[tree.parents[i]] * rate
         return probs
@@ -212,10 +232,11 @@ class AcceptanceModel:
                 c[0] *= self.decay
                 c[1] *= self.decay
         on_path = set(path)
+        depths = speculative_depths(tree, frontier_depth)
         for i in range(1, len(tree)):
             if tree.parents[i] not in on_path:
                 continue
-            d = tree.depths[i] - frontier_depth
+            d = depths[i]
             c = self.chain if d <= 0 else self.counts.setdefault((tree.sources[i], d), [0.0, 0.0])
             c[0] += 1
             c[1] += i in on_path
@@ -243,8 +264,8 @@ def plan_tree(tree: DraftTree, frontier_depth: int, probs: Sequence[float], curv
 
     Args:
         tree: the built tree.
-        frontier_depth: depth of the forced chain's end; nodes at or above it are always
-            kept (the root and the forced chain).
+        frontier_depth: depth of the forced chain's end; the root and the forced chain are
+            always kept.
         probs: estimated P(accepted) per node (see :meth:`AcceptanceModel.node_probabilities`).
         curve: pass time vs nodes.
         overhead: seconds per step outside the pass (drafting, masks).
@@ -252,8 +273,9 @@ def plan_tree(tree: DraftTree, frontier_depth: int, probs: Sequence[float], curv
     Returns:
         A :class:`Plan`; ``keep`` lists speculative node indices (ascending).
     """
-    base_nodes = [i for i in range(len(tree)) if tree.depths[i] <= frontier_depth]
-    spec = [i for i in range(len(tree)) if tree.depths[i] > frontier_depth]
+    depths = speculative_depths(tree, frontier_depth)
+    base_nodes = [i for i in range(len(tree)) if depths[i] == 0]
+    spec = [i for i in range(len(tree)) if depths[i] > 0]
     # The bonus token, plus the forced chain weighted by how often chain nodes get through.
     expected = 1.0 + sum(probs[i] for i in base_nodes[1:])
     q0 = len(base_nodes)

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from structspec.spec.cost import AcceptanceModel, CostCurve, plan_tree
+from structspec.spec.cost import AcceptanceModel, CostCurve, plan_tree, speculative_depths
 from structspec.spec.tree import DraftTree
 
 
@@ -117,7 +117,8 @@ class Scheduler:
         describe), all of it; with one, the speculative nodes that maximize expected tokens
         per second (the root and the forced chain are always kept). Pure apart from
         recording the choice."""
-        speculative = sum(1 for d in tree.depths if d > frontier_depth)
+        depths = speculative_depths(tree, frontier_depth)
+        speculative = sum(1 for d in depths if d > 0)
         if self.curve is None or speculative == 0 or keep_all:
             self.planned.append(speculative)
             return tree
@@ -127,15 +128,15 @@ class Scheduler:
         self._cap = max(2, 2 * plan.speculative_nodes)
         if plan.speculative_nodes == speculative:
             return tree
-        base = [i for i in range(len(tree)) if tree.depths[i] <= frontier_depth]
+        base = [i for i in range(len(tree)) if depths[i] == 0]
         return tree.subtree([*base, *plan.keep])
 
     def record_tree(self, tree: DraftTree, path: tuple[int, ...], frontier_depth: int) -> None:
         """Report one verified tree and its accepted path (root first): feeds the acceptance
         statistics the plan uses, and the hit rate."""
         self.acceptance.record(tree, path, frontier_depth)
-        speculative = sum(1 for d in tree.depths if d > frontier_depth)
-        self.record(speculative, max(0, len(path) - 1 - frontier_depth))
+        depths = speculative_depths(tree, frontier_depth)
+        self.record(sum(1 for d in depths if d > 0), sum(1 for i in path if depths[i] > 0))
 
     def record(self, offered: int, accepted: int) -> None:
         """Report one step: ``offered`` speculative nodes drafted, ``accepted`` of them

@@ -1,0 +1,175 @@
+"""Tree sizing from the device cost curve: the curve itself, the running acceptance per drafter
+and depth, the expected-tokens-per-second plan, memory pressure, and end to end (outputs
+unchanged, trees smaller where passes are dear). Injected curves keep it deterministic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from structspec.automata.regex import compile_regex
+from structspec.engine import decode, free_text
+from structspec.sampling import SamplingParams
+from structspec.spec import SpecConfig, speculative_decode
+from structspec.spec.cost import (
+    AcceptanceModel,
+    CostCurve,
+    device_cost_curve,
+    measure_cost_curve,
+    memory_use,
+    plan_tree,
+)
+from structspec.spec.schedule import Scheduler
+from structspec.spec.tree import DraftTree
+from structspec.vocab import Vocabulary
+
+CPU_LIKE = CostCurve.from_relative({1: 1.0, 2: 1.15, 4: 1.23, 8: 1.52, 16: 1.62, 32: 2.19},
+                                   t1=0.08)
+STEEP = CostCurve.from_relative({1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0})  # every node costs a pass
+FLAT = CostCurve((1, 64), (1.0, 1.0))
+TAG = r'\{"id":[0-9]{1,3},"tag":"(red|green|blue)","ok":(true|false)\}'
+
+
+def _tree(parents, sources, states=None):
+    """A tree from parent indices (node 0 is the root)."""
+    depths = [0]
+    for p in parents[1:]:
+        depths.append(depths[p] + 1)
+    n = len(parents)
+    return DraftTree(tuple(range(n)), tuple(parents), tuple(depths),
+                     tuple(states or [None] * n), ("root", *sources))
+
+
+def test_cost_curve_interpolates_and_validates():
+    c = CostCurve((1, 2, 8), (1.0, 2.0, 3.0))
+    assert c(1) == 1.0 and c(0) == 1.0 and c(2) == 2.0
+    assert c(5) == pytest.approx(2.5)
+    assert c(14) == pytest.approx(4.0)  # the last slope, extended
+    assert c.relative() == {1: 1.0, 2: 2.0, 8: 3.0}
+    assert CPU_LIKE(16) == pytest.approx(0.08 * 1.62)
+    assert set(CPU_LIKE.as_dict()) == {"ms", "relative"}
+    with pytest.raises(ValueError):
+        CostCurve((2, 1), (1.0, 1.0))
+    with pytest.raises(ValueError):
+        CostCurve((1,), (0.0,))
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_measured_curve_is_monotone_cached_and_cheap(tiny_model):
+    import time
+
+    model = tiny_model.model
+    t0 = time.perf_counter()
+    curve = measure_cost_curve(model, sizes=(1, 2, 4, 8), prefix_len=16, repeats=1)
+    assert time.perf_counter() - t0 < 10
+    assert curve.sizes == (1, 2, 4, 8)
+    assert all(b >= a > 0 for a, b in zip(curve.seconds, curve.seconds[1:], strict=False))
+    assert device_cost_curve(model) is device_cost_curve(model)  # once per model and device
+
+
+def test_acceptance_model_is_conditional_per_drafter_and_depth():
+    m = AcceptanceModel(prior=0.5, strength=2.0, decay=1.0)
+    assert m.rate("lookup", 1) == 0.5 and m.rate("lookup", 3) == 0.5
+    # root -> 1 (forced chain) -> {2 lookup -> 3 lookup, 4 topk}
+    tree = _tree([-1, 0, 1, 2, 1], ["forced", "lookup", "lookup", "topk"])
+    for _ in range(8):
+        m.record(tree, (0, 1, 2, 3), frontier_depth=1)
+    assert m.rate("lookup", 1) > 0.85 and m.rate("lookup", 2) > 0.85
+    assert m.rate("topk", 1) < 0.15
+    assert m.chain_rate() > 0.9
+    # A node whose parent was rejected teaches nothing.
+    m.record(tree, (0, 1, 4), frontier_depth=1)
+    assert m.counts[("lookup", 2)][0] == 8
+    probs = m.node_probabilities(tree, 1)
+    assert probs[0] == 1.0 and probs[3] <= probs[2] <= probs[1] <= 1.0
+    assert probs[3] == pytest.approx(probs[2] * m.rate("lookup", 2))
+    # Unseen depths fall back on the depth above.
+    assert m.rate("lookup", 5) == pytest.approx(m.rate("lookup", 2))
+
+
+def test_plan_keeps_what_pays_for_its_cost():
+    # root, then a chain of 4 speculative nodes and 4 unlikely single-node branches.
+    parents = [-1, 0, 1, 2, 3, 0, 0, 0, 0]
+    tree = _tree(parents, ["lookup"] * 8)
+    probs = [1.0, 0.9, 0.8, 0.7, 0.6, 0.05, 0.04, 0.03, 0.02]
+    flat = plan_tree(tree, 0, probs, FLAT)
+    assert flat.keep == tuple(range(1, 9))
+    steep = plan_tree(tree, 0, probs, STEEP)
+    # On a device where each node costs a whole pass, only near-certain nodes could pay,
+    # and none of these do: (1 + 0.9) / 2 < 1 / 1.
+    assert steep.keep == ()
+    cpu = plan_tree(tree, 0, probs, CPU_LIKE)
+    assert set(cpu.keep) >= {1, 2, 3, 4} and not set(cpu.keep) & {7, 8}
+    for plan in (flat, steep, cpu):  # ancestor-closed
+        assert all(parents[i] == 0 or parents[i] in plan.keep for i in plan.keep)
+    assert cpu.expected_tokens == pytest.approx(1 + sum(probs[i] for i in cpu.keep))
+
+
+def test_scheduler_plan_prunes_and_caps_the_next_build():
+    s = Scheduler(16, 8, curve=STEEP, acceptance=AcceptanceModel(prior=0.3))
+    tree = _tree([-1, 0, 1, 2, 0], ["forced", "lookup", "lookup", "topk"])
+    assert s.budget().nodes == 16
+    kept = s.plan(tree, frontier_depth=1)
+    assert len(kept) == 2 and kept.tokens == (0, 1)  # root + the forced chain
+    assert s.planned == [0]
+    assert s.budget().nodes == 2  # build at most twice what the last plan kept (>= 2)
+    assert s.plan(tree, 1, keep_all=True) is tree  # the prefill pass keeps everything
+    cheap = Scheduler(16, 8, curve=FLAT)
+    assert cheap.plan(tree, 1) is tree
+    assert Scheduler(16, 8).plan(tree, 1) is tree  # no curve: no plan
+
+
+def test_memory_pressure_halves_the_budget():
+    use = [0.5]
+    s = Scheduler(16, 8, memory_probe=lambda: use[0], memory_threshold=0.9, memory_every=1)
+    b = s.budget()
+    assert (b.nodes, b.branches) == (16, 8)
+    use[0] = 0.95
+    b = s.budget()
+    assert (b.nodes, b.branches) == (8, 4) and s.pressure_steps == 1
+    use[0] = None  # unreadable: no pressure
+    assert s.budget().nodes == 16
+    value = memory_use("cpu")
+    assert value is None or 0.0 <= value <= 1.0
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    vocab = Vocabulary.from_tokenizer(tiny_model.tokenizer, eos_token_ids=tiny_model.eos_token_ids)
+    return tiny_model.model, tiny_model.tokenizer, vocab
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("curve", [STEEP, CPU_LIKE, FLAT, None])
+def test_planned_trees_keep_outputs_identical(tiny, curve):
+    model, tok, vocab = tiny
+    prompt = tok.encode('the id is 42 {"id":42,"tag":"red" and red red', add_special_tokens=False)
+    for c in (compile_regex(TAG, vocab), free_text(vocab)):
+        plain = decode(model, vocab, prompt, c, max_new_tokens=40, sampling=SamplingParams())
+        cfg = SpecConfig(cost_curve=curve, cost_model=curve is not None)
+        out = speculative_decode(model, vocab, prompt, c, max_new_tokens=40,
+                                 sampling=SamplingParams(), config=cfg, tokenizer=tok)
+        assert out.token_ids == plain.token_ids
+        s = out.stats
+        assert len(s.planned) == s.steps == len(s.budgets)
+        assert all(p <= b or i == 0 for i, (p, b) in enumerate(zip(s.planned, s.budgets,
+                                                                   strict=True)))
+        d = s.as_dict()
+        assert (d["cost_curve"] is None) == (curve is None)
+        assert set(d["time_split"]) == {"draft", "verify", "mask", "other"}
+        assert len(d["acceptance_per_depth"]) == len(s.per_depth)
+
+
+def test_auto_budgets_structured_vs_free_text(tiny):
+    model, tok, vocab = tiny
+    prompt = tok.encode("the id is 42", add_special_tokens=False)
+    cfg = SpecConfig(cost_model=False, adaptive=False)
+    assert cfg.budgets(True) == (16, 8) and cfg.budgets(False) == (8, 4)
+    assert SpecConfig(max_nodes=5, num_speculations=3).budgets(False) == (5, 3)
+    with torch.inference_mode():
+        tag = speculative_decode(model, vocab, prompt, compile_regex(TAG, vocab),
+                                 max_new_tokens=40, sampling=SamplingParams(), config=cfg,
+                                 tokenizer=tok)
+        free = speculative_decode(model, vocab, prompt, free_text(vocab), max_new_tokens=5,
+                                  sampling=SamplingParams(), config=cfg, tokenizer=tok)
+    assert tag.stats.budgets[0] == 16 and free.stats.budgets[0] == 8
