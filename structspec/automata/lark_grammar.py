@@ -300,7 +300,7 @@ def load_grammar(grammar: str | os.PathLike[str], *, start: str | None = None,
                            (text, tuple(import_paths)))
     loaded.__dict__["lark"] = parser  # already built: keep it
     if disk is not None and key is not None:
-        disk.store(key, loaded)
+        disk.remember(key, loaded)  # written at the cache's flush, off the compile path
     return loaded
 
 
