@@ -64,7 +64,11 @@ def main() -> None:
     t0 = time.perf_counter()
     load_grammar(args.grammar, cache=False)
     cold = time.perf_counter() - t0
-    load_grammar(args.grammar)  # fills the disk cache
+    load_grammar(args.grammar)  # registers it with the disk cache ...
+    from structspec.automata.cache import disk_cache
+
+    if disk_cache() is not None:
+        disk_cache().flush()  # ... which writes it here
     t0 = time.perf_counter()
     c = compile_grammar(args.grammar, vocab)
     warm = time.perf_counter() - t0
