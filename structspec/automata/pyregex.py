@@ -20,6 +20,7 @@ import functools
 import re
 from typing import Any
 
+from structspec.automata.dfa import MAX_CODEPOINT, Ranges, complement, normalize
 from structspec.errors import GrammarError
 
 try:  # Python >= 3.11
@@ -29,8 +30,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as _sre  # type: ignore[no-redef]
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
-Ranges = list[tuple[int, int]]
-_MAX = 0x10FFFF
+_MAX = MAX_CODEPOINT
 _UNSUPPORTED = {
     "ASSERT": "look-arounds", "ASSERT_NOT": "look-arounds", "GROUPREF": "back-references",
     "GROUPREF_EXISTS": "conditional groups", "ATOMIC_GROUP": "atomic groups",
@@ -38,26 +38,8 @@ _UNSUPPORTED = {
 }
 
 
-def _normalize(ranges: Ranges) -> Ranges:
-    out: Ranges = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return out
-
-
-def _complement(ranges: Ranges) -> Ranges:
-    out: Ranges = []
-    nxt = 0
-    for lo, hi in _normalize(ranges):
-        if lo > nxt:
-            out.append((nxt, lo - 1))
-        nxt = hi + 1
-    if nxt <= _MAX:
-        out.append((nxt, _MAX))
-    return out
+_normalize = normalize
+_complement = complement
 
 
 _ALL_CHARS = ""  # every code point in order, built on first use
