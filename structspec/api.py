@@ -3,22 +3,31 @@
 A :class:`Generator` owns one model (the embedded default unless told otherwise), its
 vocabulary and a cache of compiled constraints. ``run`` returns the whole :class:`Result`
 (value, text, token ids, stats); ``generate`` returns just the value — a dict/list for a
-JSON Schema, an instance for a Pydantic model class, a string for a regex or free text.
-Every JSON output is validated with ``jsonschema`` before it is returned.
+JSON Schema, an instance for a Pydantic model class, a string for a regex, a Lark grammar
+or free text. Every JSON output is validated with ``jsonschema`` before it is returned.
+
+Grammars (``grammar=``) are a shipped grammar's name (``"python"``, see
+:func:`structspec.grammars.available`), a path to a ``.lark`` file, or Lark text. For code
+completion, ``grammar_prefix`` (the code above the cursor) sets where the constraint
+starts, and ``grammar_suffix`` (the code below it) makes an output final only where
+prefix + output + suffix parses, at the stopping point ``stop`` (``"eof"`` or ``"line"``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from structspec.automata.base import Constraint
 from structspec.automata.json_schema import JsonSchemaConstraint, compile_json_schema
+from structspec.automata.lark_compile import STOPS, LarkConstraint, compile_grammar
 from structspec.automata.regex import compile_regex
 from structspec.engine import DecodeStats, decode, free_text
-from structspec.errors import GenerationError, SchemaError
+from structspec.errors import GenerationError, GrammarError, SchemaError
 from structspec.models import LoadedModel, load_model
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, UnsupportedModelError, speculative_decode
@@ -58,6 +67,45 @@ def _pydantic_model(schema: Any) -> Any | None:
     if isinstance(schema, type) and issubclass(schema, BaseModel):
         return schema
     return None
+
+
+def resolve_grammar(grammar: str | os.PathLike[str]) -> str | Path:
+    """What ``grammar`` names: a shipped grammar's path, a file's path, or Lark text.
+
+    In this order: a name in :func:`structspec.grammars.available` (``"python"``, also
+    ``"python.lark"``) is the shipped file; a path-like object, or a one-line string naming an
+    existing file, is that file; any other string containing ``:`` (every Lark rule has
+    one) is grammar text. Pure; reads the file system only to test for a file.
+
+    Returns:
+        A :class:`~pathlib.Path` for a file, else the text itself.
+
+    Raises:
+        GrammarError: a path-like object that is not a file; a string that is none of the
+            three (the message lists the shipped names).
+        ValueError: ``grammar`` is not a non-empty string or path.
+    """
+    from structspec.grammars import available, grammar_path
+
+    if isinstance(grammar, os.PathLike):
+        path = Path(grammar).expanduser()
+        if not path.is_file():
+            raise GrammarError(f"no such grammar file {str(path)!r}")
+        return path
+    if not isinstance(grammar, str) or not grammar.strip():
+        raise ValueError(f"grammar must be a non-empty string or path, not {grammar!r}")
+    name = grammar.strip()
+    if name.removesuffix(".lark") in available():
+        return grammar_path(name)
+    if "\n" not in grammar:
+        path = Path(name).expanduser()
+        if path.is_file():
+            return path
+        if ":" not in name or name.endswith(".lark"):
+            known = ", ".join(available())
+            raise GrammarError(f"grammar {name!r} is not a shipped grammar ({known}), an "
+                               "existing file, nor Lark text")
+    return grammar
 
 
 class Generator:
@@ -119,6 +167,31 @@ class Generator:
             schema = model_cls.model_json_schema()
         return compile_json_schema(schema, self.vocab, whitespace=whitespace, lenient=lenient)
 
+    def compile_grammar(self, grammar: str | os.PathLike[str] | LarkConstraint, *,
+                        start: str | None = None, postlex: Any = "auto",
+                        keywords: str = "reserved") -> LarkConstraint:
+        """Compile a Lark grammar for this model's vocabulary.
+
+        Args:
+            grammar: a shipped grammar's name, a ``.lark`` path or Lark text (see
+                :func:`resolve_grammar`), or an already compiled :class:`LarkConstraint`
+                (returned as it is, after a vocabulary check).
+            start, postlex, keywords: as :func:`structspec.compile_grammar`.
+
+        Returns:
+            The immutable, shared constraint (cached per grammar, options and vocabulary).
+
+        Raises:
+            GrammarError: the grammar does not load (with line/column where known).
+        """
+        if isinstance(grammar, LarkConstraint):
+            if grammar.vocab_size != len(self.vocab):
+                raise ValueError(f"the grammar constraint covers {grammar.vocab_size} tokens, "
+                                 f"this model's vocabulary {len(self.vocab)}")
+            return grammar
+        return compile_grammar(resolve_grammar(grammar), self.vocab, start=start,
+                               postlex=postlex, keywords=keywords)
+
     def prompt_ids(
         self,
         prompt: str,
@@ -162,6 +235,11 @@ class Generator:
         *,
         schema: Any = None,
         regex: str | None = None,
+        grammar: str | os.PathLike[str] | LarkConstraint | None = None,
+        grammar_prefix: str | None = None,
+        grammar_suffix: str | None = None,
+        stop: str = "eof",
+        tolerant: bool = False,
         max_new_tokens: int = 512,
         temperature: float = 0.0,
         top_k: int | None = None,
@@ -175,12 +253,26 @@ class Generator:
         max_retries: int = 3,
         speculative: bool | SpecConfig | None = None,
     ) -> Result:
-        """Generate one output under a JSON Schema, a Pydantic model, a regex, or nothing.
+        """Generate one output under a JSON Schema, a Pydantic model, a regex, a Lark
+        grammar, or nothing (at most one of ``schema``, ``regex``, ``grammar``).
 
         Args:
-            prompt: the request (non-empty).
+            prompt: the request (non-empty). For code completion, the code itself with
+                ``chat=False`` (the model continues it).
             schema: a JSON Schema (dict, bool or JSON text) or a Pydantic model class.
             regex: a regular expression the whole output must match (instead of a schema).
+            grammar: a Lark grammar the output must parse under: a shipped name
+                (``"python"``, ``"json"``, ``"sql"``, ``"javascript"``), a ``.lark`` path, Lark
+                text (see :func:`resolve_grammar`), or a compiled :class:`LarkConstraint`.
+            grammar_prefix: the code above the cursor: the output continues it (the
+                constraint starts from ``state_after(grammar_prefix)``). Only constrains;
+                the model sees ``prompt``.
+            grammar_suffix: the code below the cursor (fill-in-the-middle): the output may
+                end only where prefix + output + suffix parses.
+            stop: where the output may end: ``"eof"`` (anywhere the text, with the suffix,
+                parses) or ``"line"`` (also only at the end of a line).
+            tolerant: when ``grammar_prefix`` does not parse, fall back to a lexer-only
+                state from the start of the failing line instead of raising.
             max_new_tokens: token budget of the output (>= 1).
             temperature: 0 for greedy decoding; otherwise sampling temperature.
             top_k, top_p: sampling filters.
@@ -203,6 +295,8 @@ class Generator:
         Raises:
             ValueError: a bad argument (named in the message).
             SchemaError, UnsupportedSchemaError: the schema is invalid or cannot be enforced.
+            GrammarError: the grammar does not load, or ``grammar_prefix`` does not parse
+                (not ``tolerant``); with the line/column.
             GenerationError: the token budget ran out before the output was complete, or the
                 output failed validation after every retry.
         """
@@ -212,8 +306,20 @@ class Generator:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         if not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
-        if schema is not None and regex is not None:
-            raise ValueError("pass either schema or regex, not both")
+        given = [n for n, v in (("schema", schema), ("regex", regex), ("grammar", grammar))
+                 if v is not None]
+        if len(given) > 1:
+            raise ValueError(f"pass only one of schema or regex or grammar, not "
+                             f"{' and '.join(given)}")
+        if stop not in STOPS:
+            raise ValueError(f"stop must be one of {', '.join(STOPS)}, not {stop!r}")
+        if grammar is None:
+            extra = [n for n, v in (("grammar_prefix", grammar_prefix),
+                                    ("grammar_suffix", grammar_suffix)) if v is not None]
+            extra += ["stop"] if stop != "eof" else []
+            extra += ["tolerant"] if tolerant else []
+            if extra:
+                raise ValueError(f"{', '.join(extra)} need(s) grammar=")
         sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         if speculative is None or speculative is True:
             spec = self.speculation
@@ -235,6 +341,11 @@ class Generator:
                 schema_text = json.dumps(json_constraint.schema, separators=(",", ":"))
         elif regex is not None:
             constraint = compile_regex(regex, self.vocab)
+        elif grammar is not None:
+            constraint = self.compile_grammar(grammar)
+            if grammar_prefix is not None or grammar_suffix is not None or stop != "eof":
+                constraint = constraint.with_suffix(grammar_suffix or "", stop=stop,
+                                                    prefix=grammar_prefix, tolerant=tolerant)
         else:
             constraint = free_text(self.vocab)
         ids = self.prompt_ids(prompt, schema_text=schema_text, chat=chat, system=system)
@@ -316,13 +427,17 @@ def get_generator(model: str | None = None) -> Generator:
         return gen
 
 
-def generate(prompt: str, *, schema: Any = None, model: str | None = None, **kwargs: Any) -> Any:
-    """Generate a value matching ``schema`` with ``model`` (default: the embedded model).
+def generate(prompt: str, *, schema: Any = None, grammar: Any = None, model: str | None = None,
+             **kwargs: Any) -> Any:
+    """Generate a value matching ``schema`` (or text parsing under ``grammar``) with ``model``
+    (default: the embedded model).
 
     A convenience over :class:`Generator` (one shared instance per model). See
-    :meth:`Generator.run` for the keyword arguments.
+    :meth:`Generator.run` for the keyword arguments (``regex``, ``grammar_prefix``,
+    ``grammar_suffix``, ``stop``, ...).
     """
-    return get_generator(model).generate(prompt, schema=schema, **kwargs)
+    return get_generator(model).generate(prompt, schema=schema, grammar=grammar, **kwargs)
 
 
-__all__ = ["Generator", "Result", "SchemaError", "generate", "get_generator"]
+__all__ = ["Generator", "GrammarError", "Result", "SchemaError", "generate", "get_generator",
+           "resolve_grammar"]
