@@ -371,13 +371,10 @@ UNSUPPORTED: list[tuple[Any, str, str]] = [
     ({"if": {"format": "email"}, "then": {"maxLength": 2}}, "if", ""),
     ({"oneOf": [{"type": "string", "pattern": "^a"}, {"maxLength": 2}]}, "oneOf", ""),
     ({"$ref": "https://example.com/schema.json"}, "$ref", ""),
-    ({"type": "object", "properties": {"a": {"type": "integer"}},
-      "patternProperties": {"^a": {"minimum": 1}}}, "patternProperties", ""),
     ({"type": "object", "patternProperties": {"^x": {"type": "integer"}, "^y": {}}},
      "patternProperties", ""),
     ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames", ""),
     ({"type": "object", "minProperties": 2}, "minProperties", ""),
-    ({"type": "object", "maxProperties": 2}, "maxProperties", ""),
     ({"type": "object", "properties": {"a": {}}, "minProperties": 2}, "minProperties", ""),
     ({"type": "object", "properties": {"a": {}}, "required": ["a"],
       "dependentSchemas": {"a": {"required": ["b"]}}}, "dependentSchemas", ""),
@@ -906,3 +903,20 @@ def test_decimal_multiple_of_numbers(byte_vocab, step, good, bad):
 def test_fractional_multiple_of_integers(byte_vocab):
     c = compile_({"type": "integer", "multipleOf": 2.5}, byte_vocab)  # 5, 10, 15, ...
     assert accepted(c, "15") and not accepted(c, "2") and not accepted(c, "7")
+
+
+def test_pattern_and_named_property_both_apply(byte_vocab):
+    c = compile_({"type": "object", "properties": {"a": {"type": "integer"}},
+                  "patternProperties": {"^a": {"minimum": 1}}, "required": ["a"]}, byte_vocab)
+    assert accepted(c, '{"a":2}') and not accepted(c, '{"a":0}')
+
+
+def test_max_properties_on_free_objects(byte_vocab):
+    c = compile_({"type": "object", "maxProperties": 2}, byte_vocab)
+    assert accepted(c, '{"x":1,"y":2}') and not accepted(c, '{"x":1,"y":2,"z":3}')
+
+
+def test_multiple_of_in_two_parts_is_their_common_multiple(byte_vocab):
+    c = compile_({"allOf": [{"type": "integer", "multipleOf": 4}, {"multipleOf": 6}]},
+                 byte_vocab)
+    assert accepted(c, "24") and accepted(c, "12") and not accepted(c, "8")

@@ -549,7 +549,9 @@ class DialectCompiler:
             else self.any_value()
         member = seq(self.string(0, None), self.ws(), self.lit(":"),
                      self.ws(), value)
-        more = rep(seq(self.ws(), self.lit(","), self.ws(), member))
+        hi = d.get("maxProperties")  # members, not distinct keys: repeats only lower the count
+        more = rep(seq(self.ws(), self.lit(","), self.ws(), member), 0,
+                   None if hi is None else max(int(hi) - 1, 0))
         members = seq(member, more)
         return seq(open_, members if d.get("minProperties", 0) else opt(members), close)
 

@@ -826,18 +826,19 @@ class _Lowering:
         # Every generated property, with the schema and pointer its value comes from.
         sources: dict[str, tuple[Any, str]] = {}
         for name, sub in props.items():
-            if any(re.search(p, name) and patterns[p] not in (True, {}) for p in patterns):
-                self.refuse("patternProperties", ptr, f"a pattern also applies to {name!r}")
-            sources[name] = (sub, f"{ptr}/properties/{_escape_pointer(name)}")
+            # A pattern that also matches the name applies too: the value takes both.
+            hits = [patterns[p] for p in patterns
+                    if patterns[p] not in (True, {}) and re.search(p, name)]
+            sources[name] = ({"allOf": [sub, *hits]} if hits else sub,
+                             f"{ptr}/properties/{_escape_pointer(name)}")
         for name in required:
             if name in sources:
                 continue
             hits = [p for p in patterns if re.search(p, name)]
-            if len(hits) > 1:
-                self.refuse("patternProperties", ptr, f"several patterns apply to {name!r}")
             if hits:
-                sources[name] = (patterns[hits[0]], f"{ptr}/patternProperties/"
-                                 f"{_escape_pointer(hits[0])}")
+                schemas = [patterns[p] for p in hits]
+                sources[name] = (schemas[0] if len(schemas) == 1 else {"allOf": schemas},
+                                 f"{ptr}/patternProperties/{_escape_pointer(hits[0])}")
             elif extra is False:
                 return self.nothing(ptr, f"required {name!r} is not an allowed property")
             else:
@@ -968,10 +969,7 @@ class _Lowering:
             if min_p > 1:
                 self.refuse("minProperties", ptr, "generated keys may repeat, so only "
                             "minProperties <= 1 is exact")
-            if max_p is not None:
-                self.refuse("maxProperties", ptr, "outlines-core ignores maxProperties above 0 "
-                            "on objects without named properties")
-                max_p = None
+            # maxProperties holds as it is: a repeated key only lowers the count.
         out: dict[str, Any] = {"type": "object"}
         if not closed and extra not in (_ABSENT, True):
             value = self.lower(extra, extra_ptr)
@@ -985,6 +983,8 @@ class _Lowering:
             return {"type": "object", "maxProperties": 0}
         if min_p:
             out["minProperties"] = 1
+        if max_p is not None:
+            out["maxProperties"] = int(max_p)
         return out
 
 

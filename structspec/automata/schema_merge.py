@@ -79,6 +79,28 @@ def _conditional_unit(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+def _lcm(a: float, b: float) -> float:
+    """The least common multiple of two positive steps, exactly in decimal.
+
+    Raises:
+        MergeError: the result has no exact float spelling.
+    """
+    from decimal import Decimal
+    from fractions import Fraction
+    from math import gcd
+
+    fa, fb = (Fraction(Decimal(repr(x))) if isinstance(x, float) else Fraction(x)
+              for x in (a, b))
+    out = Fraction(fa.numerator * fb.numerator // gcd(fa.numerator, fb.numerator),
+                   gcd(fa.denominator, fb.denominator))
+    if out.denominator == 1:
+        return int(out.numerator)
+    value = float(out)
+    if Fraction(Decimal(repr(value))) != out:
+        raise MergeError("multipleOf", "the common multiple has no exact spelling")
+    return value
+
+
 def merge_pair(a: Any, b: Any) -> Any:
     """One schema accepting exactly what both ``a`` and ``b`` accept.
 
@@ -145,6 +167,8 @@ def merge_pair(a: Any, b: Any) -> Any:
             if key == "oneOf":
                 raise MergeError(key, "two oneOf lists cannot be intersected exactly here")
             out[key] = [_both(x, y) for x in a[key] for y in b[key]]
+        elif key == "multipleOf":  # multiples of both: of their least common multiple
+            out[key] = _lcm(a[key], b[key])
         elif key == "not":  # neither a nor b: not (a or b)
             out[key] = {"anyOf": [a[key], b[key]]}
         elif key == "uniqueItems":
