@@ -125,8 +125,11 @@ class LLGuidanceEngine:
     def compile(self, schema: Any) -> Any:
         matcher_cls = self._ll.LLMatcher
         try:
-            grammar = matcher_cls.grammar_from_json_schema(
-                json.dumps(schema), defaults={"whitespace_flexible": False})
+            if isinstance(schema, bool):  # its options apply to object schemas only
+                grammar = matcher_cls.grammar_from_json_schema(json.dumps(schema))
+            else:
+                grammar = matcher_cls.grammar_from_json_schema(
+                    json.dumps(schema), defaults={"whitespace_flexible": False})
         except Exception as exc:
             raise Refused(f"{type(exc).__name__}: {exc}") from exc
         matcher = matcher_cls(self.tokenizer, grammar, log_level=0)
