@@ -1,9 +1,15 @@
 """The ``structspec`` command.
 
 ``structspec generate --schema FILE_OR_JSON --prompt TEXT`` prints the generated JSON alone
-on stdout and a one-line summary on stderr. Bad input (an invalid schema, an unknown model,
-a bad argument) prints one line ``structspec: error: ...`` and exits with status 2; a
-generation that could not complete exits with status 1.
+on stdout and a one-line summary on stderr. ``--grammar NAME|FILE`` generates text that
+parses under a Lark grammar (a shipped one such as ``python``, or a ``.lark`` file) and
+prints it exactly as generated; ``--prefix-file``/``--suffix-file`` complete code between a
+prefix and a suffix (fill-in-the-middle); ``--stop line`` lets it end only at a line end.
+
+Bad input (an invalid schema or grammar, a prefix that does not parse, an unknown model, a
+bad argument) prints one line ``structspec: error: ...`` and exits with status 2 — schema
+and grammar errors before the model loads; a generation that could not complete exits with
+status 1.
 """
 
 from __future__ import annotations
@@ -56,14 +62,32 @@ def _build_parser() -> argparse.ArgumentParser:
     sub.required = True
     gen = sub.add_parser(
         "generate",
-        help="generate one output that matches a JSON Schema (or a regex)",
-        description="Generate one output under a JSON Schema or a regex. The output goes to "
+        help="generate one output that matches a JSON Schema, a regex or a Lark grammar",
+        description="Generate one output under a JSON Schema, a regex or a Lark grammar. "
+        "The output goes to "
         "stdout alone; a one-line summary goes to stderr.",
     )
     what = gen.add_mutually_exclusive_group(required=True)
     what.add_argument("--schema", metavar="FILE_OR_JSON", help="JSON Schema: a file or inline JSON")
     what.add_argument("--regex", metavar="PATTERN", help="a regex the whole output must match")
-    gen.add_argument("--prompt", required=True, help="the request (use - to read stdin)")
+    what.add_argument("--grammar", metavar="NAME_OR_FILE",
+                      help="a Lark grammar the output must parse under: a shipped name "
+                      "(json, python, sql, javascript) or a .lark file")
+    gen.add_argument("--prompt", default=None,
+                     help="the request (use - to read stdin); with --prefix-file it may be "
+                     "left out: the prefix is then the raw prompt")
+    code = gen.add_argument_group("code completion (with --grammar)")
+    code.add_argument("--prefix-file", metavar="FILE", default=None,
+                      help="code above the cursor: the output continues it")
+    code.add_argument("--suffix-file", metavar="FILE", default=None,
+                      help="code below the cursor: the output ends only where prefix + "
+                      "output + suffix parses (fill-in-the-middle)")
+    code.add_argument("--stop", choices=["eof", "line"], default=None,
+                      help="where the output may end: anywhere it parses (eof, default) or "
+                      "also only at the end of a line (line)")
+    code.add_argument("--tolerant", action="store_true",
+                      help="a prefix that does not parse falls back to lexer-only "
+                      "constraints from its last line instead of failing")
     gen.add_argument("--model", default=None,
                      help="HF model id, local directory or .gguf file (default: embedded "
                      "SmolLM2-135M-Instruct)")
@@ -146,8 +170,59 @@ def _spec_config(args: argparse.Namespace) -> tuple[Any, int | None]:
         raise _UsageError(f"speculative decoding settings: {exc}") from exc
 
 
+def _read_text(flag: str, value: str | None) -> str | None:
+    """The text of the file a flag names (``None`` when the flag is absent)."""
+    if value is None:
+        return None
+    try:
+        return Path(value).expanduser().read_text(encoding="utf-8")
+    except OSError as exc:
+        raise _UsageError(f"{flag}: cannot read {value!r}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise _UsageError(f"{flag}: {value!r} is not UTF-8 text") from exc
+
+
+def _check_grammar(args: argparse.Namespace, prefix: str | None, suffix: str | None) -> Any:
+    """Load the grammar and parse the prefix before the model loads (no vocabulary needed:
+    a byte-level one). Returns what ``Generator.run(grammar=...)`` takes. The loaded grammar
+    goes to the disk compile cache, so compiling it again for the model's vocabulary is
+    cheap."""
+    from structspec.api import resolve_grammar
+    from structspec.automata.cache import disk_cache
+    from structspec.automata.lark_compile import compile_grammar
+    from structspec.vocab import Vocabulary
+
+    grammar = resolve_grammar(args.grammar)
+    byte_vocab = Vocabulary.from_tokens([b"", *(bytes([b]) for b in range(256))],
+                                        eos_token_ids=[0])
+    constraint = compile_grammar(grammar, byte_vocab)
+    if prefix is not None:
+        try:
+            constraint.state_after(prefix, tolerant=args.tolerant)
+        except StructSpecError as exc:
+            raise _UsageError(f"--prefix-file {args.prefix_file}: {exc}") from exc
+    disk = disk_cache()
+    if disk is not None:
+        disk.flush()
+    return grammar
+
+
 def _generate(args: argparse.Namespace) -> int:
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    prefix = _read_text("--prefix-file", args.prefix_file)
+    suffix = _read_text("--suffix-file", args.suffix_file)
+    if args.grammar is None:
+        used = [f for f, v in (("--prefix-file", prefix), ("--suffix-file", suffix),
+                               ("--stop", args.stop)) if v is not None]
+        used += ["--tolerant"] if args.tolerant else []
+        if used:
+            raise _UsageError(f"{', '.join(used)} need(s) --grammar")
+    raw_prompt = args.raw_prompt
+    if args.prompt is None:
+        if prefix is None:
+            raise _UsageError("--prompt is required (or --prefix-file with --grammar)")
+        prompt, raw_prompt = prefix, True
+    else:
+        prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not prompt.strip():
         raise _UsageError("--prompt must not be empty")
     if args.max_new_tokens < 1:
@@ -159,6 +234,7 @@ def _generate(args: argparse.Namespace) -> int:
         from structspec.automata.json_schema import check_json_schema
 
         check_json_schema(schema, lenient=args.lenient)
+    grammar = _check_grammar(args, prefix, suffix) if args.grammar is not None else None
 
     spec, retries = _spec_config(args)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -171,18 +247,26 @@ def _generate(args: argparse.Namespace) -> int:
         prompt,
         schema=schema,
         regex=args.regex,
+        grammar=grammar,
+        **({} if grammar is None else {"grammar_prefix": prefix, "grammar_suffix": suffix,
+                                       "stop": args.stop or "eof",
+                                       "tolerant": args.tolerant}),
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
-        chat=False if args.raw_prompt else None,
-        schema_in_prompt=not args.raw_prompt,
+        chat=False if raw_prompt else None,
+        schema_in_prompt=not raw_prompt,
         whitespace=args.whitespace,
         lenient=args.lenient,
         **({} if retries is None else {"max_retries": retries}),
     )
-    print(result.text)
+    if grammar is None:
+        print(result.text)
+    else:  # code goes out exactly as generated (an editor inserts it as it is)
+        sys.stdout.write(result.text)
+        sys.stdout.flush()
     s = result.stats
     print(
         f"structspec: {s.new_tokens} tokens in {s.seconds:.2f} s "
