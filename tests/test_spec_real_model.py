@@ -64,3 +64,29 @@ def test_packed_default_model_matches_within_1e_3(gen):
         unpack_linears(model)
     assert (packed - ref).abs().max().item() < 1e-3
     assert torch.equal(packed.argmax(-1), ref.argmax(-1))
+
+
+def test_the_default_model_as_its_own_draft_model(gen, shared_data):
+    """The draft-model drafter on the real model: identical output, drafts nearly always
+    accepted (the same weights draft and verify)."""
+    import structspec
+    from structspec.engine import decode
+    from structspec.sampling import SamplingParams
+    from structspec.spec import DraftModel, SpecConfig, speculative_decode
+    from structspec.spec.cost import CostCurve
+
+    with open(shared_data / "bfcl" / "bfcl_dev.jsonl") as f:
+        row = json.loads(f.readline())
+    model, tok = gen.loaded.model, gen.loaded.tokenizer
+    c = structspec.compile_json_schema(row["call_json_schema"], gen.vocab)
+    ids = gen.prompt_ids(row["messages"][-1]["content"],
+                         schema_text=json.dumps(c.schema, separators=(",", ":")))
+    plain = decode(model, gen.vocab, ids, c, max_new_tokens=64, sampling=SamplingParams())
+    cfg = SpecConfig(draft_model=DraftModel(model, tok), drafters=("draft_model",),
+                     cost_curve=CostCurve((1, 64), (1.0, 1.0)), adaptive=False,
+                     draft_model_topk=1)
+    out = speculative_decode(model, gen.vocab, ids, c, max_new_tokens=64,
+                             sampling=SamplingParams(), config=cfg, tokenizer=tok)
+    assert out.token_ids == plain.token_ids
+    proposed, accepted = out.stats.per_drafter["draft_model"]
+    assert accepted >= 0.8 * proposed > 0

@@ -94,13 +94,15 @@ def _sync(device: torch.device) -> None:
 
 @torch.inference_mode()
 def measure_cost_curve(model: Any, *, sizes: Sequence[int] = DEFAULT_SIZES,
-                       prefix_len: int = 32, repeats: int = 2) -> CostCurve:
+                       prefix_len: int = 32, repeats: int = 2, max_repeats: int = 6,
+                       budget_seconds: float = 1.5) -> CostCurve:
     """Time verification passes of ``q`` nodes (a chain) on a ``prefix_len``-token cache.
 
-    A warm-up pass of one node and of two (the tree-mask path), then ``repeats`` rounds over
-    all sizes; the fastest time per size counts (the least disturbed on a shared machine),
-    and a size never costs more than a larger one (stalls only ever add time). Token ids are
-    arbitrary (cost does not depend on them). Does not change ``model``.
+    A warm-up pass of one node and of two (the tree-mask path), then rounds over all sizes:
+    at least ``repeats``, more while the whole measurement stays within ``budget_seconds``
+    (at most ``max_repeats``). The fastest time per size counts (the least disturbed on a
+    shared machine: stalls only ever add time), and a size never costs more than a larger
+    one. Token ids are arbitrary (cost does not depend on them). Does not change ``model``.
     """
     from transformers import DynamicCache
 
@@ -111,9 +113,10 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] = DEFAULT_SIZES,
     model(input_ids=torch.tensor([ids[:prefix_len]], device=device), cache=cache,
           use_cache=True, logits_to_keep=1)
     best = {q: float("inf") for q in sizes}
-    rounds = [(0, (1, 2))] + [(r, tuple(sizes)) for r in range(1, repeats + 1)]
-    for round_, qs in rounds:
-        for q in qs:
+    start = time.perf_counter()
+    round_ = 0
+    while True:
+        for q in (1, 2) if round_ == 0 else sizes:
             tree: DraftTree = chain(ids[prefix_len:prefix_len + q], [None] * q)
             _sync(device)
             t0 = time.perf_counter()
@@ -123,6 +126,11 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] = DEFAULT_SIZES,
             rollback(cache, prefix_len)
             if round_:
                 best[q] = min(best[q], elapsed)
+        round_ += 1
+        spent = time.perf_counter() - start
+        if round_ > repeats and (round_ > max_repeats
+                                 or spent * (round_ + 1) / round_ > budget_seconds):
+            break
     # Fewer nodes never cost more: an outlier (a stall) is capped by the larger sizes.
     seconds = [best[q] for q in sizes]
     for i in range(len(seconds) - 2, -1, -1):
@@ -135,10 +143,12 @@ _CURVES: weakref.WeakKeyDictionary[Any, dict[tuple, CostCurve]] = weakref.WeakKe
 
 def device_cost_curve(model: Any) -> CostCurve:
     """The cost curve of ``model`` on its device, measured on first use and cached for the
-    life of the model object (keyed by device, dtype and whether its linears are packed)."""
+    life of the model object (keyed by device, dtype, whether its linears are packed and the
+    number of torch threads)."""
     from structspec.spec.fastlinear import is_packed
 
-    key = (str(model.device), str(getattr(model, "dtype", "")), is_packed(model))
+    key = (str(model.device), str(getattr(model, "dtype", "")), is_packed(model),
+           torch.get_num_threads())
     per_model = _CURVES.setdefault(model, {})
     curve = per_model.get(key)
     if curve is None:

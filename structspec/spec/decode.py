@@ -133,6 +133,9 @@ class SpecConfig:
                 continue
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if self.draft_model is not None and not isinstance(self.draft_model, str | DraftModel):
+            # Wrap once, so the tokenizer check is memoized across requests.
+            object.__setattr__(self, "draft_model", DraftModel.resolve(self.draft_model))
         if self.draft_model is not None and DRAFT_MODEL not in self.drafters:
             object.__setattr__(self, "drafters", (DRAFT_MODEL, *self.drafters))
         if self.draft_model is None and DRAFT_MODEL in self.drafters:
@@ -342,6 +345,7 @@ def speculative_decode(
                           probe_every=config.probe_every, curve=curve,
                           memory_probe=None if threshold is None else lambda: memory_use(device),
                           memory_threshold=threshold or 1.0)
+    ctx.acceptance = scheduler.acceptance
     gate = DrafterGate(config.window, config.probe_every, adaptive=config.adaptive)
     masks: MaskCache | None = None
 
@@ -360,8 +364,9 @@ def speculative_decode(
             raise dead_end(vocab, out)
 
         t0 = time.perf_counter()
-        tree, frontier_depth = _draft(ctx, drafters, scheduler, gate, config, root, state, eos,
-                                      remaining=max_new_tokens - len(out), first=bool(prefix))
+        built, tree, frontier_depth = _draft(ctx, drafters, scheduler, gate, config, root,
+                                             state, eos, remaining=max_new_tokens - len(out),
+                                             first=bool(prefix))
         t1 = time.perf_counter()
         logits = verify_tree(model, cache, tree, past_len, prefix)  # [q, V]
         past_len += len(prefix)
@@ -383,7 +388,7 @@ def speculative_decode(
         stats.draft_seconds += t1 - t0
         stats.verify_seconds += (t2 - t1) + (t4 - t3)
         stats.mask_seconds += t3 - t2
-        _record(stats, scheduler, gate, tree, acc.path, frontier_depth)
+        _record(stats, scheduler, gate, built, tree, acc.path, frontier_depth)
 
         accepted = [tree.tokens[i] for i in acc.path[1:]]
         out.extend(accepted)
@@ -430,12 +435,14 @@ def _draft(
     ctx: DraftContext, drafters: list[Any], scheduler: Scheduler, gate: DrafterGate,
     config: SpecConfig,
     root: int, state: State, eos: frozenset[int], *, remaining: int, first: bool = False,
-) -> tuple[DraftTree, int]:
-    """This step's tree and the depth of its frontier (the end of the forced chain)."""
+) -> tuple[DraftTree, DraftTree, int]:
+    """This step's tree as built and as planned (what is verified), and the depth of its
+    frontier (the end of the forced chain)."""
     if not config.enabled:
         builder = TreeBuilder(ctx.constraint, root, state, max_depth=0, max_nodes=0,
                               max_branches=0, eos_ids=eos)
-        return builder.freeze(), 0
+        tree = builder.freeze()
+        return tree, tree, 0
     budget = scheduler.budget()
     builder = TreeBuilder(ctx.constraint, root, state,
                           max_depth=min(config.draft_length, remaining),
@@ -443,12 +450,15 @@ def _draft(
     frontier = build_tree(ctx, builder, drafters if budget.nodes else [], forced=config.forced,
                           active=gate.active)
     frontier_depth = builder.depths[frontier]
-    return scheduler.plan(builder.freeze(), frontier_depth, keep_all=first), frontier_depth
+    built = builder.freeze()
+    return built, scheduler.plan(built, frontier_depth, keep_all=first), frontier_depth
 
 
-def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, tree: DraftTree,
-            path: tuple[int, ...], frontier_depth: int) -> None:
-    """Update per-drafter / per-depth stats; tell the scheduler and the gate how it went."""
+def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, built: DraftTree,
+            tree: DraftTree, path: tuple[int, ...], frontier_depth: int) -> None:
+    """Update per-drafter / per-depth stats for the verified ``tree``; tell the scheduler
+    and the gate how it went (the gate counts a drafter whose nodes the plan dropped as a
+    miss: it cost drafting time for nothing)."""
     stats.draft_nodes += len(tree) - 1
     stats.accepted_tokens += len(path) - 1
     for i in range(1, len(tree)):
@@ -470,8 +480,8 @@ def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, tree: Dra
         stats.per_depth[d][0] += 1
     for d in range(len(path) - 1):
         stats.per_depth[d][1] += 1
-    proposed = {tree.sources[i]: False for i in range(1, len(tree))
-                if tree.sources[i] != FORCED}
+    proposed = {built.sources[i]: False for i in range(1, len(built))
+                if built.sources[i] != FORCED}
     for i in path[1:]:
         if tree.sources[i] in proposed:
             proposed[tree.sources[i]] = True
@@ -491,7 +501,7 @@ _DRAFT_MODELS: dict[tuple[str, str], DraftModel] = {}
 def _draft_model(spec: Any, device: str) -> DraftModel:
     """``spec`` as a :class:`DraftModel`; model ids are loaded once per process and device."""
     if not isinstance(spec, str):
-        return DraftModel.resolve(spec)
+        return DraftModel.resolve(spec)  # a DraftModel already (SpecConfig wraps the others)
     key = (spec, device)
     hit = _DRAFT_MODELS.get(key)
     if hit is None:

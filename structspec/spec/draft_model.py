@@ -1,13 +1,17 @@
 """Draft-model drafter: a small causal LM with the target's tokenizer proposes a tree.
 
 The draft model expands its most likely *legal* tokens level by level below the frontier
-(the end of the forced chain): at the first ``draft_model_branch_levels`` levels the
-``draft_model_topk`` best candidates by cumulative log-probability are kept (a dynamic tree,
-EAGLE-2, Li et al. 2024; SpecInfer, Miao et al. 2023), deeper only the best one (a greedy
-chain). Every candidate is masked by the constraint in its node's state before ranking, so
-every proposed node is legal (the :class:`~structspec.spec.tree.TreeBuilder` checks it
-again). Each level is one forward pass of the draft model over that level's new nodes, with
-a tree mask on top of its own KV cache.
+(the end of the forced chain; or, where the draft model would split the forced text
+otherwise, below the chain node where it first disagrees): its greedy chain, plus at the
+first ``draft_model_branch_levels`` levels the next ``draft_model_topk - 1`` candidates as
+side branches, each extended greedily while the draft model stays confident (a draft tree
+in the manner of SpecInfer, Miao et al. 2023, and EAGLE-2, Li et al. 2024 — with greedy
+verification the greedy chain is what a faithful draft model gets right). Every candidate
+is masked by the constraint in its node's state before ranking, so every proposed node is
+legal (the :class:`~structspec.spec.tree.TreeBuilder` checks it again). Each level is one
+forward pass of the draft model over that level's new nodes, with a tree mask on top of its
+own KV cache; it goes deeper only while its running acceptance says the next level is
+likely enough to be reached.
 
 The draft model keeps its own ``DynamicCache`` in sync with the committed sequence cheaply:
 
@@ -17,7 +21,8 @@ The draft model keeps its own ``DynamicCache`` in sync with the committed sequen
   drafted nodes: the accepted draft path is compacted in place
   (:func:`~structspec.spec.verify.keep_path`: no recomputation), anything else is cropped
   away (:func:`~structspec.spec.verify.rollback`: a slice), and only the tokens it has not
-  seen — usually the bonus token and the forced chain — are run.
+  seen — usually the bonus token and the forced chain, in one pass that also checks the
+  forced chain against the draft model's own choices — are run.
 
 Drafts are a deterministic function of the context (top-k, no sampling), so they are point
 masses and acceptance stays lossless in both greedy and sampling modes.
@@ -158,7 +163,10 @@ class DraftModelDrafter:
     Per-decode state: the draft KV cache and what it holds. Options (``ctx.options``):
     ``draft_model_topk`` (branching width, default 2), ``draft_model_branch_levels`` (levels
     with branching, default 2), ``draft_model_min_prob`` (a side branch needs at least this
-    cumulative draft probability, default 0.05). Not thread-safe.
+    cumulative draft probability, default 0.05), ``draft_model_min_reach`` (with
+    ``ctx.acceptance``, the drafter goes one level deeper only while the product of its
+    running acceptance rates down to that depth stays above this, default 0.05 — each level
+    is a draft pass, and a weak draft model stops paying for them). Not thread-safe.
 
     Attributes:
         forward_passes: draft-model forward calls so far.
@@ -177,14 +185,20 @@ class DraftModelDrafter:
 
     # -- cache bookkeeping ---------------------------------------------------------------
 
-    def sync(self, draft: DraftModel, sequence: list[int]) -> torch.Tensor:
-        """Bring the cache to ``sequence[:-1]`` plus a pass over what is missing; returns the
-        draft logits ``[V]`` after the whole ``sequence``. Mutates the cache.
+    def sync(self, draft: DraftModel, sequence: list[int],
+             need_from: int | None = None) -> torch.Tensor:
+        """Bring the cache to ``sequence``; returns the draft logits ``[n, V]`` after each of
+        ``sequence[need_from:]`` (default: the last token only). Mutates the cache.
 
         Reuses the longest part already cached: the common prefix, then the drafted nodes
-        that ``sequence`` continues with (compacted in place); crops the rest.
+        that ``sequence`` continues with (compacted in place); crops the rest, and whatever
+        lies at or after ``need_from`` (those positions must be run for their logits).
         """
         model = draft.model
+        if need_from is None:
+            need_from = len(sequence) - 1
+        if not 0 <= need_from < len(sequence):
+            raise ValueError(f"need_from={need_from} outside a sequence of {len(sequence)}")
         if self.cache is None or self._model is not model:
             from transformers import DynamicCache
 
@@ -200,29 +214,31 @@ class DraftModelDrafter:
             kids: dict[tuple[int, int], int] = {(p, t): i for i, (t, p) in enumerate(self.nodes)}
             path: list[int] = []
             parent = -1
-            for token in sequence[common:]:
+            for token in sequence[common:need_from]:
                 slot = kids.get((parent, token))
                 if slot is None:
                     break
                 path.append(slot)
                 parent = slot
-            keep_path(self.cache, common, path) if path else rollback(self.cache, common)
-            common += len(path)
-            self.prefix = list(sequence[:common])
-        else:
-            rollback(self.cache, common)
-            self.prefix = self.prefix[:common]
+            if path:  # an accepted draft path: compact it in place, no recompute
+                keep_path(self.cache, common, path)
+                common += len(path)
+        common = min(common, need_from)
+        rollback(self.cache, common)
         self.nodes = []
-        if common >= len(sequence):  # everything cached: re-run the last token for its logits
-            common = len(sequence) - 1
-            rollback(self.cache, common)
-            self.prefix = self.prefix[:common]
         feed = sequence[common:]
         ids = torch.tensor([feed], dtype=torch.long, device=model.device)  # [1, n]
-        logits = model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=1).logits
+        logits = model(input_ids=ids, cache=self.cache, use_cache=True,
+                       logits_to_keep=len(sequence) - need_from).logits
         self.forward_passes += 1
         self.prefix = list(sequence)
-        return logits[0, -1]  # [V]
+        return logits[0]  # [len(sequence) - need_from, V]
+
+    def truncate(self, length: int) -> None:
+        """Keep only the first ``length`` tokens of the cached prefix (no drafted nodes)."""
+        rollback(self.cache, length)
+        self.prefix = self.prefix[:length]
+        self.nodes = []
 
     def _run_level(self, draft: DraftModel, tokens: list[int], parents: list[int],
                    depths: list[int]) -> torch.Tensor:
@@ -278,66 +294,92 @@ class DraftModelDrafter:
     # -- drafting --------------------------------------------------------------------------
 
     def propose(self, ctx: Any, builder: TreeBuilder, frontier: int) -> None:
-        """Expand the draft model's best legal tokens below ``frontier`` (see the module
-        docstring). Mutates ``builder`` and this drafter's cache."""
+        """Expand the draft model's best legal tokens below ``frontier`` — or below the first
+        node of the forced chain where the draft model would have written another token (see
+        the module docstring). Mutates ``builder`` and this drafter's cache."""
         draft: DraftModel | None = getattr(ctx, "draft_model", None)
         if draft is None or builder.room(frontier) <= 0:
             return
         topk = max(1, int(ctx.options.get("draft_model_topk", 2)))
         branch_levels = int(ctx.options.get("draft_model_branch_levels", 2))
         min_logp = math.log(max(1e-12, float(ctx.options.get("draft_model_min_prob", 0.05))))
-        path: list[int] = []
-        node = frontier
-        while node > 0:
-            path.append(builder.tokens[node])
-            node = builder.parents[node]
-        sequence = list(ctx.history.tokens) + path[::-1]
-        logits = self.sync(draft, sequence)  # [V]
-        width = logits.shape[-1]
+        min_reach = float(ctx.options.get("draft_model_min_reach", 0.05))
+        acceptance = getattr(ctx, "acceptance", None)
+        reach = 1.0
+        chain = [frontier]  # the forced chain, root first
+        while chain[-1] > 0:
+            chain.append(builder.parents[chain[-1]])
+        chain.reverse()
+        committed = list(ctx.history.tokens)
+        sequence = committed + [builder.tokens[i] for i in chain[1:]]
+        rows = self.sync(draft, sequence, need_from=len(committed) - 1)  # [len(chain), V]
+        width = rows.shape[-1]
+        # Start where the draft model first disagrees with the forced chain (forced text can
+        # be split in several ways; the model may prefer another), else at its end.
+        start = len(chain) - 1
+        for j in range(len(chain) - 1):
+            allowed, n_allowed = self._legal(ctx, builder.states[chain[j]], width, rows.device,
+                                             builder.eos_ids)
+            if n_allowed and int(torch.argmax(rows[j].masked_fill(~allowed, float("-inf")))) \
+                    != builder.tokens[chain[j + 1]]:
+                start = j
+                break
+        if start < len(chain) - 1:
+            self.truncate(len(committed) + start)
+        frontier = chain[start]
+        if builder.room(frontier) <= 0:
+            return
         base_depth = builder.depths[frontier]
-        # Beams: (builder node, draft slot (-1: the frontier), logits [V], cumulative log-prob)
-        beams: list[tuple[int, int, torch.Tensor, float]] = [(frontier, -1, logits, 0.0)]
+        # Beams: (builder node, draft slot (-1: the start), logits [V], log-prob since the
+        # branch point, whether it is the greedy chain). The chain is the draft model's
+        # greedy continuation; side branches open off it at the first levels and are
+        # extended greedily while the draft model is confident enough.
+        beams: list[tuple[int, int, torch.Tensor, float, bool]] = [
+            (frontier, -1, rows[start], 0.0, True)]
         level = 0
         while beams:
-            k = topk if level < branch_levels else 1
-            cands: list[tuple[float, int, int, int]] = []  # (score, node, slot, token)
-            for node, slot, row, cum in beams:
+            if level and acceptance is not None:
+                # Each level costs a draft pass: go deeper only while this decode's draft
+                # nodes at that depth are likely enough to be reached (depth 1 always).
+                reach *= acceptance.rate(self.name, level + 1)
+                if reach < min_reach:
+                    break
+            new: list[tuple[int, int, float, bool]] = []  # (node, parent slot, score, chain)
+            for node, slot, row, cum, is_chain in beams:
                 if builder.room(node) <= 0:
                     continue
                 allowed, n_allowed = self._legal(ctx, builder.states[node], width, row.device,
                                                  builder.eos_ids)
                 if not n_allowed:  # only EOS (or nothing) may follow
                     continue
+                k = topk if is_chain and level < branch_levels else 1
                 logp = torch.log_softmax(row.float().masked_fill(~allowed, float("-inf")), -1)
                 top = torch.topk(logp, min(k, n_allowed))  # [k]
-                for lp, tok in zip(top.values.tolist(), top.indices.tolist(), strict=True):
-                    if math.isfinite(lp):
-                        cands.append((cum + lp, node, slot, int(tok)))
-            if not cands:
-                break
-            cands.sort(key=lambda c: -c[0])
-            new: list[tuple[int, int, float]] = []  # (builder node, parent slot, score)
-            for score, node, slot, tok in cands[:k]:
-                if new and score < min_logp:  # side branches need some draft confidence
-                    break
-                existing = builder.child(node, tok)
-                if existing is not None:
-                    child: int | None = existing
-                elif node == frontier or builder.num_children(node):
-                    child = builder.add_branch(node, [tok], self.name)
-                else:
-                    child = builder.add(node, tok, self.name)
-                if child is not None:
-                    new.append((child, slot, score))
+                for rank, (lp, tok) in enumerate(zip(top.values.tolist(), top.indices.tolist(),
+                                                     strict=True)):
+                    main = is_chain and rank == 0
+                    score = 0.0 if main else (lp if is_chain else cum + lp)
+                    if not math.isfinite(lp) or (not main and score < min_logp):
+                        break  # side branches need some draft confidence
+                    existing = builder.child(node, tok)
+                    if existing is not None:
+                        child: int | None = existing
+                    elif node == frontier or builder.num_children(node):
+                        child = builder.add_branch(node, [tok], self.name)
+                    else:
+                        child = builder.add(node, tok, self.name)
+                    if child is not None:
+                        new.append((child, slot, score, main))
             level += 1
             new = [n for n in new if builder.room(n[0]) > 0]  # nothing to expand below the rest
             if not new:
                 break
-            rows = self._run_level(draft, [builder.tokens[c] for c, _, _ in new],
-                                   [s for _, s, _ in new],
-                                   [builder.depths[c] - base_depth for c, _, _ in new])  # [m, V]
-            first = len(self.nodes) - len(new)
-            beams = [(c, first + i, rows[i], score) for i, (c, _, score) in enumerate(new)]
+            rows = self._run_level(draft, [builder.tokens[c] for c, _, _, _ in new],
+                                   [s for _, s, _, _ in new],
+                                   [builder.depths[c] - base_depth for c, _, _, _ in new])
+            first = len(self.nodes) - len(new)  # rows: [m, V]
+            beams = [(c, first + i, rows[i], score, main)
+                     for i, (c, _, score, main) in enumerate(new)]
 
 
 register_drafter(SOURCE, DraftModelDrafter)

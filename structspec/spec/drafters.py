@@ -21,6 +21,8 @@ sources (DESIGN.md, "Speculation"):
   follows the splits the model has shown.
 - ``topk``: the most likely tokens of the target's last distribution, for the first free
   position (a stale guess: it predicted the token *before*; cheap and sometimes right).
+- ``draft_model`` (:mod:`structspec.spec.draft_model`): a small model with the target's
+  tokenizer expands its best legal tokens level by level (``ctx.draft_model``).
 
 :func:`build_tree` runs them: first the forced chain from the root (bounded by the draft
 depth only — forced tokens are nearly always accepted), then each drafter in priority order
@@ -227,6 +229,8 @@ class DraftContext:
         split_suffixes: suffixes the model splits off canonical tokens (ordered set).
         draft_model: a :class:`~structspec.spec.draft_model.DraftModel` for the
             ``draft_model`` drafter, or ``None``.
+        acceptance: the running :class:`~structspec.spec.cost.AcceptanceModel` of this
+            decode, if any (drafters may size their effort by it).
     """
 
     constraint: Constraint
@@ -240,6 +244,7 @@ class DraftContext:
     choices: dict[bytes, int] = field(default_factory=dict)
     split_suffixes: dict[bytes, None] = field(default_factory=dict)
     draft_model: Any = None
+    acceptance: Any = None
 
     def output_text(self, tail: int = 64) -> bytes:
         """The last ``tail`` tokens of the committed output, as bytes."""

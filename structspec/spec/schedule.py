@@ -12,8 +12,7 @@ above it steps back up. At level none it still probes with the smallest budget e
 That level is an upper bound. Within it, when a device cost curve is known, :meth:`Scheduler.plan`
 keeps the part of the built tree that maximizes expected tokens per second
 (:mod:`structspec.spec.cost`): the running acceptance per drafter and depth against the
-measured pass time per tree size; the next tree is built with at most twice what was kept
-(at least 2 nodes), so drafting effort follows the plan. Under memory pressure (memory use above
+measured pass time per tree size. Under memory pressure (memory use above
 ``memory_threshold``, probed every ``memory_every`` steps) the bound is halved.
 
 Not thread-safe; one per decode.
@@ -85,9 +84,6 @@ class Scheduler:
         self.under_pressure = False
         self.pressure_steps = 0
         self._steps = 0
-        # With a cost curve: build at most twice what the last plan kept (at least 2), so
-        # nodes the plan keeps dropping are not drafted (a draft model pays per level).
-        self._cap = max_nodes
         self.history: list[int] = []  # node budget (upper bound) per step, for stats
         self.planned: list[int] = []  # speculative nodes kept by the cost plan per step
 
@@ -97,8 +93,8 @@ class Scheduler:
             use = self.memory_probe()
             self.under_pressure = use is not None and use > self.memory_threshold
         self._steps += 1
-        nodes = min(self.levels[self.level], self._cap)
-        if self.levels[self.level] == 0 and self.adaptive:
+        nodes = self.levels[self.level]
+        if nodes == 0 and self.adaptive:
             self._steps_at_none += 1
             if self._steps_at_none % self.probe_every == 0:
                 nodes = self.levels[-2] if len(self.levels) > 1 else 0
@@ -125,7 +121,6 @@ class Scheduler:
         probs = self.acceptance.node_probabilities(tree, frontier_depth)
         plan = plan_tree(tree, frontier_depth, probs, self.curve)
         self.planned.append(plan.speculative_nodes)
-        self._cap = max(2, 2 * plan.speculative_nodes)
         if plan.speculative_nodes == speculative:
             return tree
         base = [i for i in range(len(tree)) if depths[i] == 0]
