@@ -135,6 +135,21 @@ def test_forced_text_is_drafted_and_accepted(gen):
     assert forced[1] >= 1  # "let " and " = " are written without the model's choosing
 
 
+KEYWORDS = ('start: "let " NAME " = " VALUE ";"\nNAME: /[a-z]{1,2}/\n'
+            'VALUE: "true" | "false" | "null"\n')
+
+
+def test_alternatives_drafter_branches_at_keyword_choices(gen):
+    # After " = " the grammar allows 10 tokens (t, tr, true, f, fa, fal, false, n, nu, null):
+    # more than the default alternatives_max of 8, so widen it to see the drafter work.
+    spec = SpecConfig(alternatives_max=12)
+    plain = gen.run("Bind.", grammar=KEYWORDS, max_new_tokens=20, speculative=False)
+    fast = gen.run("Bind.", grammar=KEYWORDS, max_new_tokens=20, speculative=spec)
+    assert plain.token_ids == fast.token_ids
+    assert fast.stats.per_drafter.get("alternatives", [0, 0])[0] >= 3
+    assert fast.stats.forward_passes < plain.stats.forward_passes
+
+
 def test_python_completion_from_a_prefix(gen, python):
     text, ids, _ = _run(gen, prompt="def add(a, b):\n    total = a +", grammar=python,
                         grammar_prefix=PY_PREFIX, max_new_tokens=12, chat=False,
