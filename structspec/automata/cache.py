@@ -172,6 +172,11 @@ class DiskCache:
     def load(self, key: str, vocab: Any) -> Any | None:
         """The entry for ``key`` with ``vocab`` re-attached, or ``None`` (missing, stale or
         unreadable entries are misses; unreadable ones are removed)."""
+        with self._lock:  # registered in this process, not written yet: share it
+            mine = self._written.get(key) if self._sizes.get(key) == -1 else None
+        if mine is not None and getattr(mine, "vocab", vocab) is vocab:
+            self.hits += 1
+            return mine
         path = self._path(key)
         try:
             data = path.read_bytes()

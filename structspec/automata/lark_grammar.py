@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from structspec.automata.cache import disk_cache, disk_key
+from structspec.automata.cache import CompileCache, disk_cache, disk_key
 from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa
 from structspec.automata.lalr import ParseTables
 from structspec.automata.lexer import TerminalSpec
@@ -258,13 +258,24 @@ def load_grammar(grammar: str | os.PathLike[str], *, start: str | None = None,
     elif postlex is not None and not isinstance(postlex, IndenterSpec):
         postlex = IndenterSpec.from_indenter(postlex)
     assert postlex is None or isinstance(postlex, IndenterSpec)
-    key = None
-    disk = disk_cache() if cache else None
-    if disk is not None:
-        import lark
+    import lark
 
-        key = disk_key("lark-grammar", text, start, repr(postlex), tuple(import_paths),
-                       lark.__version__)
+    key = disk_key("lark-grammar", text, start, repr(postlex), tuple(import_paths),
+                   lark.__version__)
+    if not cache:
+        return _load(text, start, postlex, import_paths, None, key)
+    # In this process, once (concurrent callers wait for the first); across processes, from
+    # the disk cache when it is on.
+    return _LOADED.get_or_compile(
+        key, lambda: _load(text, start, postlex, import_paths, disk_cache(), key))
+
+
+_LOADED: CompileCache[LoadedGrammar] = CompileCache(maxsize=16)
+
+
+def _load(text: str, start: str, postlex: IndenterSpec | None, import_paths: list[str],
+          disk: Any, key: str) -> LoadedGrammar:
+    if disk is not None:
         got = disk.load(key, None)
         if isinstance(got, LoadedGrammar):
             return got
@@ -299,7 +310,7 @@ def load_grammar(grammar: str | os.PathLike[str], *, start: str | None = None,
     loaded = LoadedGrammar(tuple(specs), parser_index, ignore, tables, postlex, start,
                            (text, tuple(import_paths)))
     loaded.__dict__["lark"] = parser  # already built: keep it
-    if disk is not None and key is not None:
+    if disk is not None:
         disk.remember(key, loaded)  # written at the cache's flush, off the compile path
     return loaded
 
