@@ -195,3 +195,15 @@ def test_closers_propose_the_punctuation_that_ends_a_value(setup):
     assert any(t.startswith(b',"unit":"') for t in texts), texts
     assert any(t.startswith(b"}}") for t in texts), texts
     assert not any(t[:1].isdigit() for t in texts)
+
+
+def test_choices_are_the_options_not_their_prefixes():
+    from structspec.spec.drafters import choices
+    from structspec.vocab import Vocabulary
+
+    words = [b"", b"t", b"tr", b"true", b"f", b"fa", b"false", b"n", b"null", b"x"]
+    vocab = Vocabulary.from_tokens(words, eos_token_ids=[0])
+    allowed = list(range(9))  # EOS and the keyword pieces
+    got = sorted(vocab.tokens[t] for t in choices(vocab, allowed, frozenset({0}), 8))
+    assert got == [b"false", b"null", b"true"]
+    assert choices(vocab, allowed, frozenset({0}), 2) == []  # three options: over the limit

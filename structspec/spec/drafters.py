@@ -464,16 +464,27 @@ class AlternativesDrafter:
         mask = ctx.constraint.allowed(state)
         limit = int(ctx.options.get("alternatives_max", 8))
         n = mask.count()
-        if n < 2 or n > limit + len(builder.eos_ids):
+        if n < 2 or n > 8 * limit + len(builder.eos_ids):
             return
-        for token in mask.ids():
-            token = int(token)
-            if token in builder.eos_ids or builder.child(frontier, token) is not None:
+        for token in choices(ctx.vocab, mask.ids(), builder.eos_ids, limit):
+            if builder.child(frontier, token) is not None:
                 continue
             end = builder.add_branch(frontier, [token], self.name)
             if end is None:
                 break
             extend_forced(ctx, builder, end, max_tokens=4)
+
+
+def choices(vocab: Vocabulary, ids: np.ndarray, eos_ids: Sequence[int] | frozenset[int],
+            limit: int) -> list[int]:
+    """The options among allowed ``ids``: tokens whose text is not the start of another
+    allowed token's (``true|false|null`` allow ``t``, ``tr``, ``true``, ...: three options,
+    not nine); empty when there are more than ``limit``."""
+    tokens = vocab.tokens
+    texts = sorted((tokens[int(t)], int(t)) for t in ids if int(t) not in eos_ids)
+    out = [t for i, (text, t) in enumerate(texts)
+           if not (i + 1 < len(texts) and texts[i + 1][0].startswith(text))]
+    return out if len(out) <= limit else []
 
 
 _STRUCTURAL_BYTES = frozenset(b',:{}[]" \n\t')
