@@ -4,7 +4,11 @@ Tasks:
 - ``json``: BFCL function calls (``../shared/data/bfcl/bfcl_dev.jsonl``): the schema is the
   task's ``call_json_schema`` (compiled with ``structspec.compile_json_schema``), the prompt
   is the user message, templated by ``Generator.prompt_ids`` with the schema shown;
-- ``code``: short Python requests, free text;
+- ``code``: HumanEval infilling (``../shared/data/code/HumanEval-SingleLineInfilling.jsonl``):
+  the code above the cursor is the raw prompt, and the output is constrained by the shipped
+  Python grammar from that prefix on (``state_after``): whatever the model writes must keep
+  the file a valid start of a Python program (falls back to short free-text requests when
+  the data is absent);
 - ``prose``: short prose requests, free text.
 
 Per task, greedy: ``baseline`` (speculation off: one token per pass, the same loop) and
@@ -49,6 +53,7 @@ from structspec.spec.cost import device_cost_curve  # noqa: E402
 from structspec.spec.fastlinear import pack_linears, packing_available  # noqa: E402
 
 BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
+CODE_DATA = ROOT.parent / "shared" / "data" / "code" / "HumanEval-SingleLineInfilling.jsonl"
 CODE = [
     "Write a Python function that returns the n-th Fibonacci number iteratively.",
     "Write a Python function is_palindrome(s) that ignores case and spaces.",
@@ -77,6 +82,24 @@ def load_tasks(kind: str, n: int, gen: Generator) -> list[dict]:
             prompt = row["messages"][-1]["content"]
             tasks.append({"id": row["id"], "constraint": constraint,
                           "prompt_ids": gen.prompt_ids(prompt, schema_text=schema_text)})
+        return tasks
+    if kind == "code" and CODE_DATA.exists():
+        from structspec.grammars import grammar_path
+
+        python = structspec.compile_grammar(grammar_path("python"), gen.vocab)
+        seen: set[str] = set()
+        with open(CODE_DATA) as f:
+            for line in f:
+                row = json.loads(line)
+                function = row["task_id"].rsplit("/", 1)[0]
+                if function in seen:  # one task per function
+                    continue
+                seen.add(function)
+                view = python.with_suffix(b"", prefix=row["prompt"])  # constrained from here
+                tasks.append({"id": row["task_id"], "constraint": view,
+                              "prompt_ids": gen.prompt_ids(row["prompt"], chat=False)})
+                if len(tasks) >= n:
+                    break
         return tasks
     prompts = (CODE if kind == "code" else PROSE)[:n]
     for i, prompt in enumerate(prompts):
