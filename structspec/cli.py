@@ -154,11 +154,18 @@ def _spec_config(args: argparse.Namespace) -> tuple[Any, int | None]:
         for key, value in section.items():
             if key == "max_retries":
                 retries = value
+            elif key == "draft_model":  # loaded by the Generator; --draft-model wins
+                if not isinstance(value, str) or not value:
+                    raise _UsageError("--config: speculative_decoding.draft_model must be a "
+                                      "model id or directory")
+                if args.draft_model is None:
+                    args.draft_model = value
             elif key in _SPEC_KEYS:
                 values[_SPEC_KEYS[key]] = value
             else:
+                known = ", ".join([*_SPEC_KEYS, "max_retries", "draft_model"])
                 raise _UsageError(f"--config: unknown key speculative_decoding.{key} "
-                                  f"(known: {', '.join([*_SPEC_KEYS, 'max_retries'])})")
+                                  f"(known: {known})")
     for flag, key in (("speculative", "enabled"), ("num_candidates", "num_speculations"),
                       ("draft_length", "draft_length"),
                       ("validation_threshold", "validation_threshold")):
