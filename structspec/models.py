@@ -150,6 +150,14 @@ def _resolve(spec: str | None) -> tuple[str, Path | str, str | None]:
     return "hub", spec, None
 
 
+def _offline() -> dict[str, Any]:
+    """``local_files_only`` when ``HF_HUB_OFFLINE`` is set *now* (huggingface_hub reads the
+    variable once, at import): an offline machine then fails at once instead of retrying the
+    network."""
+    flag = os.environ.get("HF_HUB_OFFLINE", "").strip().lower()
+    return {"local_files_only": True} if flag in ("1", "true", "yes", "on") else {}
+
+
 def load_tokenizer(spec: str | None = None) -> Any:
     """Load only the tokenizer of ``spec`` (see :func:`load_model`)."""
     from transformers import AutoTokenizer
@@ -157,8 +165,8 @@ def load_tokenizer(spec: str | None = None) -> Any:
     kind, location, gguf_file = _resolve(spec)
     try:
         if gguf_file:
-            return AutoTokenizer.from_pretrained(location, gguf_file=gguf_file)
-        return AutoTokenizer.from_pretrained(location)
+            return AutoTokenizer.from_pretrained(location, gguf_file=gguf_file, **_offline())
+        return AutoTokenizer.from_pretrained(location, **_offline())
     except Exception as exc:
         raise _load_error(spec, kind, exc) from exc
 
@@ -183,6 +191,7 @@ def load_model(spec: str | None = None, *, dtype: Any = None, device: str = "cpu
     if dtype is None:
         dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
     extra: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
+    extra.update(_offline())
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **extra)
         model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **extra)
