@@ -360,8 +360,6 @@ UNSUPPORTED: list[tuple[Any, str, str]] = [
     ({"type": "integer", "minimum": 0, "multipleOf": 1234567}, "multipleOf", ""),
     ({"type": "number", "multipleOf": 0.0000123457}, "multipleOf", ""),
     ({"type": "string", "format": "idn-hostname"}, "format", ""),
-    ({"allOf": [{"items": {"type": "integer"}}, {"prefixItems": [{"type": "string"}]}]},
-     "allOf", ""),
     ({"allOf": [{"unevaluatedProperties": False}, {"properties": {"a": {}}}]}, "allOf", ""),
     ({"type": "string", "pattern": "^(?=a)a$"}, "pattern", ""),
     ({"type": "string", "pattern": "^(a)\\1$"}, "pattern", ""),
@@ -920,3 +918,12 @@ def test_multiple_of_in_two_parts_is_their_common_multiple(byte_vocab):
     c = compile_({"allOf": [{"type": "integer", "multipleOf": 4}, {"multipleOf": 6}]},
                  byte_vocab)
     assert accepted(c, "24") and accepted(c, "12") and not accepted(c, "8")
+
+
+def test_tuple_arrays_from_two_parts_merge_position_by_position(byte_vocab):
+    c = compile_({"type": "array", "allOf": [{"prefixItems": [{"type": "integer"}]}],
+                  "items": {"minimum": 5}}, byte_vocab)
+    assert accepted(c, "[5,6.5]") and not accepted(c, "[4]") and not accepted(c, "[5.5]")
+    c = compile_({"allOf": [{"prefixItems": [{"type": "integer"}, {"type": "string"}]},
+                            {"prefixItems": [{"minimum": 2}], "items": False}]}, byte_vocab)
+    assert accepted(c, "[3]") and not accepted(c, '[3,"a"]') and not accepted(c, "[1]")

@@ -128,12 +128,14 @@ def merge_pair(a: Any, b: Any) -> Any:
             raise MergeError(key, f"{key} depends on what sibling applicators evaluate")
     tuple_a = "prefixItems" in a or isinstance(a.get("items"), list)
     tuple_b = "prefixItems" in b or isinstance(b.get("items"), list)
+    tuple_out: dict[str, Any] = {}
     if tuple_a or tuple_b:  # `items` means "after the prefix" only beside its own prefix
         array_keys = ("items", "prefixItems", "additionalItems")
-        if any(k in a for k in array_keys) and any(k in b for k in array_keys) and not all(
-                _same(a.get(k), b.get(k)) for k in array_keys):
-            raise MergeError("prefixItems", "tuple arrays from two subschemas")
-    out: dict[str, Any] = {}
+        if any(k in a for k in array_keys) and any(k in b for k in array_keys):
+            tuple_out = _merge_tuples(a, b)
+            a = {k: v for k, v in a.items() if k not in array_keys}
+            b = {k: v for k, v in b.items() if k not in array_keys}
+    out: dict[str, Any] = dict(tuple_out)
     for key in list(dict.fromkeys([*a, *b])):
         if key in ("properties", "additionalProperties", "patternProperties"):
             continue  # objects are merged together below
@@ -179,6 +181,29 @@ def merge_pair(a: Any, b: Any) -> Any:
         return False
     _merge_objects(a, b, out)
     return out
+
+
+def _tuple_view(node: dict[str, Any]) -> tuple[list[Any], Any]:
+    """``(schemas of the first positions, schema of every later position)``, in any draft."""
+    if "prefixItems" in node:
+        return list(node["prefixItems"]), node.get("items", True)
+    if isinstance(node.get("items"), list):
+        return list(node["items"]), node.get("additionalItems", True)
+    return [], node.get("items", True)
+
+
+def _merge_tuples(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Array positions of two subschemas, position by position: each item must satisfy, in
+    each part, that part's schema for its position (a prefix schema, else the rest)."""
+    pa, ra = _tuple_view(a)
+    pb, rb = _tuple_view(b)
+    n = max(len(pa), len(pb))
+    prefix = [_both(pa[i] if i < len(pa) else ra, pb[i] if i < len(pb) else rb)
+              for i in range(n)]
+    rest = _both(ra, rb)
+    if "prefixItems" in a or "prefixItems" in b:  # the parts share their draft's spelling
+        return {"prefixItems": prefix, **({} if rest is True else {"items": rest})}
+    return {"items": prefix, **({} if rest is True else {"additionalItems": rest})}
 
 
 def _merge_objects(a: dict[str, Any], b: dict[str, Any], out: dict[str, Any]) -> None:
