@@ -927,3 +927,13 @@ def test_tuple_arrays_from_two_parts_merge_position_by_position(byte_vocab):
     c = compile_({"allOf": [{"prefixItems": [{"type": "integer"}, {"type": "string"}]},
                             {"prefixItems": [{"minimum": 2}], "items": False}]}, byte_vocab)
     assert accepted(c, "[3]") and not accepted(c, '[3,"a"]') and not accepted(c, "[1]")
+
+
+def test_extra_keys_beside_a_pattern_take_its_schema(byte_vocab):
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}},
+              "patternProperties": {"^x-": {"type": "string"}},
+              "additionalProperties": {"type": "boolean"}}
+    c = compile_(schema, byte_vocab, extra_properties=True)
+    assert accepted(c, '{"id":1,"x-a":"s","ok":true}')
+    assert not accepted(c, '{"id":1,"x-a":true}') and not accepted(c, '{"id":1,"ok":"s"}')
+    assert not accepted(c, '{"id":1,"id":2}')  # a named key is never an extra one

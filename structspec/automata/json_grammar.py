@@ -555,14 +555,38 @@ class DialectCompiler:
         members = seq(member, more)
         return seq(open_, members if d.get("minProperties", 0) else opt(members), close)
 
-    def extra_key(self, names: list[str]) -> Expr:
-        """Keys other than ``names``: strings without escapes (an escaped spelling of a named
-        key would duplicate it) minus the named keys."""
+    def extra_members(self, extra: Any, taken: list[str]) -> Expr | None:
+        """One member with a key not in ``taken``: ``extra`` is the value schema of every
+        such key, or ``{"x-members": [...]}`` splitting the keys by a pattern (each part
+        with its own values); ``None`` when no key is left."""
+        if not (isinstance(extra, dict) and "x-members" in extra):
+            value = self.any_value() if extra is True else self.value(extra)
+            return seq(self.extra_key(taken), self.ws(), self.lit(":"), self.ws(), value)
+        alts = []
+        for m in extra["x-members"]:
+            rx = python_regex(self.placeholders[m.get("key") or m["key-not"]])
+            keys = product(self._extra_keys(taken), cached_dfa(rx),
+                           "and" if "key" in m else "minus")
+            if keys.is_empty():
+                continue
+            key = term(self.b.terminal(keys, "key", key=("xkey\0" + str(m) + "\0".join(taken))
+                                       .encode()))
+            value = self.any_value() if m["value"] is True else self.value(m["value"])
+            alts.append(seq(key, self.ws(), self.lit(":"), self.ws(), value))
+        return ref(self.b.rule("extra-member", alt(*alts))) if alts else None
+
+    def _extra_keys(self, names: list[str]) -> ByteDFA:
+        """Strings without escapes (an escaped spelling of a named key would duplicate it)
+        minus the named keys."""
         dfa = cached_dfa(r'"[^"\\\x00-\x1f]*"')
         for n in names:
             dfa = product(dfa, cached_literal(json_text(n).encode()), "minus")
+        return dfa
+
+    def extra_key(self, names: list[str]) -> Expr:
+        """Keys other than ``names`` (see :meth:`_extra_keys`)."""
         key = "\0".join(["extra-key", *names]).encode()
-        return term(self.b.terminal(dfa, "key", key=key))
+        return term(self.b.terminal(self._extra_keys(names), "key", key=key))
 
     def named_members(self, props: dict[str, Any], required: set[str],
                       extra: Any = None, exclude: Any = ()) -> Expr:
@@ -574,9 +598,9 @@ class DialectCompiler:
         comma = seq(self.ws(), self.lit(","), self.ws())
         after: dict[bool, Expr] = {False: EMPTY, True: EMPTY}
         if extra is not None:
-            value = self.any_value() if extra is True else self.value(extra)
             taken = list(dict.fromkeys([*names, *exclude]))
-            member = seq(self.extra_key(taken), self.ws(), self.lit(":"), self.ws(), value)
+            member = self.extra_members(extra, taken)
+        if extra is not None and member is not None:
             more = ref(self.b.rule("extras", rep(seq(comma, member))))
             after = {False: opt(seq(member, more)), True: more}
         # after[e]: members j.. given whether one was emitted before (e), built backwards.

@@ -901,7 +901,7 @@ class _Lowering:
             req |= set(optional[:need])  # narrowing: some optional ones become required
         out = {"type": "object", "properties": lowered,
                "required": [n for n in lowered if n in req]}
-        extras = self.lower_extras(node, extra, extra_ptr)
+        extras = self.lower_extras(node, extra, extra_ptr, ptr)
         if extras is not None:
             out["x-extra"] = extras
             # Every name the schema mentions is settled by its own rules (possibly "never",
@@ -909,15 +909,28 @@ class _Lowering:
             out["x-exclude"] = list(dict.fromkeys([*props, *required, *lowered]))
         return out
 
-    def lower_extras(self, node: dict[str, Any], extra: Any, extra_ptr: str) -> Any:
+    def lower_extras(self, node: dict[str, Any], extra: Any, extra_ptr: str,
+                     node_ptr: str = "") -> Any:
         """The value schema of properties beyond the named ones (spec-faithful mode), or
         ``None`` where they are not generated: not asked for, forbidden, or constrained by
         keywords that also count them (generating none of them is then a narrowing)."""
-        if not self.extra_properties or extra is False:
+        if not self.extra_properties:
             return None
-        counted = ("patternProperties", "propertyNames", "minProperties", "maxProperties",
+        counted = ("propertyNames", "minProperties", "maxProperties",
                    "dependentRequired", "dependentSchemas", "dependencies")
         if any(k in node for k in counted):
+            return None
+        patterns = node.get("patternProperties", {})
+        if patterns:  # one pattern: its keys take its schema, the others `extra`'s
+            if len(patterns) > 1:
+                return None
+            try:
+                pattern_regex(next(iter(patterns)), quote=True, max_repeat=None, search=True)
+            except _Refuse:
+                return None  # no extra keys then (a narrowing, as before)
+            split = self.lower_pattern_object(patterns, extra, extra_ptr, node_ptr)
+            return {"x-members": split["x-members"]} if "x-members" in split else None
+        if extra is False:
             return None
         if extra is _ABSENT or extra is True:
             return True
