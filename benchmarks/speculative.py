@@ -17,7 +17,10 @@ time = end-to-end time minus a separately measured prefill of the prompt), speed
 decode time, end-to-end speedup, mean accepted length (tokens per verification pass),
 tokens per forward pass, acceptance per drafter and per depth, the scheduler's node budgets
 (upper bound and what the cost plan kept), the time split, the device cost curve the plan
-used, and whether the outputs are identical.
+used, and whether the outputs are identical. Beside them, what users would run instead on
+the same (packed) model, end to end per generated token: Hugging Face ``generate``
+unconstrained (``speedup_vs_hf``) and, for JSON, with xgrammar's logits processor
+(``speedup_vs_hf_xgrammar``); ``--no-peers`` skips them.
 
     python benchmarks/speculative.py --task json [--n 5] [--max-new-tokens 160]
         [--no-pack] [--threads T] [--repeats R] [--draft-model ID] [--no-cost-model]
@@ -81,6 +84,7 @@ def load_tasks(kind: str, n: int, gen: Generator) -> list[dict]:
             schema_text = json.dumps(constraint.schema, separators=(",", ":"))
             prompt = row["messages"][-1]["content"]
             tasks.append({"id": row["id"], "constraint": constraint,
+                          "schema": row["call_json_schema"],
                           "prompt_ids": gen.prompt_ids(prompt, schema_text=schema_text)})
         return tasks
     if kind == "code" and CODE_DATA.exists():
@@ -121,6 +125,52 @@ def _run(gen: Generator, task: dict, config: SpecConfig, max_new: int):
         return exc.token_ids, getattr(exc, "stats", None), time.perf_counter() - t0, False
 
 
+class _Peers:
+    """What users would run instead, on the same (packed) model: Hugging Face ``generate``
+    unconstrained, and with xgrammar's logits processor for the task's JSON Schema."""
+
+    def __init__(self, gen: Generator) -> None:
+        self.gen = gen
+        self.compiler = None
+        try:
+            import xgrammar as xgr
+
+            info = xgr.TokenizerInfo.from_huggingface(
+                gen.loaded.tokenizer, vocab_size=gen.loaded.model.config.vocab_size)
+            self.compiler = xgr.GrammarCompiler(info, max_threads=1)
+        except Exception as exc:  # optional peer
+            print(f"xgrammar unavailable: {exc}")
+
+    def _generate(self, ids: list[int], n: int, processors: list | None) -> tuple[int, float]:
+        from transformers import LogitsProcessorList
+
+        model = self.gen.loaded.model
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+                                 logits_processor=LogitsProcessorList(processors or []),
+                                 pad_token_id=self.gen.loaded.tokenizer.eos_token_id)
+        return out.shape[1] - len(ids), time.perf_counter() - t0
+
+    def run(self, task: dict, n: int) -> dict[str, float]:
+        """Seconds and tokens of each peer for ``n`` new tokens at most."""
+        out: dict[str, float] = {}
+        tok, sec = self._generate(task["prompt_ids"], n, None)
+        out.update(hf_tokens=tok, hf_s=round(sec, 3))
+        if self.compiler is not None and "schema" in task:
+            import xgrammar as xgr
+
+            try:
+                compiled = self.compiler.compile_json_schema(json.dumps(task["schema"]),
+                                                             any_whitespace=False)
+                tok, sec = self._generate(task["prompt_ids"], n,
+                                          [xgr.contrib.hf.LogitsProcessor(compiled)])
+                out.update(hf_xgrammar_tokens=tok, hf_xgrammar_s=round(sec, 3))
+            except Exception as exc:  # a schema xgrammar refuses
+                out["hf_xgrammar_error"] = f"{type(exc).__name__}: {exc}"[:200]
+        return out
+
+
 def _prefill_seconds(model, ids: list[int], repeats: int = 2) -> float:
     times = []
     for _ in range(repeats):
@@ -146,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="a small model with the same tokenizer, as the draft_model drafter")
     ap.add_argument("--no-cost-model", action="store_true",
                     help="keep every drafted node (no tree sizing from the cost curve)")
+    ap.add_argument("--no-peers", action="store_true",
+                    help="skip Hugging Face generate (plain, and with xgrammar for JSON)")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     if args.threads:
@@ -173,7 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cost curve (ms) {curve.as_dict()['ms']} measured in {curve_s:.2f} s")
     print(f"model={gen.loaded.name} packed={packed} threads={torch.get_num_threads()} "
           f"load={os.getloadavg()[0]:.2f} task={args.task} n={len(tasks)}")
+    peers = None if args.no_peers else _Peers(gen)
     _run(gen, tasks[0], spec_cfg, 8)  # warm-up
+    if peers is not None:
+        peers.run(tasks[0], 4)
     rows = []
     for task in tasks:
         prefill = _prefill_seconds(gen.loaded.model, task["prompt_ids"])
@@ -215,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
                 "draft_model_passes": s_stats.draft_model_passes,
                 "time_split": s_stats.time_split(),
             })
+        if peers is not None:  # the same number of new tokens, end to end
+            row.update(peers.run(task, max(n_tok, 1)))
+            for name in ("hf", "hf_xgrammar"):
+                if f"{name}_s" in row:
+                    per_tok = row[f"{name}_s"] / max(row[f"{name}_tokens"], 1)
+                    row[f"speedup_vs_{name}"] = round(per_tok * n_tok / s_sec, 3)
         rows.append(row)
         print(f"{row['id']:<28} tok={n_tok:>4} ident={row['identical']!s:<5} "
               f"base={row['baseline_tok_s']:>6.1f} tok/s spec={row['speculative_tok_s']:>6.1f} "
@@ -233,6 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         "speedup_total": round(sum(r["baseline_s"] - r["prefill_s"] for r in rows)
                                / sum(r["speculative_s"] - r["prefill_s"] for r in rows), 3),
     }
+    for name in ("hf", "hf_xgrammar"):  # end to end, per generated token
+        vals = [r[f"speedup_vs_{name}"] for r in rows if f"speedup_vs_{name}" in r]
+        if vals:
+            summary[f"speedup_vs_{name}_median"] = round(statistics.median(vals), 3)
     print(json.dumps(summary))
     result = {"summary": summary, "rows": rows}
     if spec_cfg.cost_model:
