@@ -937,3 +937,11 @@ def test_extra_keys_beside_a_pattern_take_its_schema(byte_vocab):
     assert accepted(c, '{"id":1,"x-a":"s","ok":true}')
     assert not accepted(c, '{"id":1,"x-a":true}') and not accepted(c, '{"id":1,"ok":"s"}')
     assert not accepted(c, '{"id":1,"id":2}')  # a named key is never an extra one
+
+
+def test_unicode_property_escapes_in_patterns(byte_vocab):
+    c = compile_({"type": "string", "pattern": "^\\p{Letter}+$"}, byte_vocab)
+    assert accepted(c, '"h\u00e9"') and accepted(c, '"Zeta"') and not accepted(c, '"a1"')
+    assert c.validator.is_valid("héllo") and not c.validator.is_valid("h3")
+    with pytest.raises(UnsupportedSchemaError, match="Greek"):
+        compile_({"type": "string", "pattern": "\\p{Script=Greek}"}, byte_vocab)

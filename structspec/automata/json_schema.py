@@ -42,9 +42,14 @@ from structspec.automata.schema_lowering import (
     _escape_pointer,
     _Lowering,
 )
-from structspec.automata.schema_refs import bundle_refs
-from structspec.automata.schema_regex import FORMATS, pattern_regex
-from structspec.errors import GrammarError, ResourceLimitError, SchemaError
+from structspec.automata.schema_refs import DATA_KEYWORDS, bundle_refs
+from structspec.automata.schema_regex import FORMATS, pattern_regex, python_pattern
+from structspec.errors import (
+    GrammarError,
+    ResourceLimitError,
+    SchemaError,
+    UnsupportedSchemaError,
+)
 
 if TYPE_CHECKING:
     from structspec.automata.base import TokenMask
@@ -120,14 +125,68 @@ def _load_schema(schema: Any, registry: Mapping[str, Any] | None = None,
             raise SchemaError(f"the schema is not valid JSON: {exc}") from exc
     cls = validator_for(schema, default=Draft202012Validator)
     try:
-        cls.check_schema(schema)
+        cls.check_schema(schema, format_checker=_schema_format_checker(cls))
     except JsonSchemaError as exc:
         pointer, _ = _subschema_pointer(schema, list(exc.path))
         full = "".join(f"/{_escape_pointer(p)}" for p in exc.path)
         raise SchemaError(f"invalid schema{f' at {full}' if full else ''}: {exc.message}",
                           pointer) from exc
     schema = bundle_refs(schema, registry, lenient=lenient)
+    if "\\p" in json.dumps(schema) or "\\P" in json.dumps(schema):
+        schema = _python_patterns(schema)
     return schema, _exact_validator(cls)(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+@cache
+def _schema_format_checker(cls: Any) -> Any:
+    """The metaschema's format checker, with ``regex`` accepting ECMA-262 ``\\p{...}``
+    (general categories), which Python's ``re`` does not know."""
+    import re
+
+    from jsonschema import FormatChecker
+
+    checker = FormatChecker()
+    checker.checkers = dict(cls.FORMAT_CHECKER.checkers)
+
+    def is_regex(instance: object) -> bool:
+        if isinstance(instance, str):
+            try:
+                spelled = python_pattern(instance)
+            except ValueError:  # a property we cannot spell: refused later, not "invalid"
+                return True
+            re.compile(spelled)
+        return True
+
+    checker.checkers["regex"] = (is_regex, re.error)
+    return checker
+
+
+def _python_patterns(node: Any) -> Any:
+    """A copy of ``node`` with every ``pattern`` and ``patternProperties`` key spelled for
+    Python's ``re`` (:func:`~.schema_regex.python_pattern`): the validator then means what
+    the compiled automaton means."""
+    if isinstance(node, list):
+        return [_python_patterns(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in DATA_KEYWORDS:
+            out[key] = value
+        elif key == "pattern" and isinstance(value, str):
+            out[key] = _spelled(value)
+        elif key == "patternProperties" and isinstance(value, dict):
+            out[key] = {_spelled(k): _python_patterns(v) for k, v in value.items()}
+        else:
+            out[key] = _python_patterns(value)
+    return out
+
+
+def _spelled(pattern: str) -> str:
+    try:
+        return python_pattern(pattern)
+    except ValueError as exc:
+        raise UnsupportedSchemaError("pattern", "", str(exc)) from exc
 
 
 def _exact_fraction(value: float) -> Any:

@@ -131,6 +131,101 @@ def _anchors(items: Any) -> tuple[bool, bool]:
     return start, end
 
 
+# -- ECMA-262 Unicode property escapes (\p{...}), which Python's re lacks --------------------
+
+#: General category names of ECMA-262 ``\p{...}`` (long and short), to Unicode categories.
+_CATEGORY_NAMES: dict[str, tuple[str, ...]] = {}
+for _short, _long in [
+    ("Lu", "Uppercase_Letter"), ("Ll", "Lowercase_Letter"), ("Lt", "Titlecase_Letter"),
+    ("Lm", "Modifier_Letter"), ("Lo", "Other_Letter"), ("Mn", "Nonspacing_Mark"),
+    ("Mc", "Spacing_Mark"), ("Me", "Enclosing_Mark"), ("Nd", "Decimal_Number"),
+    ("Nl", "Letter_Number"), ("No", "Other_Number"), ("Pc", "Connector_Punctuation"),
+    ("Pd", "Dash_Punctuation"), ("Ps", "Open_Punctuation"), ("Pe", "Close_Punctuation"),
+    ("Pi", "Initial_Punctuation"), ("Pf", "Final_Punctuation"), ("Po", "Other_Punctuation"),
+    ("Sm", "Math_Symbol"), ("Sc", "Currency_Symbol"), ("Sk", "Modifier_Symbol"),
+    ("So", "Other_Symbol"), ("Zs", "Space_Separator"), ("Zl", "Line_Separator"),
+    ("Zp", "Paragraph_Separator"), ("Cc", "Control"), ("Cf", "Format"),
+    ("Co", "Private_Use"), ("Cn", "Unassigned"),
+]:
+    _CATEGORY_NAMES[_short] = _CATEGORY_NAMES[_long] = (_short,)
+for _short, _long in [("L", "Letter"), ("M", "Mark"), ("N", "Number"), ("P", "Punctuation"),
+                      ("S", "Symbol"), ("Z", "Separator"), ("C", "Other")]:
+    _CATEGORY_NAMES[_short] = _CATEGORY_NAMES[_long] = tuple(
+        c for c in _CATEGORY_NAMES if len(c) == 2 and c[0] == _short)
+_CATEGORY_NAMES["LC"] = _CATEGORY_NAMES["Cased_Letter"] = ("Lu", "Ll", "Lt")
+_PROPERTY = re.compile(r"\\([pP])(?:\{([A-Za-z_=]+)\}|([A-Za-z]))")
+
+
+@cache
+def _unicode_categories() -> dict[str, Ranges]:
+    """Code-point ranges of every Unicode general category (one scan, on first use)."""
+    import unicodedata
+
+    out: dict[str, Ranges] = {}
+    prev, start = None, 0
+    for c in range(0x110000):
+        cat = "Cs" if 0xD800 <= c <= 0xDFFF else unicodedata.category(chr(c))
+        if cat != prev:
+            if prev is not None:
+                out.setdefault(prev, []).append((start, c - 1))
+            prev, start = cat, c
+    out.setdefault(prev, []).append((start, 0x10FFFF))  # type: ignore[arg-type]
+    return out
+
+
+def _property_ranges(name: str) -> Ranges:
+    if name.startswith(("General_Category=", "gc=")):
+        name = name.split("=", 1)[1]
+    cats = _CATEGORY_NAMES.get(name)
+    if cats is None:
+        raise ValueError(f"the Unicode property \\p{{{name}}} is not supported (general "
+                         "categories are; scripts and binary properties are not)")
+    table = _unicode_categories()
+    return normalize([r for c in cats for r in table.get(c, [])])
+
+
+def _class_body(ranges: Ranges) -> str:
+    return "".join(f"\\U{lo:08X}" if lo == hi else f"\\U{lo:08X}-\\U{hi:08X}"
+                   for lo, hi in ranges)
+
+
+def python_pattern(pattern: str) -> str:
+    """``pattern`` with ECMA-262 general-category escapes (``\\p{Letter}``, ``\\p{Lu}``,
+    ``\\P{N}``) spelled as explicit code-point classes, for Python's ``re`` (which lacks
+    them): used to compile patterns and, so the meaning is the same, to validate.
+
+    Raises:
+        ValueError: a property other than a general category, or ``\\P`` in a class.
+    """
+    if "\\p" not in pattern and "\\P" not in pattern:
+        return pattern
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            m = _PROPERTY.match(pattern, i)
+            if m is None:
+                out.append(pattern[i:i + 2])
+                i += 2
+                continue
+            ranges = _property_ranges(m.group(2) or m.group(3))
+            if m.group(1) == "P":
+                if in_class:
+                    raise ValueError("\\P{...} inside a character class is not supported")
+                ranges = complement(ranges)
+            body = _class_body(ranges)
+            out.append(body if in_class else f"[{body}]")
+            i = m.end()
+            continue
+        if ch == "[" and not in_class:
+            in_class = True
+        elif ch == "]" and in_class:
+            in_class = False
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
 def pattern_regex(pattern: str, *, quote: bool = True,
                   max_repeat: int | None = None, search: bool = False) -> str:
     """A regex over the *text inside the quotes* of a JSON string whose decoded value fully
@@ -147,8 +242,8 @@ def pattern_regex(pattern: str, *, quote: bool = True,
             quantifiers, or a repetition lower bound above 256.
     """
     try:
-        parsed = _sre_parse.parse(pattern)
-    except re.error as exc:
+        parsed = _sre_parse.parse(python_pattern(pattern))
+    except (re.error, ValueError) as exc:
         raise _Refuse(f"the pattern does not parse: {exc}") from exc
     if parsed.state.flags & ~re.UNICODE:  # (?i), (?s), (?m), (?x)... at the top
         raise _Refuse("inline flags are not supported in patterns")
