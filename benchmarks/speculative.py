@@ -147,7 +147,8 @@ class _Peers:
         model = self.gen.loaded.model
         t0 = time.perf_counter()
         with torch.inference_mode():
-            out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+            out = model.generate(torch.tensor([ids], device=model.device), max_new_tokens=n,
+                                 do_sample=False,
                                  logits_processor=LogitsProcessorList(processors or []),
                                  pad_token_id=self.gen.loaded.tokenizer.eos_token_id)
         return out.shape[1] - len(ids), time.perf_counter() - t0
@@ -176,7 +177,9 @@ def _prefill_seconds(model, ids: list[int], repeats: int = 2) -> float:
     for _ in range(repeats):
         t0 = time.perf_counter()
         with torch.inference_mode():
-            model(input_ids=torch.tensor([ids]), logits_to_keep=1)
+            model(input_ids=torch.tensor([ids], device=model.device), logits_to_keep=1)
+        if model.device.type == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return min(times)
 
@@ -196,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="a small model with the same tokenizer, as the draft_model drafter")
     ap.add_argument("--no-cost-model", action="store_true",
                     help="keep every drafted node (no tree sizing from the cost curve)")
+    ap.add_argument("--device", default="cpu", help="torch device (cuda: bfloat16 weights)")
     ap.add_argument("--no-peers", action="store_true",
                     help="skip Hugging Face generate (plain, and with xgrammar for JSON)")
     ap.add_argument("--json-out")
@@ -203,9 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    gen = Generator(None)
+    gen = Generator(None, device=args.device, pack=False)
     packed = False
-    if not args.no_pack and packing_available(gen.loaded.model):
+    if not args.no_pack and args.device == "cpu" and packing_available(gen.loaded.model):
         pack_linears(gen.loaded.model)
         packed = True
     tasks = load_tasks(args.task, args.n, gen)
@@ -214,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.draft_model:
         from structspec.spec.draft_model import DraftModel
 
-        draft = DraftModel.resolve(args.draft_model, pack=not args.no_pack)
+        draft = DraftModel.resolve(args.draft_model, device=args.device,
+                                   pack=not args.no_pack and args.device == "cpu")
     spec_cfg = SpecConfig(max_nodes=args.max_nodes,
                           drafters=tuple(d for d in args.drafters.split(",") if d),
                           draft_model=draft, cost_model=not args.no_cost_model)
