@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -372,6 +372,167 @@ def token_table(vocab: Vocabulary) -> _TokenTable:
     return table
 
 
+# -- the vocabulary as a token trie, level by level ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _TokenTrie:
+    """All text tokens as a trie stored level by level (``d = 1..depth``).
+
+    Tokens are sorted by their bytes, so the tokens below a node form one contiguous range of
+    rows ``[lo, hi)``. Level ``d`` holds the distinct ``d``-byte prefixes in that order; a walk
+    steps each prefix once (about 100k nodes for 49k tokens of 330k bytes).
+    """
+
+    ids: np.ndarray  # [T] token ids in byte order
+    lengths: np.ndarray  # [T] their lengths
+    parent: tuple[np.ndarray, ...]  # per level d: [N_d] index of the parent in level d-1
+    byte: tuple[np.ndarray, ...]  # per level d: [N_d] the node's last byte
+    lo: tuple[np.ndarray, ...]  # per level d: [N_d] first row below the node
+    hi: tuple[np.ndarray, ...]  # per level d: [N_d] one past the last row below the node
+    token: tuple[np.ndarray, ...]  # per level d: [N_d] row of the token spelling the prefix, -1
+    children: tuple[np.ndarray, ...]  # per level d: [N_d + 1] child ranges in level d+1
+    size: int  # the vocabulary size (mask length)
+
+
+_TRIES: dict[str, _TokenTrie] = {}
+
+
+def token_trie(vocab: Vocabulary) -> _TokenTrie:
+    """The trie view of ``vocab`` (built once per fingerprint)."""
+    with _TABLES_LOCK:
+        trie = _TRIES.get(vocab.fingerprint)
+    if trie is not None:
+        return trie
+    tt = token_table(vocab)
+    rows = sorted(range(len(tt.ids)), key=lambda r: tt.data[r, : tt.lengths[r]].tobytes())
+    data = tt.data[rows]  # [T, Lmax] sorted by bytes
+    lengths = tt.lengths[rows]
+    n = len(rows)
+    parents, bytes_, los, his, toks = [], [], [], [], []
+    node_of_row = np.zeros(n, dtype=np.int64)  # [T] node at the previous level (root: 0)
+    for d in range(1, data.shape[1] + 1):
+        valid = lengths >= d  # [T]
+        if not valid.any():
+            break
+        b = data[:, d - 1]
+        prev_valid = np.concatenate([[False], valid[:-1]])
+        boundary = valid & ~(prev_valid & (np.concatenate([[-1], node_of_row[:-1]]) == node_of_row)
+                             & (np.concatenate([[-1], b[:-1].astype(np.int64)]) == b))
+        starts = np.flatnonzero(boundary)  # [N_d] first row of each node
+        node = np.cumsum(boundary) - 1  # [T] node of each valid row
+        ends = np.append(starts[1:], n)
+        # A node's rows end where the next node starts or where the valid run ends.
+        valid_rows = np.flatnonzero(valid)
+        last = np.searchsorted(valid_rows, ends, side="left") - 1
+        his.append(valid_rows[last] + 1)
+        los.append(starts)
+        parents.append(node_of_row[starts])
+        bytes_.append(b[starts].astype(np.int64))
+        toks.append(np.where(lengths[starts] == d, starts, -1))
+        node_of_row = np.where(valid, node, -1)
+    children = [np.searchsorted(parents[d + 1], np.arange(parents[d].size + 1))
+                for d in range(len(parents) - 1)]
+    children.append(np.zeros(parents[-1].size + 1, dtype=np.int64))
+    trie = _TokenTrie(tt.ids[rows], lengths, tuple(parents), tuple(bytes_), tuple(los),
+                      tuple(his), tuple(toks), tuple(children), tt.size)
+    with _TABLES_LOCK:
+        _TRIES.setdefault(vocab.fingerprint, trie)
+    return trie
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """What a vocabulary walk from one terminal DFA state yields.
+
+    ``words``: the tokens that stay inside the terminal (mask words). The others that survive
+    until the terminal may end midway are *crossing* candidates: token ``cand_ids[i]`` is legal
+    when its remainder ``remainders[cand_rem[i]]`` (the bytes after the terminal ends) is legal
+    in what follows; a token with several places where the terminal may end has one entry per
+    place.
+    """
+
+    words: np.ndarray  # [ceil(V/32)] uint32
+    cand_ids: np.ndarray  # [P] token ids
+    cand_rem: np.ndarray  # [P] index into remainders
+    remainders: tuple[bytes, ...]  # [R] distinct remainders
+
+
+def walk_vocabulary(trie: _TokenTrie, vocab: Vocabulary, table: np.ndarray,
+                    accepting: np.ndarray, q: int) -> _Walk:
+    """Walk every token of ``trie`` through a terminal DFA from state ``q``, level by level:
+    each distinct prefix is stepped once, only below prefixes that are still alive. Pure."""
+    inside: list[np.ndarray] = []
+    split_lo: list[np.ndarray] = []
+    split_hi: list[np.ndarray] = []
+    split_pos: list[int] = []
+    row = np.asarray(table[q])  # [256]
+    b1 = trie.byte[0]
+    st = row[b1]  # [N_1] states of the level-1 nodes
+    cur = np.flatnonzero(st)  # alive level-1 nodes
+    st = st[cur]
+    depth = len(trie.byte)
+    for d in range(1, depth + 1):
+        lvl = d - 1
+        tok = trie.token[lvl][cur]
+        inside.append(tok[tok >= 0])
+        ends = accepting[st]
+        if ends.any():  # the terminal may end after d bytes: the rest must follow it
+            a = cur[ends]
+            lo = trie.lo[lvl][a] + (trie.token[lvl][a] >= 0)
+            hi = trie.hi[lvl][a]
+            keep = lo < hi
+            if keep.any():
+                split_lo.append(lo[keep])
+                split_hi.append(hi[keep])
+                split_pos.append(d)
+        if d == depth:
+            break
+        parent, byte = trie.parent[d], trie.byte[d]
+        if 4 * cur.size >= trie.parent[lvl].size:  # dense: gather over the whole next level
+            full = np.zeros(trie.byte[lvl].size, dtype=np.int64)
+            full[cur] = st
+            ps = full[parent]  # [N_{d+1}] parent states (0: dead)
+            nxt = np.flatnonzero(ps)
+            if nxt.size == 0:
+                break
+            st = table[ps[nxt], byte[nxt]]
+        else:  # sparse: expand the children ranges of the alive nodes
+            cstart = trie.children[lvl]
+            first, counts = cstart[cur], cstart[cur + 1] - cstart[cur]
+            total = int(counts.sum())
+            if total == 0:
+                break
+            offsets = np.cumsum(counts) - counts
+            nxt = np.repeat(first - offsets, counts) + np.arange(total)
+            st = table[np.repeat(st, counts), byte[nxt]]
+        alive = st != 0
+        cur, st = nxt[alive], st[alive]
+        if cur.size == 0:
+            break
+    rows = np.concatenate(inside) if inside else np.zeros(0, dtype=np.int64)
+    words = TokenMask.from_ids(trie.ids[rows], trie.size).words
+    if not split_lo:
+        return _Walk(words, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), ())
+    is_inside = np.zeros(trie.ids.size, dtype=bool)
+    is_inside[rows] = True
+    cand: list[int] = []
+    rem_idx: list[int] = []
+    rem_ids: dict[bytes, int] = {}
+    tokens = vocab.tokens
+    for lo, hi, pos in zip(split_lo, split_hi, split_pos, strict=True):
+        counts = hi - lo
+        pair_rows = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())
+        pair_rows = pair_rows[~is_inside[pair_rows]]
+        for tid in trie.ids[pair_rows].tolist():
+            rest = tokens[tid][pos:]
+            cand.append(tid)
+            rem_idx.append(rem_ids.setdefault(rest, len(rem_ids)))
+    return _Walk(words, np.asarray(cand, dtype=np.int64), np.asarray(rem_idx, dtype=np.int64),
+                 tuple(rem_ids))
+
+
+
 # -- the runtime constraint ----------------------------------------------------------------------
 
 _END = (-1, 0, 0)  # the configuration "the whole output is complete"
@@ -390,7 +551,10 @@ class _Memo:
     masks: dict[int, TokenMask] = field(default_factory=dict)
     accepting: dict[int, bool] = field(default_factory=dict)
     forced: dict[int, bytes] = field(default_factory=dict)
-    inside: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    walks: dict[tuple[int, int], _Walk] = field(default_factory=dict)
+    follow: dict[int, int] = field(default_factory=dict)
+    crossing: dict[tuple[int, int, int], np.ndarray] = field(default_factory=dict)
+    token_words: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 class GrammarConstraint:
@@ -494,6 +658,9 @@ class GrammarConstraint:
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._lock = threading.RLock()
+        for f in fields(_Memo):  # a memo pickled by an older version lacks the newer tables
+            if not hasattr(self._memo, f.name):
+                setattr(self._memo, f.name, f.default_factory())  # type: ignore[misc]
 
     # -- bytes ---------------------------------------------------------------------------------
 
@@ -634,88 +801,79 @@ class GrammarConstraint:
 
     # -- masks -----------------------------------------------------------------------------------
 
-    def _inside(self, tid: int, q: int) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens that stay inside terminal ``tid`` from ``q`` (as mask words), and the ids
-        of tokens that may end it midway (to be checked against the stack)."""
+    def _walk(self, tid: int, q: int) -> _Walk:
+        """The vocabulary walk through terminal ``tid`` from ``q`` (see :class:`_Walk`)."""
         key = (tid, q)
-        got = self._memo.inside.get(key)
+        got = self._memo.walks.get(key)
         if got is None:
             # The walk depends on the DFA and the vocabulary only: share it across grammars.
             dfa = self.grammar.terminals[tid]
-            tt = token_table(self.vocab)
-            shared_key = (self.vocab.fingerprint, dfa.walk_key(q, tt.data.shape[1]))
+            trie = token_trie(self.vocab)
+            shared_key = ("trie-walk", self.vocab.fingerprint,
+                          dfa.walk_key(q, int(trie.lengths.max(initial=0))))
             got = dfa.memo.get(shared_key)  # type: ignore[assignment]
-            if got is not None:
-                self._memo.inside[key] = got
-                return got
-            table, acc = self._tables[tid], self._acc[tid]
-            live_first = np.flatnonzero(table[q])
-            if live_first.size < 48:  # few first bytes: start from those tokens only
-                rows = np.sort(np.concatenate([tt.first_rows[b] for b in live_first])) \
-                    if live_first.size else np.zeros(0, dtype=np.int64)
+            if got is None:
+                got = walk_vocabulary(trie, self.vocab, self._tables[tid], self._acc[tid], q)
+                dfa.memo[shared_key] = got
+            self._memo.walks[key] = got
+        return got
+
+    def _follow(self, stack: int) -> int:
+        """The state "a terminal starts here" once the current one ends with ``stack`` on
+        top (the completions, interned)."""
+        got = self._memo.follow.get(stack)
+        if got is None:
+            got = self._intern_state(self._complete(stack))
+            self._memo.follow[stack] = got
+        return got
+
+    def _crossing(self, tid: int, q: int, k: int) -> np.ndarray:
+        """Ids of the tokens that end terminal ``tid`` midway (from ``q``) and whose remainder
+        is legal after it, with return stack ``k``."""
+        key = (tid, q, k)
+        got = self._memo.crossing.get(key)
+        if got is None:
+            walk = self._walk(tid, q)
+            if walk.cand_ids.size:
+                follow = self._follow(k)
+                legal = np.fromiter((self.step_bytes(follow, r) != 0 for r in walk.remainders),
+                                    dtype=bool, count=len(walk.remainders))  # [R]
+                got = walk.cand_ids[legal[walk.cand_rem]]
             else:
-                rows = np.arange(len(tt.ids))  # [T] rows of tokens still alive, longest first
-            states = np.full(rows.size, q, dtype=np.int32)  # [T]
-            inside_rows: list[np.ndarray] = []
-            crossing_rows: list[np.ndarray] = []
-            for pos, n in enumerate(tt.n_longer.tolist()):
-                if rows.size and rows[-1] >= n:  # tokens of length `pos` are done, alive
-                    done = rows >= n
-                    inside_rows.append(rows[done])
-                    rows, states = rows[~done], states[~done]
-                if rows.size == 0:
-                    break
-                # The terminal may end before byte `pos` (at 0 that is the caller's business:
-                # the terminals that may follow are walked on their own).
-                ends_here = acc[states]
-                if pos and ends_here.any():
-                    crossing_rows.append(rows[ends_here])
-                states = table[states, tt.data[rows, pos]]
-                alive = states != 0
-                rows, states = rows[alive], states[alive]
-            if rows.size:
-                inside_rows.append(rows)
-            inside = np.concatenate(inside_rows) if inside_rows else np.zeros(0, np.int64)
-            inside_ids = tt.ids[inside]
-            words = TokenMask.from_ids(inside_ids, tt.size).words
-            crossing = np.zeros(len(tt.ids), dtype=bool)
-            for r in crossing_rows:
-                crossing[r] = True
-            crossing[inside] = False
-            candidates = tt.ids[crossing]
-            got = (words, candidates)
-            self._memo.inside[key] = got
-            dfa.memo[shared_key] = got
+                got = walk.cand_ids
+            self._memo.crossing[key] = got
+        return got
+
+    def _token_words(self, state: int) -> np.ndarray:
+        """The mask words of the tokens legal in ``state`` (EOS aside); memoized.
+
+        A state is a union of configurations, so its tokens are the union of each one's:
+        those inside its terminal, those crossing the terminal's end midway (checked by
+        their remainder against what follows), and — when the terminal may end right here —
+        the tokens of what follows."""
+        got = self._memo.token_words.get(state)
+        if got is None:
+            got = np.zeros((len(self.vocab) + 31) // 32, dtype=np.uint32)
+            extra: list[np.ndarray] = []
+            for tid, q, k in self._memo.states[state]:
+                if tid < 0:
+                    continue
+                got |= self._walk(tid, q).words
+                crossing = self._crossing(tid, q, k)
+                if crossing.size:
+                    extra.append(crossing)
+                if self._acc[tid][q]:
+                    got |= self._token_words(self._follow(k))
+            if extra:
+                got |= TokenMask.from_ids(np.concatenate(extra), len(self.vocab)).words
+            got.setflags(write=False)
+            self._memo.token_words[state] = got
         return got
 
     def _compute_mask(self, state: int) -> TokenMask:
-        size = len(self.vocab)
-        words = np.zeros((size + 31) // 32, dtype=np.uint32)
-        checked: set[int] = set()
-        extra: list[int] = []
-        for tid, q, k in self._memo.states[state]:
-            if tid < 0:
-                continue
-            inside, candidates = self._inside(tid, q)
-            words |= inside
-            if self._acc[tid][q]:
-                # The terminal may end right here: tokens inside a terminal that may follow
-                # are legal as they are; those that end it too are checked like the others.
-                for nt, nq, _ in self._complete(k):
-                    if nt >= 0:
-                        n_inside, n_cand = self._inside(nt, nq)
-                        words |= n_inside
-                        candidates = np.concatenate([candidates, n_cand])
-            for t in candidates.tolist():
-                if t not in checked:
-                    checked.add(t)
-                    if self.step_bytes(state, self.vocab.tokens[t]):
-                        extra.append(t)
-        mask = TokenMask(words, size)
-        if extra:
-            mask = mask | TokenMask.from_ids(extra, size)
+        mask = TokenMask(self._token_words(state), len(self.vocab))
         if self.is_accepting(state):
-            mask = mask | TokenMask.from_ids(self._eos, size)
+            mask = mask | TokenMask.from_ids(self._eos, len(self.vocab))
         return mask
 
 
