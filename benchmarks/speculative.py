@@ -52,7 +52,7 @@ from structspec.engine import free_text  # noqa: E402
 from structspec.errors import GenerationError  # noqa: E402
 from structspec.sampling import SamplingParams  # noqa: E402
 from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
-from structspec.spec.cost import device_cost_curve  # noqa: E402
+from structspec.spec.cost import AcceptanceModel, device_cost_curve  # noqa: E402
 from structspec.spec.fastlinear import pack_linears, packing_available  # noqa: E402
 
 BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
@@ -112,14 +112,15 @@ def load_tasks(kind: str, n: int, gen: Generator) -> list[dict]:
     return tasks
 
 
-def _run(gen: Generator, task: dict, config: SpecConfig, max_new: int):
+def _run(gen: Generator, task: dict, config: SpecConfig, max_new: int,
+         acceptance: AcceptanceModel | None = None):
     """(token ids, stats, seconds); a GenerationError's partial output counts too."""
     t0 = time.perf_counter()
     try:
         out = speculative_decode(gen.loaded.model, gen.vocab, task["prompt_ids"],
                                  task["constraint"], max_new_tokens=max_new,
                                  sampling=SamplingParams(), config=config,
-                                 tokenizer=gen.loaded.tokenizer)
+                                 tokenizer=gen.loaded.tokenizer, acceptance=acceptance)
         return out.token_ids, out.stats, time.perf_counter() - t0, True
     except GenerationError as exc:  # speculative_decode attaches its stats to the error
         return exc.token_ids, getattr(exc, "stats", None), time.perf_counter() - t0, False
@@ -199,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a small model with the same tokenizer, as the draft_model drafter")
     ap.add_argument("--no-cost-model", action="store_true",
                     help="keep every drafted node (no tree sizing from the cost curve)")
+    ap.add_argument("--fresh-acceptance", action="store_true",
+                    help="start every request from the prior (default: acceptance statistics "
+                         "carry over between requests, as in a Generator)")
     ap.add_argument("--device", default="cpu", help="torch device (cuda: bfloat16 weights)")
     ap.add_argument("--no-peers", action="store_true",
                     help="skip Hugging Face generate (plain, and with xgrammar for JSON)")
@@ -231,14 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model={gen.loaded.name} packed={packed} threads={torch.get_num_threads()} "
           f"load={os.getloadavg()[0]:.2f} task={args.task} n={len(tasks)}")
     peers = None if args.no_peers else _Peers(gen)
-    _run(gen, tasks[0], spec_cfg, 8)  # warm-up
+    shared = None if args.fresh_acceptance else AcceptanceModel()
+    _run(gen, tasks[0], spec_cfg, 8, shared)  # warm-up
     if peers is not None:
         peers.run(tasks[0], 4)
     rows = []
     for task in tasks:
         prefill = _prefill_seconds(gen.loaded.model, task["prompt_ids"])
         b_runs = [_run(gen, task, base_cfg, args.max_new_tokens) for _ in range(args.repeats)]
-        s_runs = [_run(gen, task, spec_cfg, args.max_new_tokens) for _ in range(args.repeats)]
+        s_runs = [_run(gen, task, spec_cfg, args.max_new_tokens, shared)
+                  for _ in range(args.repeats)]
         b_ids, b_stats, _, b_ok = b_runs[0]
         s_ids, s_stats, _, _ = s_runs[0]
         b_sec = min(r[2] for r in b_runs)  # the least disturbed run (shared machines)

@@ -15,6 +15,7 @@ prefix + output + suffix parses, at the stopping point ``stop`` (``"eof"`` or ``
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
@@ -31,6 +32,7 @@ from structspec.errors import GenerationError, GrammarError, SchemaError
 from structspec.models import LoadedModel, load_model
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, UnsupportedModelError, speculative_decode
+from structspec.spec.cost import AcceptanceModel
 from structspec.spec.fastlinear import pack_linears, packing_available
 from structspec.vocab import Vocabulary
 
@@ -151,6 +153,8 @@ class Generator:
             vocab_size=int(getattr(self.loaded.model.config, "vocab_size", 0) or 0) or None,
         )
         self._lock = threading.Lock()
+        self._acceptance: dict[str, AcceptanceModel] = {}
+        self._acceptance_lock = threading.Lock()
 
     # -- building blocks ------------------------------------------------------------------
 
@@ -384,14 +388,23 @@ class Generator:
                 sampling: SamplingParams, spec: SpecConfig) -> Any:
         """Speculative decoding where the model supports tree masks, plain otherwise."""
         if spec.enabled:
+            # Acceptance statistics carry over between requests of one kind (a JSON call is
+            # only a few steps: too few to size its trees from its own evidence alone).
+            kind = type(constraint).__name__
+            with self._acceptance_lock:
+                known = self._acceptance.get(kind)
+                acceptance = copy.deepcopy(known) if known is not None else AcceptanceModel()
             try:
                 return speculative_decode(
                     self.loaded.model, self.vocab, ids, constraint,
                     max_new_tokens=max_new_tokens, sampling=sampling, config=spec,
-                    tokenizer=self.loaded.tokenizer,
+                    tokenizer=self.loaded.tokenizer, acceptance=acceptance,
                 )
             except UnsupportedModelError:
                 pass
+            finally:
+                with self._acceptance_lock:
+                    self._acceptance[kind] = acceptance
         return decode(self.loaded.model, self.vocab, ids, constraint,
                       max_new_tokens=max_new_tokens, sampling=sampling)
 

@@ -36,7 +36,7 @@ from structspec.engine import DecodeOutput, DecodeStats, advance_or_raise, dead_
 from structspec.errors import GenerationError
 from structspec.sampling import SamplingParams, make_generator
 from structspec.spec.accept import MaskCache, walk_tree
-from structspec.spec.cost import CostCurve, device_cost_curve, memory_use
+from structspec.spec.cost import AcceptanceModel, CostCurve, device_cost_curve, memory_use
 from structspec.spec.draft_model import SOURCE as DRAFT_MODEL
 from structspec.spec.draft_model import DraftModel
 from structspec.spec.drafters import (
@@ -273,6 +273,7 @@ def speculative_decode(
     sampling: SamplingParams,
     config: SpecConfig | None = None,
     tokenizer: Any = None,
+    acceptance: AcceptanceModel | None = None,
 ) -> DecodeOutput:
     """Generate under ``constraint`` with speculative decoding over draft trees.
 
@@ -290,6 +291,10 @@ def speculative_decode(
         config: speculation settings (default :class:`SpecConfig`).
         tokenizer: the model's tokenizer, for canonical tokenization of forced text and
             literals (``None``: forced text uses the longest matching token instead).
+        acceptance: the acceptance statistics to start from and update (per drafter and
+            depth; :class:`~structspec.spec.cost.AcceptanceModel`) — pass one kept across
+            requests of a kind so that short requests size their trees from experience;
+            ``None``: a fresh one (the prior). Not shared between concurrent decodes.
 
     Returns:
         A :class:`~structspec.engine.DecodeOutput` whose ``stats`` is a :class:`SpecStats`.
@@ -344,7 +349,7 @@ def speculative_decode(
                           window=config.window, min_acceptance=config.min_acceptance,
                           probe_every=config.probe_every, curve=curve,
                           memory_probe=None if threshold is None else lambda: memory_use(device),
-                          memory_threshold=threshold or 1.0)
+                          memory_threshold=threshold or 1.0, acceptance=acceptance)
     ctx.acceptance = scheduler.acceptance
     gate = DrafterGate(config.window, config.probe_every, adaptive=config.adaptive)
     masks: MaskCache | None = None
