@@ -129,3 +129,13 @@ def test_speculation_on_and_off_give_the_same_greedy_output(gen):
     assert fast.stats.forward_passes <= plain.stats.forward_passes
     with pytest.raises(ValueError, match="speculative"):
         gen.run("x", schema=SCHEMA, speculative="yes")
+
+
+def test_acceptance_statistics_carry_over_between_requests(gen):
+    gen.run("x", schema=SCHEMA, max_new_tokens=60)
+    first = gen._acceptance["JsonSchemaConstraint"]
+    seen = sum(p for p, _ in first.counts.values()) + first.chain[0]
+    gen.run("y", schema=SCHEMA, max_new_tokens=60)
+    second = gen._acceptance["JsonSchemaConstraint"]
+    assert second is not first  # each request works on its own copy
+    assert sum(p for p, _ in second.counts.values()) + second.chain[0] > 0 and seen > 0
