@@ -458,19 +458,50 @@ class _Walk:
     remainders: tuple[bytes, ...]  # [R] distinct remainders
 
 
-def walk_vocabulary(trie: _TokenTrie, vocab: Vocabulary, table: np.ndarray,
-                    accepting: np.ndarray, q: int) -> _Walk:
-    """Walk every token of ``trie`` through a terminal DFA from state ``q``, level by level:
-    each distinct prefix is stepped once, only below prefixes that are still alive. Pure."""
+_TAIL_ROWS = 192  # below this many live tokens a walk goes on token by token
+
+
+def _walk_tail(trie: _TokenTrie, vocab: Vocabulary, table: np.ndarray, accepting: np.ndarray,
+               d: int, cur: np.ndarray, st: np.ndarray, inside: list[np.ndarray],
+               split_lo: list[np.ndarray], split_hi: list[np.ndarray],
+               split_pos: list[int]) -> None:
+    """Finish a walk below the live level-``d`` nodes ``cur`` (in states ``st``) token by
+    token, appending to ``walk_vocabulary``'s lists (a split as a one-row range). Deep trie
+    levels hold a few long tokens: stepping them in Python beats a numpy pass per level."""
+    lvl = d - 1
+    tokens, ids = vocab.tokens, trie.ids
+    got: list[int] = []
+    for node, s0 in zip(cur.tolist(), st.tolist(), strict=True):
+        lo, hi = int(trie.lo[lvl][node]), int(trie.hi[lvl][node])
+        if trie.token[lvl][node] >= 0:
+            lo += 1  # that token ends at this node: already counted
+        for r in range(lo, hi):
+            text = tokens[int(ids[r])]
+            s = s0
+            for pos in range(d, len(text)):
+                s = int(table[s, text[pos]])
+                if not s:
+                    break
+                if pos + 1 == len(text):
+                    got.append(r)
+                elif accepting[s]:
+                    split_lo.append(np.array([r]))
+                    split_hi.append(np.array([r + 1]))
+                    split_pos.append(pos + 1)
+    inside.append(np.asarray(got, dtype=np.int64))
+
+
+def _walk_levels(trie: _TokenTrie, vocab: Vocabulary, table: np.ndarray,
+                 accepting: np.ndarray, cur: np.ndarray,
+                 st: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Walk the subtrees of the level-1 nodes ``cur`` entered in states ``st`` (alive).
+
+    Returns the rows of the tokens that stay inside, and the split ranges ``(lo, hi, pos)``:
+    rows ``[lo, hi)`` may leave the terminal after ``pos`` bytes."""
     inside: list[np.ndarray] = []
     split_lo: list[np.ndarray] = []
     split_hi: list[np.ndarray] = []
     split_pos: list[int] = []
-    row = np.asarray(table[q])  # [256]
-    b1 = trie.byte[0]
-    st = row[b1]  # [N_1] states of the level-1 nodes
-    cur = np.flatnonzero(st)  # alive level-1 nodes
-    st = st[cur]
     depth = len(trie.byte)
     for d in range(1, depth + 1):
         lvl = d - 1
@@ -488,6 +519,12 @@ def walk_vocabulary(trie: _TokenTrie, vocab: Vocabulary, table: np.ndarray,
                 split_pos.append(d)
         if d == depth:
             break
+        if cur.size <= _TAIL_ROWS:
+            lo, hi = trie.lo[lvl][cur], trie.hi[lvl][cur]
+            if int((hi - lo).sum()) <= _TAIL_ROWS:  # few tokens left: finish them one by one
+                _walk_tail(trie, vocab, table, accepting, d, cur, st, inside, split_lo,
+                           split_hi, split_pos)
+                break
         parent, byte = trie.parent[d], trie.byte[d]
         if 4 * cur.size >= trie.parent[lvl].size:  # dense: gather over the whole next level
             full = np.zeros(trie.byte[lvl].size, dtype=np.int64)
@@ -510,27 +547,88 @@ def walk_vocabulary(trie: _TokenTrie, vocab: Vocabulary, table: np.ndarray,
         cur, st = nxt[alive], st[alive]
         if cur.size == 0:
             break
-    rows = np.concatenate(inside) if inside else np.zeros(0, dtype=np.int64)
-    words = TokenMask.from_ids(trie.ids[rows], trie.size).words
+    empty = np.zeros(0, dtype=np.int64)
+    rows = np.concatenate(inside) if inside else empty
     if not split_lo:
-        return _Walk(words, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), ())
+        return rows, empty, empty, empty
+    pos = np.repeat(np.asarray(split_pos, dtype=np.int64), [x.size for x in split_lo])
+    return rows, np.concatenate(split_lo), np.concatenate(split_hi), pos
+
+
+_Part = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _partition(trie: _TokenTrie, nodes: np.ndarray, walked: _Part) -> list[_Part]:
+    """Split a walk of the level-1 ``nodes`` (ascending) into one part per node."""
+    rows, lo, hi, pos = walked
+    starts = trie.lo[0][nodes]  # [K]
+    r_of = np.searchsorted(starts, rows, side="right") - 1
+    s_of = np.searchsorted(starts, lo, side="right") - 1
+    r_cut = np.searchsorted(r_of, np.arange(nodes.size + 1), side="left") \
+        if np.all(r_of[:-1] <= r_of[1:]) else None
+    out: list[_Part] = []
+    if r_cut is None:  # rows are not in order (tails): sort them first
+        order = np.argsort(r_of, kind="stable")
+        rows, r_of = rows[order], r_of[order]
+        r_cut = np.searchsorted(r_of, np.arange(nodes.size + 1), side="left")
+    order = np.argsort(s_of, kind="stable")
+    lo, hi, pos, s_of = lo[order], hi[order], pos[order], s_of[order]
+    s_cut = np.searchsorted(s_of, np.arange(nodes.size + 1), side="left")
+    for i in range(nodes.size):
+        a, b, c, e = r_cut[i], r_cut[i + 1], s_cut[i], s_cut[i + 1]
+        out.append((rows[a:b].astype(np.int32), lo[c:e].astype(np.int32),
+                    hi[c:e].astype(np.int32), pos[c:e].astype(np.int32)))
+    return out
+
+
+def walk_vocabulary(trie: _TokenTrie, vocab: Vocabulary, table: np.ndarray,
+                    accepting: np.ndarray, q: int,
+                    subtrees: dict[tuple[int, int], _Part] | None = None) -> _Walk:
+    """Walk every token of ``trie`` through a terminal DFA from state ``q``, level by level:
+    each distinct prefix is stepped once, only below prefixes that are still alive.
+
+    ``subtrees`` (mutated: it grows) memoizes the walk below each first byte per state
+    entered, ``(level-1 node, state) -> part``: states that go on alike after most first
+    bytes (a key automaton minus the named keys) share those parts. Thread-safe as far as
+    dict updates are."""
+    row = np.asarray(table[q])  # [256]
+    st = row[trie.byte[0]]  # [N_1] states of the level-1 nodes
+    cur = np.flatnonzero(st)  # alive level-1 nodes
+    st = st[cur]
+    if subtrees is None:
+        rows, split_lo, split_hi, split_pos = _walk_levels(trie, vocab, table, accepting,
+                                                           cur, st)
+    else:
+        keys = list(zip(cur.tolist(), st.tolist(), strict=True))
+        missing = [i for i, k in enumerate(keys) if k not in subtrees]
+        if missing:
+            m = np.asarray(missing, dtype=np.int64)
+            walked = _walk_levels(trie, vocab, table, accepting, cur[m], st[m])
+            for i, part in zip(missing, _partition(trie, cur[m], walked), strict=True):
+                subtrees[keys[i]] = part
+        parts = [subtrees[k] for k in keys]
+        rows = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+        split_lo = np.concatenate([p[1] for p in parts]) if parts else rows
+        split_hi = np.concatenate([p[2] for p in parts]) if parts else rows
+        split_pos = np.concatenate([p[3] for p in parts]) if parts else rows
+    words = TokenMask.from_ids(trie.ids[rows], trie.size).words
+    empty = np.zeros(0, dtype=np.int64)
+    if not split_lo.size:
+        return _Walk(words, empty, empty, ())
     is_inside = np.zeros(trie.ids.size, dtype=bool)
     is_inside[rows] = True
-    cand: list[int] = []
+    counts = split_hi - split_lo
+    pair_rows = np.repeat(split_lo - (np.cumsum(counts) - counts), counts) \
+        + np.arange(int(counts.sum()))
+    pair_pos = np.repeat(split_pos, counts)
+    keep = ~is_inside[pair_rows]
+    cand = trie.ids[pair_rows[keep]]
     rem_idx: list[int] = []
     rem_ids: dict[bytes, int] = {}
     tokens = vocab.tokens
-    for lo, hi, pos in zip(split_lo, split_hi, split_pos, strict=True):
-        counts = hi - lo
-        pair_rows = np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(counts.sum())
-        pair_rows = pair_rows[~is_inside[pair_rows]]
-        for tid in trie.ids[pair_rows].tolist():
-            rest = tokens[tid][pos:]
-            cand.append(tid)
-            rem_idx.append(rem_ids.setdefault(rest, len(rem_ids)))
-    return _Walk(words, np.asarray(cand, dtype=np.int64), np.asarray(rem_idx, dtype=np.int64),
-                 tuple(rem_ids))
-
+    for tid, pos in zip(cand.tolist(), pair_pos[keep].tolist(), strict=True):
+        rem_idx.append(rem_ids.setdefault(tokens[tid][pos:], len(rem_ids)))
+    return _Walk(words, cand, np.asarray(rem_idx, dtype=np.int64), tuple(rem_ids))
 
 
 # -- the runtime constraint ----------------------------------------------------------------------
@@ -813,7 +911,13 @@ class GrammarConstraint:
                           dfa.walk_key(q, int(trie.lengths.max(initial=0))))
             got = dfa.memo.get(shared_key)  # type: ignore[assignment]
             if got is None:
-                got = walk_vocabulary(trie, self.vocab, self._tables[tid], self._acc[tid], q)
+                # Per-first-byte parts pay where states differ after a few first bytes only
+                # (products such as "a key other than these"); a structured DFA has its own
+                # sharing (``walk_key``) and would only keep the parts in memory.
+                subtrees = None if type(dfa).walk_key is not ByteDFA.walk_key else \
+                    dfa.memo.setdefault(("trie-subtrees", self.vocab.fingerprint), {})
+                got = walk_vocabulary(trie, self.vocab, self._tables[tid], self._acc[tid], q,
+                                      subtrees)  # type: ignore[arg-type]
                 dfa.memo[shared_key] = got
             self._memo.walks[key] = got
         return got
