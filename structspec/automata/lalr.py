@@ -97,7 +97,7 @@ class ParserStacks:
         self.tables = tables
         self._nodes: list[tuple[int, int, int]] = [(-1, tables.start_state, 1)]  # parent, st, n
         self._ids: dict[tuple[int, int], int] = {(-1, tables.start_state): 0}
-        self._feed: dict[tuple[int, int], int] = {}
+        self._feed: dict[tuple[int, int], tuple[int, int]] = {}
         self._end: dict[int, bool] = {}
         self._lock = threading.Lock()
 
@@ -142,23 +142,40 @@ class ParserStacks:
     def feed(self, stack: int, terminal: int) -> int:
         """The stack after shifting ``terminal`` (with every reduction before it), or ``-1``
         when ``terminal`` is a syntax error here. Pure; memoized."""
+        got = self._feed.get((stack, terminal))
+        return got[0] if got is not None else self.feed_low(stack, terminal)[0]
+
+    def feed_low(self, stack: int, terminal: int) -> tuple[int, int]:
+        """``feed`` and the lowest height of ``stack`` it read (the top is at
+        ``depth(stack)``): the result is the same on every stack whose states agree from
+        that height up. Pure; memoized."""
         key = (stack, terminal)
         got = self._feed.get(key)
         if got is None:
-            actions = self.tables.actions
+            t = self.tables
+            actions, nodes = t.actions, self._nodes
             s = stack
+            low = nodes[stack][2]
             while True:
-                code = actions[self._nodes[s][1]].get(terminal)
+                code = actions[nodes[s][1]].get(terminal)
                 if code is None:
-                    got = -1
+                    res = -1
                     break
                 if code >= 0:
-                    got = self._push(s, code)
+                    res = self._push(s, code)
                     break
-                s = self._reduce(s, -code - 1)
-                if s < 0:
-                    got = -1
+                rule = -code - 1
+                for _ in range(t.rule_len[rule]):
+                    s = nodes[s][0]
+                h = nodes[s][2]
+                if h < low:
+                    low = h
+                nxt = t.gotos[nodes[s][1]].get(t.rule_lhs[rule])
+                if nxt is None:  # pragma: no cover - lark's tables always have the goto
+                    res = -1
                     break
+                s = self._push(s, nxt)
+            got = (res, low)
             self._feed[key] = got
         return got
 

@@ -64,6 +64,8 @@ class LarkRuntime:
     Thread-safe: tables only grow; interning is locked.
     """
 
+    INF = 1 << 60  # "no stack height read"
+
     def __init__(self, g: LoadedGrammar, vocab: Vocabulary, keywords: str = "reserved"
                  ) -> None:
         if keywords not in ("reserved", "contextual"):
@@ -83,14 +85,17 @@ class LarkRuntime:
         self._ids: dict[_Key, int] = {}
         self._bytes: dict[tuple[int, int], int] = {}
         self._eof: dict[int, bool] = {}
-        self._ends: dict[int, int] = {}
+        self._ends: dict[int, tuple[int, int]] = {}
         self._viable: dict[tuple[int, int, tuple[int, ...]], int] = {}
-        self._nl_levels: dict[tuple[int, tuple[int, ...]], tuple[frozenset[int], bool]] = {}
-        self._nl_reach: dict[tuple[int, int, frozenset[int], bool, int], bool] = {}
+        self._viable_low: dict[tuple[int, int], tuple[bool, int]] = {}
+        self._newlines: dict[tuple[int, tuple[int, ...], int],
+                             tuple[int, tuple[int, ...], int]] = {}
+        self._nl_ok: dict[tuple[int, int, int, tuple[int, ...]], tuple[bool, int]] = {}
+        self._nl_reach: dict[tuple[int, int, int], frozenset[int]] = {}
+        self._nl_moves_list: list[list[tuple[int, int]]] | None = None
         self._starts: dict[int, int] = {}
         self._cands: dict[int, list[tuple[int, int]]] = {}
         self._cbits: dict[int, int] = {}
-        self._partial: dict[int, tuple[int, int]] = {}
         pl = g.postlex
         names = [t.name for t in g.terminals]
         self.nl = names.index(pl.nl_type) if pl else -1
@@ -189,68 +194,117 @@ class LarkRuntime:
                      indent: int) -> tuple[int, tuple[int, ...]]:
         """The indenter's newline with ``indent`` columns: NL, then INDENT or DEDENTs.
         Returns the new (stack, levels); stack -1 on error."""
-        stack = self.stacks.feed(stack, self.g.parser_index[self.nl])
-        if stack < 0:
-            return -1, levels
-        if indent < 0:  # no \\n in the lexeme (a comment at the end): no change
-            indent = levels[-1]
-        if indent > levels[-1]:
-            return self.stacks.feed(stack, self.p_indent), (*levels, indent)
-        while indent < levels[-1]:
-            levels = levels[:-1]
-            stack = self.stacks.feed(stack, self.p_dedent)
-            if stack < 0:
-                return -1, levels
-        if indent != levels[-1]:
-            return -1, levels
+        stack, levels, _ = self.feed_newline_low(stack, levels, indent)
         return stack, levels
 
-    def nl_levels(self, stack: int, levels: tuple[int, ...]) -> tuple[frozenset[int], bool]:
-        """The valid indentations of a newline here: exact levels, and whether deeper than
-        the current block is valid."""
-        ck = (stack, levels)
-        got = self._nl_levels.get(ck)
+    def feed_newline_low(self, stack: int, levels: tuple[int, ...],
+                         indent: int) -> tuple[int, tuple[int, ...], int]:
+        """``feed_newline`` and the lowest stack height it read (see
+        ``ParserStacks.feed_low``). Memoized."""
+        ck = (stack, levels, indent)
+        got = self._newlines.get(ck)
         if got is None:
-            ok = frozenset(lv for lv in levels if self.feed_newline(stack, levels, lv)[0] >= 0)
-            got = (ok, self.feed_newline(stack, levels, levels[-1] + 1)[0] >= 0)
-            self._nl_levels[ck] = got
+            got = self._feed_newline(stack, levels, indent)
+            self._newlines[ck] = got
         return got
+
+    def _feed_newline(self, stack: int, levels: tuple[int, ...],
+                      indent: int) -> tuple[int, tuple[int, ...], int]:
+        feed = self.stacks.feed_low
+        stack, low = feed(stack, self.g.parser_index[self.nl])
+        if stack < 0:
+            return -1, levels, low
+        if indent < 0:  # no \n in the lexeme (a comment at the end): no change
+            indent = levels[-1]
+        if indent > levels[-1]:
+            stack, lo = feed(stack, self.p_indent)
+            return stack, (*levels, indent), min(low, lo)
+        while indent < levels[-1]:
+            levels = levels[:-1]
+            stack, lo = feed(stack, self.p_dedent)
+            low = min(low, lo)
+            if stack < 0:
+                return -1, levels, low
+        if indent != levels[-1]:
+            return -1, levels, low
+        return stack, levels, low
 
     def nl_ok(self, q: int, indent: int, stack: int, levels: tuple[int, ...]) -> bool:
         """Whether a pending newline lexeme at its DFA state ``q`` with ``indent`` columns
-        can still end with a valid indentation (a small search over (q, capped indent))."""
-        ok, deeper = self.nl_levels(stack, levels)
-        if not ok and not deeper:
-            return False
-        cap = levels[-1] + 1
-        ck = (q, min(indent, cap), ok, deeper, cap)  # indent -1: no \\n yet
+        can still end with a valid indentation."""
+        return self.nl_ok_low(q, indent, stack, levels)[0]
+
+    def nl_ok_low(self, q: int, indent: int, stack: int,
+                  levels: tuple[int, ...]) -> tuple[bool, int]:
+        """``nl_ok`` and the lowest stack height it read: the indentations the newline
+        lexeme can still end with (a stack-free search) are tried cheapest first — the
+        current level, one deeper, then dedents from the innermost — and the first valid
+        one decides, so most answers read only the top of the stack."""
+        ck = (q, indent, stack, levels)
+        got = self._nl_ok.get(ck)
+        if got is None:
+            cap = levels[-1] + 1
+            reach = self._nl_reach_set(q, min(indent, cap), cap)  # indent -1: no \\n yet
+            tries = []
+            if -1 in reach or levels[-1] in reach:
+                tries.append(levels[-1])
+            if cap in reach:
+                tries.append(cap)
+            tries += [lv for lv in reversed(levels[:-1]) if lv in reach]
+            low = self.INF
+            got = (False, low)
+            for lv in tries:
+                st, _, lo = self.feed_newline_low(stack, levels, lv)
+                if st >= 0:
+                    got = (True, lo)
+                    break
+                low = min(low, lo)
+                got = (False, low)
+            self._nl_ok[ck] = got
+        return got
+
+    def _nl_reach_set(self, q: int, indent: int, cap: int) -> frozenset[int]:
+        """The indentations (-1: no ``\n`` yet; ``cap``: ``cap`` or more) a newline lexeme
+        at DFA state ``q`` with ``indent`` columns can end with. Stack-free; memoized."""
+        ck = (q, indent, cap)
         got = self._nl_reach.get(ck)
         if got is None:
-            dfa = self.g.terminals[self.nl].dfa
-            table, acc = dfa.table, dfa.accepting
-            seen = {(q, min(indent, cap))}
+            acc = self.g.terminals[self.nl].dfa.accepting
+            moves = self._nl_moves()
+            tab = self.tab_len
+            seen = {(q, indent)}
             todo = list(seen)
-            got = False
+            out = set()
             while todo:
                 s, d = todo.pop()
-                if acc[s] and (d in ok or (d >= cap and deeper) or (d < 0 and levels[-1] in ok)):
-                    got = True
-                    break
-                row = table[s]
-                nxt = []
-                for b in np.flatnonzero(row).tolist():
-                    t = int(row[b])
-                    nd = self._indent_after(d, b, cap)
-                    nxt.append((t, nd))
-                for item in nxt:
-                    if item not in seen:
-                        seen.add(item)
-                        todo.append(item)
+                if acc[s]:
+                    out.add(d)
+                for t, b in moves[s]:
+                    nd = 0 if b == 10 else -1 if d < 0 else \
+                        min(cap, d + (1 if b == 32 else tab if b == 9 else 0))
+                    if (t, nd) not in seen:
+                        seen.add((t, nd))
+                        todo.append((t, nd))
+            got = frozenset(out)
             self._nl_reach[ck] = got
         return got
 
+    def _nl_moves(self) -> list[list[tuple[int, int]]]:
+        """Per state of the newline terminal's DFA: its distinct moves as (target, byte),
+        with every byte other than ``\n``, space and tab standing for all the others."""
+        if self._nl_moves_list is None:
+            table = self.g.terminals[self.nl].dfa.table
+            out = []
+            for row in table:
+                moves = set()
+                for b in np.flatnonzero(row).tolist():
+                    moves.add((int(row[b]), b if b in (9, 10, 32) else 0))
+                out.append(sorted(moves))
+            self._nl_moves_list = out
+        return self._nl_moves_list
+
     def _indent_after(self, ind: int, b: int, cap: int) -> int:
-        """Columns after the last ``\\n`` once byte ``b`` is added (-1: none yet)."""
+        """Columns after the last ``\n`` once byte ``b`` is added (-1: none yet)."""
         if b == 10:
             return 0
         if ind < 0:
@@ -259,31 +313,39 @@ class LarkRuntime:
 
     def any_viable(self, terms: int, stack: int, paren: int) -> bool:
         """Whether one of the lexer terminals in the bitmask ``terms`` can end a lexeme here
-        (the newline terminal only where the indenter drops it; see ``nl_ok``). Feeds only
-        what it must, memoizing per stack which terminals are known good or bad."""
+        (the newline terminal only where the indenter drops it; see ``nl_ok``)."""
+        return self.viable_low(terms, stack, paren)[0]
+
+    def viable_low(self, terms: int, stack: int, paren: int) -> tuple[bool, int]:
+        """``any_viable`` and the lowest stack height it read (``INF``: none). A true
+        answer reads only what one terminal that can be taken reads. Memoized per
+        ``(stack, terms)``."""
         if terms & self.ignore_bits:
-            return True
+            return True, self.INF
         if stack == FREE:
-            return bool(terms)
+            return bool(terms), self.INF
         if terms & self.nl_bit and paren > 0:
-            return True
-        good, bad = self._partial.get(stack, (0, 0))
-        if terms & good:
-            return True
-        top = self.stacks.top(stack)
-        todo = terms & ~bad & self._cand_bits(top)
-        found = False
-        while todo:
-            low = todo & -todo
-            i = low.bit_length() - 1
-            if self.stacks.feed(stack, self.g.parser_index[i]) >= 0:
-                good |= low
-                found = True
-                break
-            bad |= low
-            todo ^= low
-        self._partial[stack] = (good, bad)
-        return found
+            return True, self.INF
+        ck = (stack, terms)
+        got = self._viable_low.get(ck)
+        if got is None:
+            stacks = self.stacks
+            top = stacks.top(stack)
+            low = stacks.depth(stack)
+            got = (False, low)
+            todo = terms & self._cand_bits(top)
+            index = self.g.parser_index
+            while todo:
+                bit = todo & -todo
+                res, lo = stacks.feed_low(stack, index[bit.bit_length() - 1])
+                if res >= 0:
+                    got = (True, min(stacks.depth(stack), lo))
+                    break
+                low = min(low, lo)
+                got = (False, low)
+                todo ^= bit
+            self._viable_low[ck] = got
+        return got
 
     def _cand_bits(self, top: int) -> int:
         got = self._cbits.get(top)
@@ -309,28 +371,38 @@ class LarkRuntime:
         """The state after the pending lexeme ends here (0 if it cannot). Memoized."""
         got = self._ends.get(state)
         if got is None:
+            got = self.end_lexeme_low(state)
+        return got[0]
+
+    def end_lexeme_low(self, state: int) -> tuple[int, int]:
+        """``end_lexeme`` and the lowest stack height it read (``INF``: none). Memoized."""
+        got = self._ends.get(state)
+        if got is None:
             got = self._end_lexeme(self._keys[state])
             self._ends[state] = got
         return got
 
-    def _end_lexeme(self, key: _Key) -> int:
+    def _end_lexeme(self, key: _Key) -> tuple[int, int]:
         lx, ind, stack, paren, levels, last_nl = key
         t = self.lex.winner(lx)
         if t < 0:
-            return 0
-        if stack != FREE and t not in self.g.ignore:
-            if t == self.nl:
-                if paren == 0:
-                    stack, levels = self.feed_newline(stack, levels, ind)
-            else:
-                stack = self.stacks.feed(stack, self.g.parser_index[t])
-                if t in self.opens:
-                    paren += 1
-                elif t in self.closes and paren > 0:
-                    paren -= 1
-            if stack < 0:
-                return 0
-        return self.intern((self.start_lexer(stack), -1, stack, paren, levels, last_nl))
+            return 0, self.INF
+        low = self.INF
+        if stack != FREE:
+            low = self.stacks.depth(stack)  # the next start set reads the top
+            if t not in self.g.ignore:
+                if t == self.nl:
+                    if paren == 0:
+                        stack, levels, low = self.feed_newline_low(stack, levels, ind)
+                else:
+                    stack, low = self.stacks.feed_low(stack, self.g.parser_index[t])
+                    if t in self.opens:
+                        paren += 1
+                    elif t in self.closes and paren > 0:
+                        paren -= 1
+                if stack < 0:
+                    return 0, low
+        return self.intern((self.start_lexer(stack), -1, stack, paren, levels, last_nl)), low
 
     def accepts_eof(self, state: int) -> bool:
         """Whether the input may end in ``state``. Memoized."""

@@ -33,10 +33,13 @@ import numpy as np
 
 from structspec.automata.base import TokenMask
 
+FREE = -2  # the tolerant mode's stack value (lark_constraint.FREE)
+
 if TYPE_CHECKING:
     from structspec.automata.lark_constraint import LarkRuntime
 
 _WORDS_MIN = 512  # inside groups at least this large are kept as packed words
+_INF = 1 << 60  # "no stack height read"
 
 
 def groups_of(values: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -102,9 +105,13 @@ class MaskBuilder:
         self._top: dict[int, _Node] = {}
         self._child: dict[tuple[int, int], _Node] = {}
         self._rests: list[tuple[np.ndarray, np.ndarray]] = []
-        self._results: dict[tuple[int, int], np.ndarray] = {}
+        self._results: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
         self._kills: dict[int, np.ndarray | None] = {}
-        self._masks: dict[tuple, TokenMask] = {}
+        self._masks: dict[tuple, tuple[TokenMask, int]] = {}
+        # Signature tries: per (group or -1 for whole masks, lexer state, indent, paren,
+        # levels, free): nested dicts keyed by the stack's states from the top; a result
+        # (value, depth) under key -1 holds for every stack with those top states.
+        self._sigs: dict[tuple, dict] = {}
         tt, tab = self.tt, rt.tab_len
         pos = np.arange(tt.data.shape[1])[None, :]
         self._cols = np.where(tt.data == 32, 1, np.where(tt.data == 9, tab, 0)) \
@@ -220,40 +227,92 @@ class MaskBuilder:
     # -- evaluation (parser-dependent) ------------------------------------------------------
 
     def _eval(self, node: _Node, ind: int, stack: int, paren: int, levels: tuple[int, ...],
-              words: np.ndarray | None, ids: list[np.ndarray]) -> None:
+              words: np.ndarray | None, ids: list[np.ndarray]) -> int:
         """Add the legal tokens of ``node`` under this parser context to ``words`` (packed
-        groups) and ``ids``."""
+        groups) and ``ids``. Returns the lowest stack height the answer depends on
+        (``INF``: none)."""
         rt = self.rt
+        low = _INF
         nl_check = rt.nl >= 0 and paren == 0 and stack >= 0
+        viable_low, nl_ok_low = rt.viable_low, rt.nl_ok_low
         for g in node.inside:
-            ok = rt.any_viable(g.terms, stack, paren)
+            ok, lo = viable_low(g.terms, stack, paren)
+            if lo < low:
+                low = lo
             if not ok and g.nl_q >= 0 and nl_check and g.effect is not None:
-                ok = rt.nl_ok(g.nl_q, apply_effect(ind, *g.effect), stack, levels)
+                ok, lo = nl_ok_low(g.nl_q, apply_effect(ind, *g.effect), stack, levels)
+                if lo < low:
+                    low = lo
             if ok:
                 if g.words is not None and words is not None:
                     words |= g.words
                 else:
                     ids.append(g.ids)
+        end_low, intern = rt.end_lexeme_low, rt.intern
         for c in node.cross:
             d = -1 if c.effect is None else apply_effect(ind, *c.effect)
-            y = rt.end_lexeme(rt.intern((c.end, d, stack, paren, levels, False)))
+            y, lo = end_low(intern((c.end, d, stack, paren, levels, False)))
+            if lo < low:
+                low = lo
             if y:
-                got = self._child_result(c.key, y)
+                got, lo = self._child_result(c.key, y)
+                if lo < low:
+                    low = lo
                 if got.size:
                     ids.append(got)
+        return low
 
-    def _child_result(self, key: int, state: int) -> np.ndarray:
+    def _height(self, stack: int) -> int:
+        return self.rt.stacks.depth(stack) if stack >= 0 else 0
+
+    def _child_result(self, key: int, state: int) -> tuple[np.ndarray, int]:
         """The legal tokens of crossing group ``key`` once their lexeme has ended in
-        ``state``. Memoized per ``(group, state)``."""
+        ``state``, and the lowest stack height they depend on. Memoized per
+        ``(group, state)`` and per the top of the stack that the evaluation read."""
         ck = (key, state)
         got = self._results.get(ck)
         if got is None:
             lx, ind, stack, paren, levels, _ = self.rt.key(state)
-            parts: list[np.ndarray] = []
-            self._eval(self.child_node(key, lx), ind, stack, paren, levels, None, parts)
-            got = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+            sig = self._sigs.setdefault((key, lx, ind, paren, levels, stack == FREE), {})
+            got = self._find(sig, stack)
+            if got is None:
+                parts: list[np.ndarray] = []
+                low = self._eval(self.child_node(key, lx), ind, stack, paren, levels, None,
+                                 parts)
+                ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+                got = self._store(sig, stack, low, ids)
             self._results[ck] = got
-        return got
+        value, depth = got
+        return value, (self._height(self.rt.key(state)[2]) - depth + 1 if depth else _INF)
+
+    def _find(self, sig: dict, stack: int) -> tuple | None:
+        """A result in the signature trie ``sig`` whose read states agree with the top of
+        ``stack`` (``(value, depth)``), or None."""
+        nodes = self.rt.stacks._nodes
+        node = sig
+        s = stack
+        while True:
+            got = node.get(-1)
+            if got is not None:
+                return got
+            if s < 0:
+                return None
+            s, st, _ = nodes[s]
+            node = node.get(st)
+            if node is None:
+                return None
+
+    def _store(self, sig: dict, stack: int, low: int, value: object) -> tuple:
+        """Keep ``value`` in ``sig`` under the states of ``stack`` from height ``low`` up;
+        returns ``(value, depth)``."""
+        depth = self._height(stack) - low + 1 if low != _INF else 0
+        nodes = self.rt.stacks._nodes
+        node = sig
+        s = stack
+        for _ in range(depth):
+            s, st, _ = nodes[s]
+            node = node.setdefault(st, {})
+        return node.setdefault(-1, (value, depth))
 
     def _kill(self, lx: int) -> np.ndarray | None:
         """Packed tokens whose first byte cannot extend the lexeme of ``lx`` (``None`` when
@@ -273,25 +332,38 @@ class MaskBuilder:
 
     def mask(self, state: int) -> TokenMask:
         """The tokens legal in ``state`` (EOS left to the caller). Memoized per state
-        value, the after-newline flag left out (it does not change the mask)."""
+        value, the after-newline flag left out (it does not change the mask), and per the
+        top of the stack that its evaluation read."""
+        return self._mask(state)[0]
+
+    def _mask(self, state: int) -> tuple[TokenMask, int]:
+        """The mask of ``state`` and the lowest stack height it depends on."""
         key = self.rt.key(state)
         mk = key[:5]
         got = self._masks.get(mk)
         if got is None:
             lx, ind, stack, paren, levels = mk
-            words = np.zeros((self.size + 31) // 32, dtype=np.uint32)
-            ids: list[np.ndarray] = []
-            self._eval(self.top_node(lx), ind, stack, paren, levels, words, ids)
-            kill = self._kill(lx)
-            if kill is not None:
-                ended = self.rt.end_lexeme(state)
-                if ended:
-                    words |= self.mask(ended).words & kill
-            got = TokenMask(words, self.size)
-            if ids:
-                got = got | TokenMask.from_ids(np.concatenate(ids), self.size)
+            sig = self._sigs.setdefault((-1, lx, ind, paren, levels, stack == FREE), {})
+            got = self._find(sig, stack)
+            if got is None:
+                words = np.zeros((self.size + 31) // 32, dtype=np.uint32)
+                ids: list[np.ndarray] = []
+                low = self._eval(self.top_node(lx), ind, stack, paren, levels, words, ids)
+                kill = self._kill(lx)
+                if kill is not None:
+                    ended, lo = self.rt.end_lexeme_low(state)
+                    low = min(low, lo)
+                    if ended:
+                        sub, lo = self._mask(ended)
+                        low = min(low, lo)
+                        words |= sub.words & kill
+                m = TokenMask(words, self.size)
+                if ids:
+                    m = m | TokenMask.from_ids(np.concatenate(ids), self.size)
+                got = self._store(sig, stack, low, m)
             self._masks[mk] = got
-        return got
+        value, depth = got
+        return value, (self._height(key[2]) - depth + 1 if depth else _INF)
 
 
 __all__ = ["MaskBuilder", "apply_effect", "groups_of"]
