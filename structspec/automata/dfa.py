@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -361,57 +363,89 @@ def trimmed(table: np.ndarray, accepting: np.ndarray, start: int) -> ByteDFA:
     return ByteDFA(new_table.astype(np.int32), accepting[keep].copy(), int(remap[start]))
 
 
-def _determinize(nfa: _NFA, start: int, final: int, limits: DFALimits) -> ByteDFA:
-    deadline = time.monotonic() + limits.max_seconds
+class _Subsets:
+    """Subset construction over a Thompson NFA, one DFA row at a time.
 
-    def closure(states: frozenset[int] | set[int]) -> frozenset[int]:
+    ``order[i]`` is the set of NFA states of DFA state ``i`` (0: the empty set, dead);
+    ``row(i)`` computes state ``i``'s transitions, interning the target sets it meets.
+    With ``coreachable_only`` the NFA states that cannot reach ``final`` are dropped
+    first, so every non-empty set can reach acceptance: rows built on demand are trimmed
+    without a backward pass over the finished table (what :class:`LazyDFA` needs).
+    Not thread-safe (callers lock).
+    """
+
+    def __init__(self, nfa: _NFA, start: int, final: int, coreachable_only: bool) -> None:
+        self.nfa = nfa
+        self.final = final
+        keep: list[bool] | None = None
+        if coreachable_only:
+            rev: list[list[int]] = [[] for _ in nfa.edges]
+            for s, (edges, eps) in enumerate(zip(nfa.edges, nfa.eps)):
+                for _, _, t in edges:
+                    rev[t].append(s)
+                for t in eps:
+                    rev[t].append(s)
+            keep = [False] * len(nfa.edges)
+            keep[final] = True
+            stack = [final]
+            while stack:
+                for s in rev[stack.pop()]:
+                    if not keep[s]:
+                        keep[s] = True
+                        stack.append(s)
+        self.keep = keep
+        # Bytes that no edge tells apart behave alike: work per class, not per byte.
+        cuts = {0, 256}
+        for edges in nfa.edges:
+            for lo, hi, _ in edges:
+                cuts.add(lo)
+                cuts.add(hi + 1)
+        bounds = sorted(cuts)
+        self.n_classes = len(bounds) - 1
+        self.class_of = np.zeros(256, dtype=np.int64)
+        for ci, (a, b) in enumerate(itertools.pairwise(bounds)):
+            self.class_of[a:b] = ci
+        self._class_of = self.class_of.tolist()
+        self.ids: dict[frozenset[int], int] = {frozenset(): 0}
+        self.order: list[frozenset[int]] = [frozenset()]
+        init = self.closure({start}) if keep is None or keep[start] else frozenset()
+        self.order.append(init)  # state 1, even when empty (then it is dead-ended)
+        self.ids.setdefault(init, 1)
+
+    def closure(self, states: frozenset[int] | set[int]) -> frozenset[int]:
+        eps, edges, keep = self.nfa.eps, self.nfa.edges, self.keep
         seen = set(states)
         stack = list(states)
         while stack:
             s = stack.pop()
-            for t in nfa.eps[s]:
-                if t not in seen:
+            for t in eps[s]:
+                if t not in seen and (keep is None or keep[t]):
                     seen.add(t)
                     stack.append(t)
-        return frozenset(s for s in seen if nfa.edges[s] or s == final)
+        final = self.final
+        return frozenset(s for s in seen if edges[s] or s == final)
 
-    # Bytes that no edge tells apart behave alike: work per class, not per byte.
-    cuts = {0, 256}
-    for edges in nfa.edges:
-        for lo, hi, _ in edges:
-            cuts.add(lo)
-            cuts.add(hi + 1)
-    bounds = sorted(cuts)
-    reps = bounds[:-1]  # one representative byte per class
-    class_of = np.zeros(256, dtype=np.int64)
-    for ci, (a, b) in enumerate(itertools.pairwise(bounds)):
-        class_of[a:b] = ci
-
-    init = closure({start})
-    ids: dict[frozenset[int], int] = {frozenset(): 0, init: 1}
-    order = [frozenset(), init]
-    rows: list[np.ndarray] = [np.zeros(256, dtype=np.int32)]
-    i = 1
-    while i < len(order):
-        if len(order) > limits.max_states:
-            raise ResourceLimitError(f"regex automaton exceeds {limits.max_states} DFA states")
-        if time.monotonic() > deadline:
-            raise ResourceLimitError(f"regex automaton took over {limits.max_seconds} s to build")
-        cur = order[i]
-        targets: list[set[int]] = [set() for _ in reps]
+    def row(self, i: int) -> np.ndarray:
+        """The transitions of DFA state ``i``, ``int32 [256]``; interns new targets."""
+        cur = self.order[i]
+        targets: list[set[int]] = [set() for _ in range(self.n_classes)]
+        class_of, keep = self._class_of, self.keep
         for s in cur:
-            for lo, hi, t in nfa.edges[s]:
-                for ci in range(int(class_of[lo]), int(class_of[hi]) + 1):
+            for lo, hi, t in self.nfa.edges[s]:
+                if keep is not None and not keep[t]:
+                    continue
+                for ci in range(class_of[lo], class_of[hi] + 1):
                     targets[ci].add(t)
-        class_row = np.zeros(len(reps), dtype=np.int32)
+        class_row = np.zeros(self.n_classes, dtype=np.int32)
         memo: dict[frozenset[int], int] = {}
-        for ci in range(len(reps)):
-            if not targets[ci]:
+        ids, order = self.ids, self.order
+        for ci, tset in enumerate(targets):
+            if not tset:
                 continue
-            key = frozenset(targets[ci])
+            key = frozenset(tset)
             sid = memo.get(key)
             if sid is None:
-                nxt = closure(key)
+                nxt = self.closure(key)
                 sid = ids.get(nxt)
                 if sid is None:
                     sid = len(order)
@@ -419,12 +453,205 @@ def _determinize(nfa: _NFA, start: int, final: int, limits: DFALimits) -> ByteDF
                     order.append(nxt)
                 memo[key] = sid
             class_row[ci] = sid
-        rows.append(class_row[class_of])
+        return class_row[self.class_of]
+
+
+def _determinize(nfa: _NFA, start: int, final: int, limits: DFALimits) -> ByteDFA:
+    deadline = time.monotonic() + limits.max_seconds
+    sub = _Subsets(nfa, start, final, coreachable_only=False)
+    rows: list[np.ndarray] = [np.zeros(256, dtype=np.int32)]
+    i = 1
+    while i < len(sub.order):
+        if len(sub.order) > limits.max_states:
+            raise ResourceLimitError(f"regex automaton exceeds {limits.max_states} DFA states")
+        if time.monotonic() > deadline:
+            raise ResourceLimitError(f"regex automaton took over {limits.max_seconds} s to build")
+        rows.append(sub.row(i))
         i += 1
     table = np.stack(rows)
     charge(table.nbytes, "a regex automaton")
-    accepting = np.array([final in s for s in order], dtype=bool)
+    accepting = np.array([final in s for s in sub.order], dtype=bool)
     return trimmed(table, accepting, 1)
+
+
+class _LazyRows:
+    """``LazyDFA.table``: indexing (``t[s]``, ``t[s, b]``) builds the rows it reads."""
+
+    __slots__ = ("_dfa",)
+
+    def __init__(self, dfa: LazyDFA) -> None:
+        self._dfa = dfa
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, tuple):
+            s, b = key
+            return self._dfa.row(int(s))[b]
+        return self._dfa.row(int(key))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(states interned so far, 256)."""
+        return (self._dfa.n_known(), 256)
+
+
+class _LazyAccepting:
+    """``LazyDFA.accepting``: ``a[s]`` for any state interned so far."""
+
+    __slots__ = ("_dfa",)
+
+    def __init__(self, dfa: LazyDFA) -> None:
+        self._dfa = dfa
+
+    def __getitem__(self, s: Any) -> bool:
+        return self._dfa.is_accepting(int(s))
+
+
+class LazyDFA(ByteDFA):
+    """The DFA of ``pattern``, built on demand: nothing is parsed before the first read,
+    and a state's row is computed (subset construction) the first time it is read.
+
+    For terminals whose full DFA is large and mostly never visited (python.lark's
+    f-string alternatives: ~13,000 states each, seconds to build, while real code walks a
+    few dozen). Same interface as :class:`ByteDFA`: ``table[s]`` / ``table[s, b]`` and
+    ``accepting[s]`` work (``table`` is not a numpy array); ``start`` is 1. ``pattern``
+    may be a function returning it (called on first use). Hints a caller may give, so
+    that common questions need no build: ``start_accepts`` (whether the empty string
+    matches) and ``prefix`` (a small DFA: every match begins with one of its strings). NFA states
+    that cannot reach acceptance are dropped before the construction, so every state
+    but 0 can still reach an accepting one (trimmed, as ``ByteDFA``'s are) — except state
+    1 when the language is empty (then it has no transitions and does not accept). Not
+    minimized. There is no state budget: the states built are the ones text has reached.
+
+    Thread-safe (building is locked; rows never change once built). Pickles with the rows
+    built so far, so state numbers stay valid. ``pattern`` errors (:class:`GrammarError`)
+    surface at the first read: callers validate it beforehand where that matters.
+    """
+
+    __slots__ = (
+        "_accepting",
+        "_built",
+        "_built_order",
+        "_lock",
+        "_pattern",
+        "_prefix",
+        "_rows",
+        "_sub",
+    )
+
+    def __init__(self, pattern: str | Callable[[], str], start_accepts: bool | None = None,
+                 prefix: ByteDFA | None = None) -> None:
+        # no super().__init__(): nothing is built yet
+        self._pattern = pattern
+        self._prefix = prefix
+        self._lock = threading.Lock()
+        self._sub: _Subsets | None = None
+        self._rows = np.zeros((64, 256), dtype=np.int32)
+        self._built = np.zeros(64, dtype=bool)
+        self._built[0] = True
+        self._built_order: list[int] = []  # state numbers depend on the order rows are built
+        self._accepting: list[bool] = [False] if start_accepts is None else [False, start_accepts]
+        self.table = _LazyRows(self)  # type: ignore[assignment]
+        self.accepting = _LazyAccepting(self)  # type: ignore[assignment]
+        self.start = 1
+        self.memo = {}
+
+    @property
+    def pattern(self) -> str:
+        """The (flag-free, :func:`compile_dfa` dialect) pattern."""
+        if not isinstance(self._pattern, str):
+            self._pattern = self._pattern()
+        return self._pattern
+
+    def _subsets(self) -> _Subsets:
+        if self._sub is None:
+            pattern = self.pattern
+            try:
+                parsed = _sre_parse.parse(pattern)
+            except (re.error, OverflowError, RecursionError) as exc:
+                raise GrammarError(
+                    f"invalid regular expression {pattern[:80]!r}: {exc}") from exc
+            nfa = _NFA(DFALimits(max_nfa_states=1 << 30))
+            start, end = _compile_items(nfa, list(parsed), True, True)
+            sub = _Subsets(nfa, start, end, coreachable_only=True)
+            self._accepting = [end in x for x in sub.order]
+            self._sub = sub
+        return self._sub
+
+    def n_known(self) -> int:
+        """States interned so far (rows of some may not be built yet)."""
+        with self._lock:
+            return len(self._subsets().order)
+
+    def is_accepting(self, s: int) -> bool:
+        """Whether state ``s`` (interned already) accepts."""
+        acc = self._accepting
+        if s < len(acc):
+            return acc[s]
+        with self._lock:
+            self._subsets()
+            return self._accepting[s]
+
+    def row(self, s: int) -> np.ndarray:
+        """State ``s``'s transitions, ``int32 [256]`` (built now if needed; read-only)."""
+        if s < self._built.shape[0] and self._built[s]:
+            return self._rows[s]
+        with self._lock:
+            sub = self._subsets()
+            if s >= len(sub.order):
+                raise IndexError(f"state {s} of a lazy DFA does not exist yet")
+            if s >= self._built.shape[0] or not self._built[s]:
+                row = sub.row(s)
+                n = len(sub.order)
+                if n > self._rows.shape[0]:
+                    size = max(n, 2 * self._rows.shape[0])
+                    rows = np.zeros((size, 256), dtype=np.int32)
+                    rows[: self._rows.shape[0]] = self._rows
+                    built = np.zeros(size, dtype=bool)
+                    built[: self._built.shape[0]] = self._built
+                    self._rows, self._built = rows, built
+                final = sub.final
+                self._accepting.extend(final in x for x in sub.order[len(self._accepting):])
+                self._rows[s] = row
+                self._built[s] = True
+                self._built_order.append(s)
+            return self._rows[s]
+
+    def step(self, state: int, data: bytes) -> int:
+        """The state after ``data`` (0 once dead)."""
+        if state == 1 and self._prefix is not None and len(self._accepting) < 3:
+            p = self._prefix
+            q = p.start
+            for b in data:  # text outside every prefix is answered without building
+                q = int(p.table[q, b])
+                if not q:
+                    return 0
+                if p.accepting[q]:
+                    break
+        for b in data:
+            state = int(self.row(state)[b])
+            if not state:
+                return 0
+        return state
+
+    def built_states(self) -> int:
+        """How many rows have been built (for tests and diagnostics)."""
+        return int(self._built.sum())
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            n = len(self._sub.order) if self._sub is not None else 0
+            return {"pattern": self._pattern, "n": n, "built": list(self._built_order),
+                    "start_accepts": self._accepting[1] if len(self._accepting) > 1 else None,
+                    "prefix": self._prefix}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["pattern"], state["start_accepts"], state["prefix"])  # type: ignore[misc]
+        # Rebuild the same rows in the same order: the NFA and the construction are
+        # deterministic, so state numbers come out as they were.
+        for s in state["built"]:
+            self.row(s)
+        if state["n"]:
+            self.n_known()
 
 
 def minimized(dfa: ByteDFA, max_states: int = 256) -> ByteDFA:

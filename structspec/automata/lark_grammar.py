@@ -14,15 +14,19 @@ place the name occurs in the text).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from structspec.automata.cache import CompileCache, disk_cache, disk_key
-from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa
+from structspec.automata.dfa import ByteDFA, LazyDFA, compile_dfa, literal_dfa
 from structspec.automata.lalr import ParseTables
 from structspec.automata.lexer import TerminalSpec
 from structspec.automata.pyregex import to_dfa_alternatives, to_dfa_pattern
@@ -139,16 +143,14 @@ def _locate(text: str, message: str) -> tuple[int | None, int | None]:
     return None, None
 
 
-def _build_lark(text: str, start: str, postlex: IndenterSpec | None,
-                import_paths: list[str]) -> Any:
-    import lark
+@contextlib.contextmanager
+def _lark_errors(text: str) -> Iterator[None]:
+    """lark's exceptions as :class:`GrammarError` with line/column."""
     from lark.exceptions import GrammarError as LarkGrammarError
     from lark.exceptions import LarkError, UnexpectedInput
 
     try:
-        return lark.Lark(text, parser="lalr", lexer="contextual", start=start,
-                         postlex=postlex.lark_postlex() if postlex else None,
-                         import_paths=import_paths, maybe_placeholders=False)
+        yield
     except UnexpectedInput as exc:
         raise GrammarError(f"grammar syntax error: {str(exc).strip().splitlines()[0]}",
                            getattr(exc, "line", None), getattr(exc, "column", None)) from exc
@@ -176,43 +178,268 @@ def _build_lark(text: str, start: str, postlex: IndenterSpec | None,
         raise GrammarError(f"invalid grammar: {msg.splitlines()[0]}", line, col) from exc
 
 
-def _terminal_dfas(term: Any) -> tuple[ByteDFA, ...]:
-    """The DFA(s) of a lark terminal: one, or — when one DFA would exceed the state budget
-    — one per alternative of its top-level alternation (recursively), united lazily by the
-    lexer."""
-    from lark.lexer import PatternStr
+def _build_lark(text: str, start: str, postlex: IndenterSpec | None,
+                import_paths: list[str]) -> Any:
+    import lark
 
-    pattern = term.pattern
+    with _lark_errors(text):
+        return lark.Lark(text, parser="lalr", lexer="contextual", start=start,
+                         postlex=postlex.lark_postlex() if postlex else None,
+                         import_paths=import_paths, maybe_placeholders=False)
+
+
+def _analyze(text: str, start: str, postlex: IndenterSpec | None,
+             import_paths: list[str]) -> dict[str, Any]:
+    """What the runtime needs from lark, as plain data (JSON-able): the terminals (name,
+    pattern, lark's tie-breaking attributes), the ``%ignore``d names and the LALR(1)
+    tables. lark's grammar loader and its LALR analysis, without building a ``Lark``
+    object (its contextual lexer and regex validation are not needed: our lexer is ours)."""
+    from lark.common import ParserConf
+    from lark.lexer import PatternStr
+    from lark.load_grammar import load_grammar as lark_load_grammar
+    from lark.parsers.lalr_analysis import IntParseTable, LALR_Analyzer
+
+    with _lark_errors(text):
+        grammar, _ = lark_load_grammar(text, "<grammar>", import_paths, False)
+        keep = {postlex.nl_type} if postlex is not None else set()
+        terminals, rules, ignore = grammar.compile([start], keep)
+        analysis = LALR_Analyzer(ParserConf(rules, {}, [start]), debug=False, strict=False)
+        analysis.compute_lalr()
+        table = IntParseTable.from_ParseTable(analysis.parse_table)
+    terms = []
+    for t in terminals:
+        pat = t.pattern
+        is_string = isinstance(pat, PatternStr)
+        with _lark_errors(text):
+            widths = (pat.min_width, min(pat.max_width, 1 << 30))
+        terms.append({
+            "name": t.name, "is_string": is_string, "priority": int(t.priority),
+            "literal": pat.value if is_string and not pat.flags else None,
+            "regexp": None if is_string and not pat.flags else pat.to_regexp(),
+            "min_width": int(widths[0]), "max_width": int(widths[1]),
+            "pattern_len": len(pat.value)})
+    tables = ParseTables.from_lark(table, start, [t["name"] for t in terms])
+    return {"terminals": terms, "ignore": sorted(ignore), "tables": {
+        "terminals": list(tables.terminals),
+        "actions": [sorted(row.items()) for row in tables.actions],
+        "gotos": [dict(sorted(row.items())) for row in tables.gotos],
+        "rule_len": list(tables.rule_len), "rule_lhs": list(tables.rule_lhs),
+        "start_state": tables.start_state, "end_state": tables.end_state}}
+
+
+def _tables(data: dict[str, Any]) -> ParseTables:
+    return ParseTables(tuple(data["terminals"]),
+                       tuple({int(k): int(v) for k, v in row} for row in data["actions"]),
+                       tuple(data["gotos"]), tuple(data["rule_len"]), tuple(data["rule_lhs"]),
+                       int(data["start_state"]), int(data["end_state"]))
+
+
+def analysis_key(text: str, start: str, postlex: IndenterSpec | None) -> str:
+    """The key a shipped analysis is stored under: the grammar text, start rule,
+    postlexer and lark's version (a new lark may build other tables)."""
+    import lark
+
+    return hashlib.sha256(repr((text, start, repr(postlex), lark.__version__)).encode()
+                          ).hexdigest()
+
+
+def shipped_analysis_path(grammar_file: Path) -> Path:
+    """Where the precomputed analysis of a shipped grammar lives (``NAME.tables.json``)."""
+    return grammar_file.with_name(grammar_file.stem + ".tables.json")
+
+
+def write_shipped_analysis(grammar_file: Path) -> Path:
+    """(Re)compute the analysis of the shipped grammar ``grammar_file`` and write it
+    next to it (``python -m structspec.automata.lark_grammar NAME``). Returns the path."""
+    text, import_paths = _read(grammar_file)
+    start, postlex = _options(text, None, "auto")
+    data = {"key": analysis_key(text, start, postlex),
+            **_analyze(text, start, postlex, import_paths)}
+    out = shipped_analysis_path(grammar_file)
+    out.write_text(json.dumps(data, separators=(",", ":"), sort_keys=True) + "\n",
+                   encoding="utf-8")
+    return out
+
+
+def _shipped(grammar: str | os.PathLike[str], text: str, start: str,
+             postlex: IndenterSpec | None) -> dict[str, Any] | None:
+    """The precomputed analysis of a shipped grammar, when it is current."""
+    from structspec.grammars import _HERE
+
+    if not (isinstance(grammar, os.PathLike) or "\n" not in str(grammar)):
+        return None
+    path = Path(grammar).resolve()
+    if path.parent != _HERE:
+        return None
     try:
-        if isinstance(pattern, PatternStr) and not pattern.flags:
-            dfas: tuple[ByteDFA, ...] = (literal_dfa(pattern.value.encode()),)
+        data = json.loads(shipped_analysis_path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if data.get("key") == analysis_key(text, start, postlex) else None
+
+
+def _terminal_dfas(term: dict[str, Any]) -> tuple[ByteDFA, ...]:
+    """The DFA(s) of a terminal: one, or — when one DFA would be too large — one per
+    alternative of its top-level alternation, united lazily by the lexer. A very long
+    alternative becomes a :class:`LazyDFA`, built where text goes."""
+    name = term["name"]
+    if term["literal"] is None and term["min_width"] == 0:
+        raise GrammarError(f"terminal {name} is zero-width (it matches the empty string)")
+    try:
+        if term["literal"] is not None:
+            dfas: tuple[ByteDFA, ...] = (literal_dfa(term["literal"].encode()),)
         else:  # to_regexp() carries the flags inline, as (?i:...)
-            dfas = _split_compile(pattern.to_regexp(), 0)
+            dfas = _split_compile(term["regexp"], 0)
     except GrammarError as exc:
-        raise GrammarError(f"terminal {term.name}: {exc}") from exc
+        raise GrammarError(f"terminal {name}: {exc}") from exc
     except ResourceLimitError as exc:
-        raise ResourceLimitError(f"terminal {term.name}: {exc}") from exc
+        raise ResourceLimitError(f"terminal {name}: {exc}") from exc
     dfas = tuple(d for d in dfas if not d.is_empty())
     if not dfas:
-        raise GrammarError(f"terminal {term.name} matches nothing")
+        raise GrammarError(f"terminal {name} matches nothing")
     if any(d.accepting[d.start] for d in dfas):
-        raise GrammarError(f"terminal {term.name} matches the empty string")
+        raise GrammarError(f"terminal {name} matches the empty string")
     return dfas
 
 
 def _split_compile(regexp: str, depth: int) -> tuple[ByteDFA, ...]:
+    if len(regexp) >= _SPLIT_CHARS:
+        alternatives = top_alternatives(regexp)
+        if len(alternatives) > 1:
+            return tuple(d for alt in alternatives for d in _split_compile(alt, depth + 1))
+        if depth > 0 and not _RISKY.search(regexp):
+            # One long alternative: build it where text goes. Its pattern is rewritten
+            # on first use (the terminal's min_width > 0 says its start does not accept;
+            # _RISKY keeps constructs our compiler refuses on the eager path, so their
+            # errors surface at load time).
+            return (LazyDFA(functools.partial(to_dfa_pattern, regexp), start_accepts=False,
+                            prefix=_prefix_dfa(regexp)),)
     alternatives = to_dfa_alternatives(regexp)
-    if len(regexp) < _SPLIT_CHARS or len(alternatives) < 2:
-        try:
-            return (compile_dfa(alternatives[0] if len(alternatives) == 1
-                                else to_dfa_pattern(regexp)),)
-        except ResourceLimitError:
-            if len(alternatives) < 2 or depth > 4:
-                raise
+    try:
+        return (compile_dfa(alternatives[0] if len(alternatives) == 1
+                            else to_dfa_pattern(regexp)),)
+    except ResourceLimitError:
+        if len(alternatives) < 2 or depth > 4:
+            raise
     return tuple(d for alt in alternatives for d in _split_compile(alt, depth + 1))
 
 
-_SPLIT_CHARS = 20_000  # longer alternations are compiled one alternative at a time
+_SPLIT_CHARS = 20_000  # longer regexes: compiled one alternative at a time, long ones lazily
+# Constructs refused by pyregex/dfa (look-arounds, back-references, \b, atomic groups,
+# possessive repeats, conditionals): a lazily built alternative must not contain them.
+_RISKY = re.compile(r"\(\?(?:[=!>]|<[=!]|P=|\()|\\[bB1-9]|[*+?}]\+")
+
+
+def _prefix_dfa(regexp: str) -> ByteDFA | None:
+    """A small DFA of prefixes every match of ``regexp`` begins with: its first atom, then
+    the first atom of each top-level alternative of its second atom (``[fF]`` then one of
+    the quotes, for an f-string). ``None`` when that is not cheap to tell."""
+    first = _atom(regexp)
+    if first is None:
+        return None
+    nxt = _atom(regexp[len(first):], long_group=True)
+    if nxt is not None:
+        heads = [_atom(alt) for alt in top_alternatives(nxt)]
+        if all(heads):
+            first += "(?:" + "|".join(h for h in heads if h) + ")"
+    try:
+        d = compile_dfa(to_dfa_pattern(first))
+    except (GrammarError, ResourceLimitError):
+        return None
+    return None if d.is_empty() or d.accepting[d.start] else d
+
+
+def _atom(regexp: str, long_group: bool = False) -> str | None:
+    """The text of ``regexp``'s first atom when it is a class, a group (at most 2,000
+    characters unless ``long_group``) or one literal character, not quantified."""
+    if regexp.startswith("["):
+        end = _class_end(regexp, 0)
+    elif regexp.startswith("(?:"):
+        depth, i, end = 0, 0, -1
+        limit = len(regexp) if long_group else 2000
+        while i < min(len(regexp), limit):
+            c = regexp[i]
+            if c == "\\":
+                i += 2
+                continue
+            if c == "[":
+                i = _class_end(regexp, i)
+                if i < 0:
+                    return None
+                continue
+            depth += c == "("
+            depth -= c == ")"
+            i += 1
+            if depth == 0:
+                end = i
+                break
+    elif regexp[:1].isalnum() or regexp[:1] in "\"'`#,;:=<>!%&/@~ -":
+        end = 1
+    elif regexp[:1] == "\\" and regexp[1:2] and not regexp[1:2].isalnum():
+        end = 2
+    else:
+        return None
+    if end <= 0 or regexp[end:end + 1] in ("*", "?", "+", "{"):
+        return None
+    return regexp[:end]
+
+
+def _class_end(regexp: str, i: int) -> int:
+    """The index just after the character class that opens at ``regexp[i]``."""
+    i += 1
+    if regexp.startswith("^", i):
+        i += 1
+    if regexp.startswith("]", i):
+        i += 1
+    while i < len(regexp):
+        if regexp[i] == "\\":
+            i += 2
+            continue
+        if regexp[i] == "]":
+            return i + 1
+        i += 1
+    return -1
+
+
+def top_alternatives(regexp: str) -> list[str]:
+    """``regexp`` split at its top-level ``|`` (outer ``(?:...)`` groups unwrapped), by a
+    linear scan of the text — no regex parse, which costs ~0.1 s per 50,000 characters.
+    ``[regexp]`` when it is not an alternation. Pure."""
+    while True:
+        parts, depth, i, cut, n = [], 0, 0, 0, len(regexp)
+        closes_at = -1  # where the group opened at position 0 closes
+        in_class = False
+        while i < n:
+            c = regexp[i]
+            if c == "\\":
+                i += 2
+                continue
+            if in_class:
+                if c == "]":
+                    in_class = False
+            elif c == "[":
+                in_class = True
+                if regexp.startswith("^]", i + 1):
+                    i += 2
+                elif regexp.startswith("]", i + 1):
+                    i += 1
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0 and closes_at < 0 and regexp[0] == "(":
+                    closes_at = i
+            elif c == "|" and depth == 0:
+                parts.append(regexp[cut:i])
+                cut = i + 1
+            i += 1
+        parts.append(regexp[cut:])
+        if len(parts) > 1:
+            return parts
+        if regexp.startswith("(?:") and closes_at == n - 1:
+            regexp = regexp[3:-1]
+            continue
+        return [regexp]
 
 
 def _header(text: str) -> dict[str, str]:
@@ -245,6 +472,22 @@ def load_grammar(grammar: str | os.PathLike[str], *, start: str | None = None,
             terminals our DFA compiler refuses (look-arounds, back-references…).
     """
     text, import_paths = _read(grammar)
+    start, postlex = _options(text, start, postlex)
+    import lark
+
+    key = disk_key("lark-grammar", text, start, repr(postlex), tuple(import_paths),
+                   lark.__version__)
+    if not cache:
+        return _load(grammar, text, start, postlex, import_paths, None, key)
+    # In this process, once (concurrent callers wait for the first); across processes, from
+    # the disk cache when it is on.
+    return _LOADED.get_or_compile(
+        key, lambda: _load(grammar, text, start, postlex, import_paths, disk_cache(), key))
+
+
+def _options(text: str, start: str | None, postlex: IndenterSpec | str | Any | None
+             ) -> tuple[str, IndenterSpec | None]:
+    """The start rule and postlexer, defaults from the grammar's header comment."""
     header = _header(text)
     if start is None:
         start = header.get("start", "start")
@@ -258,47 +501,36 @@ def load_grammar(grammar: str | os.PathLike[str], *, start: str | None = None,
     elif postlex is not None and not isinstance(postlex, IndenterSpec):
         postlex = IndenterSpec.from_indenter(postlex)
     assert postlex is None or isinstance(postlex, IndenterSpec)
-    import lark
-
-    key = disk_key("lark-grammar", text, start, repr(postlex), tuple(import_paths),
-                   lark.__version__)
-    if not cache:
-        return _load(text, start, postlex, import_paths, None, key)
-    # In this process, once (concurrent callers wait for the first); across processes, from
-    # the disk cache when it is on.
-    return _LOADED.get_or_compile(
-        key, lambda: _load(text, start, postlex, import_paths, disk_cache(), key))
+    return start, postlex
 
 
 _LOADED: CompileCache[LoadedGrammar] = CompileCache(maxsize=16)
 
 
-def _load(text: str, start: str, postlex: IndenterSpec | None, import_paths: list[str],
-          disk: Any, key: str) -> LoadedGrammar:
+def _load(grammar: str | os.PathLike[str], text: str, start: str,
+          postlex: IndenterSpec | None, import_paths: list[str], disk: Any, key: str
+          ) -> LoadedGrammar:
     if disk is not None:
         got = disk.load(key, None)
         if isinstance(got, LoadedGrammar):
             return got
-    parser = _build_lark(text, start, postlex, import_paths)
-    lark_terms = list(parser.terminals)
-    ignore_names = set(parser.ignore_tokens)
+    # A shipped grammar comes with its analysis precomputed (checked by a test); any
+    # other grammar is analyzed by lark here.
+    data = _shipped(grammar, text, start, postlex) or \
+        _analyze(text, start, postlex, import_paths)
+    terms = data["terminals"]
     specs: list[TerminalSpec] = []
-    for t in lark_terms:
-        from lark.lexer import PatternStr
-
+    for t in terms:
         dfas = _terminal_dfas(t)
-        specs.append(TerminalSpec(
-            t.name, dfas[0], int(t.priority), isinstance(t.pattern, PatternStr),
-            int(min(t.pattern.max_width, 1 << 30)), len(t.pattern.value), dfas[1:]))
-    try:
-        table = parser.parser.parser.parser.parse_table
-    except AttributeError as exc:  # pragma: no cover - lark internals moved
-        raise GrammarError("this lark version does not expose its LALR tables") from exc
-    tables = ParseTables.from_lark(table, start, [t.name for t in lark_terms])
-    parser_index = tuple(tables.index.get(t.name, -1) for t in lark_terms)
-    ignore = frozenset(i for i, t in enumerate(lark_terms) if t.name in ignore_names)
+        specs.append(TerminalSpec(t["name"], dfas[0], t["priority"], t["is_string"],
+                                  t["max_width"], t["pattern_len"], dfas[1:]))
+    tables = _tables(data["tables"])
+    parser_index = tuple(tables.index.get(t["name"], -1) for t in terms)
+    ignore_names = set(data["ignore"])
+    ignore = frozenset(i for i, t in enumerate(terms) if t["name"] in ignore_names)
+    lark_terms = [t["name"] for t in terms]
     if postlex is not None:
-        names = {t.name for t in lark_terms}
+        names = set(lark_terms)
         if postlex.nl_type not in names:
             raise GrammarError(f"the indenter's newline terminal {postlex.nl_type} is not "
                                "defined by the grammar")
@@ -309,10 +541,18 @@ def _load(text: str, start: str, postlex: IndenterSpec | None, import_paths: lis
                 raise GrammarError(f"the grammar does not use the indenter's {name}")
     loaded = LoadedGrammar(tuple(specs), parser_index, ignore, tables, postlex, start,
                            (text, tuple(import_paths)))
-    loaded.__dict__["lark"] = parser  # already built: keep it
     if disk is not None:
         disk.remember(key, loaded)  # written at the cache's flush, off the compile path
     return loaded
 
 
 __all__ = ["PYTHON_INDENTER", "IndenterSpec", "LoadedGrammar", "load_grammar"]
+
+
+if __name__ == "__main__":  # python -m structspec.automata.lark_grammar python
+    import sys
+
+    from structspec.grammars import grammar_path
+
+    for name in sys.argv[1:]:
+        print(write_shipped_analysis(grammar_path(name)))
