@@ -86,3 +86,16 @@ def test_budget_is_per_thread_context() -> None:
 def test_bad_limits_argument() -> None:
     with pytest.raises(TypeError, match="Limits"):
         compile_json_schema({"type": "string"}, VOCAB, limits={"max_states": 3})  # type: ignore[arg-type]
+
+
+def test_grammar_compilation_takes_limits() -> None:
+    from structspec import compile_grammar
+
+    grammar = 'start: WORD\nWORD: /(a|b)*a(a|b){14}/\n'
+    with pytest.raises(ResourceLimitError):
+        compile_grammar(grammar, VOCAB, limits=Limits(max_states=300))
+    with pytest.raises(ResourceLimitError, match="max_input_bytes"):
+        compile_grammar('start: "x"\n' + "// padding\n" * 50, VOCAB,
+                        limits=Limits(max_input_bytes=100))
+    with pytest.raises(TypeError, match="Limits"):
+        compile_grammar('start: "x"\n', VOCAB, limits=3)  # type: ignore[arg-type]

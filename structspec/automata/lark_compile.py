@@ -30,6 +30,7 @@ from structspec.automata.base import TokenMask
 from structspec.automata.cache import CompileCache
 from structspec.automata.lark_constraint import FREE, LarkRuntime
 from structspec.automata.lark_grammar import IndenterSpec, LoadedGrammar, load_grammar
+from structspec.automata.limits import Limits, check_input_size, compiling
 from structspec.errors import GrammarError
 
 if TYPE_CHECKING:
@@ -201,7 +202,7 @@ def _context(data: bytes, i: int) -> str:
 
 def compile_grammar(grammar: str | os.PathLike[str], vocab: Vocabulary, *,
                     start: str | None = None, postlex: IndenterSpec | str | Any | None = "auto",
-                    keywords: str = "reserved") -> LarkConstraint:
+                    keywords: str = "reserved", limits: Limits | None = None) -> LarkConstraint:
     """Compile a Lark grammar into a token-level constraint for ``vocab``.
 
     Args:
@@ -219,6 +220,8 @@ def compile_grammar(grammar: str | os.PathLike[str], vocab: Vocabulary, *,
             the grammar's business (``name: NAME | "match"``). ``"contextual"``: exactly
             lark's contextual lexer, where ``or`` is a ``NAME`` wherever the parser does
             not expect the keyword, and ``indexes`` may split where it expects ``in``.
+        limits: budgets of this compilation (:class:`~structspec.automata.limits.Limits`:
+            terminal automaton states and bytes, seconds, grammar size); defaults if ``None``.
 
     Returns:
         An immutable, thread-safe :class:`LarkConstraint` (lazy: masks are built on use).
@@ -228,10 +231,17 @@ def compile_grammar(grammar: str | os.PathLike[str], vocab: Vocabulary, *,
     Raises:
         GrammarError: the grammar does not load, is not LALR(1), or has a terminal our
             DFA compiler refuses; the error carries line/column where known.
+        ResourceLimitError: the compilation exceeds ``limits``.
     """
+    if limits is not None and not isinstance(limits, Limits):
+        raise TypeError(f"limits must be a structspec.Limits, not {type(limits).__name__}")
+
     def build() -> LarkConstraint:
-        return LarkConstraint(LarkRuntime(load_grammar(grammar, start=start, postlex=postlex),
-                                          vocab, keywords))
+        with compiling(limits, "compiling the grammar"):
+            if isinstance(grammar, str) and "\n" in grammar:
+                check_input_size(grammar, "the grammar")
+            return LarkConstraint(LarkRuntime(
+                load_grammar(grammar, start=start, postlex=postlex), vocab, keywords))
 
     if not isinstance(postlex, (str, IndenterSpec)) and postlex is not None:
         return build()  # a lark Indenter object: no stable cache key
@@ -240,7 +250,7 @@ def compile_grammar(grammar: str | os.PathLike[str], vocab: Vocabulary, *,
         mtime = os.stat(source).st_mtime_ns if "\n" not in source else 0
     except OSError:
         mtime = 0
-    key = (source, mtime, start, repr(postlex), keywords, vocab.fingerprint)
+    key = (source, mtime, start, repr(postlex), keywords, limits, vocab.fingerprint)
     return _COMPILED.get_or_compile(key, build)
 
 
