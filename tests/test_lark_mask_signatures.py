@@ -3,9 +3,9 @@
 ``MaskBuilder`` keeps each evaluation's result under the top states of the parser stack it
 actually read (a trie); a new state whose stack agrees there reuses it. This test drives
 real Python programs (HumanEval) through two fresh runtimes of python.lark: one with the
-signature tries warmed by other programs, one with trie lookups disabled (every mask and
-every crossing group evaluated for its own full state, the plain memo) — every mask must be
-identical, and the tries must actually have answered.
+signature tries warmed by other programs, one with trie lookups disabled (every mask,
+crossing group and terminal check evaluated for its own full state: the plain memo) —
+every mask must be identical, and the tries must actually have answered.
 """
 
 from __future__ import annotations
@@ -57,19 +57,19 @@ def test_signature_memo_gives_the_masks_of_the_full_state_memo(
                 for p in _programs(shared_data, 5)]
     warm = LarkRuntime(loaded, smollm_vocab)
     hits = 0
-    find = warm.masks._find
+    find = warm.stacks.find_signature
 
-    def counting_find(sig, stack):
+    def counting_find(trie, stack):
         nonlocal hits
-        got = find(sig, stack)
+        got = find(trie, stack)
         hits += got is not None
         return got
 
-    warm.masks._find = counting_find  # type: ignore[method-assign]
+    warm.stacks.find_signature = counting_find  # type: ignore[method-assign]
     for ids in programs[:3]:
         _walk(warm, ids)
     plain = LarkRuntime(loaded, smollm_vocab)
-    plain.masks._find = lambda sig, stack: None  # type: ignore[method-assign]
+    plain.stacks.find_signature = lambda trie, stack: None  # type: ignore[method-assign]
     hits = 0
     for ids in programs[3:]:
         assert _walk(warm, ids) == _walk(plain, ids)

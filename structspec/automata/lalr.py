@@ -98,6 +98,7 @@ class ParserStacks:
         self._nodes: list[tuple[int, int, int]] = [(-1, tables.start_state, 1)]  # parent, st, n
         self._ids: dict[tuple[int, int], int] = {(-1, tables.start_state): 0}
         self._feed: dict[tuple[int, int], tuple[int, int]] = {}
+        self._takes: dict[tuple[int, int], tuple[bool, int]] = {}
         self._end: dict[int, bool] = {}
         self._lock = threading.Lock()
 
@@ -178,6 +179,84 @@ class ParserStacks:
             got = (res, low)
             self._feed[key] = got
         return got
+
+    def takes_low(self, stack: int, terminal: int) -> tuple[bool, int]:
+        """Whether ``feed(stack, terminal)`` succeeds, and the lowest height it reads — the
+        same simulation on a scratch list, without interning the stacks it passes through.
+        Pure; memoized."""
+        key = (stack, terminal)
+        got = self._feed.get(key)
+        if got is not None:
+            return got[0] >= 0, got[1]
+        got = self._takes.get(key)
+        if got is None:
+            t = self.tables
+            actions, nodes, gotos = t.actions, self._nodes, t.gotos
+            rule_len, rule_lhs = t.rule_len, t.rule_lhs
+            base = stack  # the part of the stack not popped yet
+            low = nodes[stack][2]
+            pushed: list[int] = []  # states pushed on top of it
+            top = nodes[stack][1]
+            while True:
+                code = actions[top].get(terminal)
+                if code is None:
+                    got = (False, low)
+                    break
+                if code >= 0:
+                    got = (True, low)
+                    break
+                rule = -code - 1
+                n = rule_len[rule]
+                if n <= len(pushed):
+                    if n:
+                        del pushed[-n:]
+                else:
+                    for _ in range(n - len(pushed)):
+                        base = nodes[base][0]
+                    pushed.clear()
+                    h = nodes[base][2]
+                    if h < low:
+                        low = h
+                under = pushed[-1] if pushed else nodes[base][1]
+                top = gotos[under].get(rule_lhs[rule])
+                if top is None:  # pragma: no cover - lark's tables always have the goto
+                    got = (False, low)
+                    break
+                pushed.append(top)
+            self._takes[key] = got
+        return got
+
+    def find_signature(self, trie: dict, stack: int) -> tuple | None:
+        """A value kept in ``trie`` by ``store_signature`` for a stack whose states agree
+        with ``stack``'s from the top down as far as that value's computation read, as
+        ``(value, depth read)``; None if there is none."""
+        nodes = self._nodes
+        node = trie
+        s = stack
+        while True:
+            got = node.get(-1)
+            if got is not None:
+                return got
+            if s < 0:
+                return None
+            s, st, _ = nodes[s]
+            node = node.get(st)
+            if node is None:
+                return None
+
+    def store_signature(self, trie: dict, stack: int, low: int, value: object) -> tuple:
+        """Keep ``value``, computed from ``stack``'s states at heights ``low`` and up
+        (``low`` above the top: none), in ``trie`` (nested dicts keyed by states from the
+        top; the value under key -1). Returns the kept ``(value, depth read)`` (an earlier
+        one on the same path wins)."""
+        depth = max(0, self._nodes[stack][2] - low + 1) if stack >= 0 else 0
+        nodes = self._nodes
+        node = trie
+        s = stack
+        for _ in range(depth):
+            s, st, _ = nodes[s]
+            node = node.setdefault(st, {})
+        return node.setdefault(-1, (value, depth))
 
     def accepts_end(self, stack: int) -> bool:
         """Whether the input may end here (``$END`` reduces to lark's end state)."""

@@ -85,17 +85,19 @@ class LarkRuntime:
         self._ids: dict[_Key, int] = {}
         self._bytes: dict[tuple[int, int], int] = {}
         self._eof: dict[int, bool] = {}
-        self._ends: dict[int, tuple[int, int]] = {}
+        self._ends: dict[int, tuple[int, int, int, int]] = {}
         self._viable: dict[tuple[int, int, tuple[int, ...]], int] = {}
         self._viable_low: dict[tuple[int, int], tuple[bool, int]] = {}
+        self._viable_sig: dict[int, dict] = {}  # per terms: a signature trie (lalr.py)
         self._newlines: dict[tuple[int, tuple[int, ...], int],
-                             tuple[int, tuple[int, ...], int]] = {}
-        self._nl_ok: dict[tuple[int, int, int, tuple[int, ...]], tuple[bool, int]] = {}
+                             tuple[int, tuple[int, ...], int, int]] = {}
+        self._nl_ok: dict[tuple[int, int, int, tuple[int, ...]], tuple[bool, int, int]] = {}
         self._nl_reach: dict[tuple[int, int, int], frozenset[int]] = {}
         self._nl_moves_list: list[list[tuple[int, int]]] | None = None
         self._starts: dict[int, int] = {}
         self._cands: dict[int, list[tuple[int, int]]] = {}
         self._cbits: dict[int, int] = {}
+        self._sbits: dict[int, int] = {}
         pl = g.postlex
         names = [t.name for t in g.terminals]
         self.nl = names.index(pl.nl_type) if pl else -1
@@ -194,13 +196,14 @@ class LarkRuntime:
                      indent: int) -> tuple[int, tuple[int, ...]]:
         """The indenter's newline with ``indent`` columns: NL, then INDENT or DEDENTs.
         Returns the new (stack, levels); stack -1 on error."""
-        stack, levels, _ = self.feed_newline_low(stack, levels, indent)
+        stack, levels, _, _ = self.feed_newline_low(stack, levels, indent)
         return stack, levels
 
-    def feed_newline_low(self, stack: int, levels: tuple[int, ...],
-                         indent: int) -> tuple[int, tuple[int, ...], int]:
-        """``feed_newline`` and the lowest stack height it read (see
-        ``ParserStacks.feed_low``). Memoized."""
+    def feed_newline_low(self, stack: int, levels: tuple[int, ...], indent: int
+                         ) -> tuple[int, tuple[int, ...], int, int]:
+        """``feed_newline``, the lowest stack height it read (see
+        ``ParserStacks.feed_low``) and the lowest index of ``levels`` it read (``INF``:
+        none). Memoized."""
         ck = (stack, levels, indent)
         got = self._newlines.get(ck)
         if got is None:
@@ -208,26 +211,26 @@ class LarkRuntime:
             self._newlines[ck] = got
         return got
 
-    def _feed_newline(self, stack: int, levels: tuple[int, ...],
-                      indent: int) -> tuple[int, tuple[int, ...], int]:
+    def _feed_newline(self, stack: int, levels: tuple[int, ...], indent: int
+                      ) -> tuple[int, tuple[int, ...], int, int]:
         feed = self.stacks.feed_low
         stack, low = feed(stack, self.g.parser_index[self.nl])
         if stack < 0:
-            return -1, levels, low
+            return -1, levels, low, self.INF
         if indent < 0:  # no \n in the lexeme (a comment at the end): no change
             indent = levels[-1]
         if indent > levels[-1]:
             stack, lo = feed(stack, self.p_indent)
-            return stack, (*levels, indent), min(low, lo)
+            return stack, (*levels, indent), min(low, lo), len(levels) - 1
         while indent < levels[-1]:
             levels = levels[:-1]
             stack, lo = feed(stack, self.p_dedent)
             low = min(low, lo)
             if stack < 0:
-                return -1, levels, low
+                return -1, levels, low, len(levels)  # the popped level was read last
         if indent != levels[-1]:
-            return -1, levels, low
-        return stack, levels, low
+            return -1, levels, low, len(levels) - 1
+        return stack, levels, low, len(levels) - 1
 
     def nl_ok(self, q: int, indent: int, stack: int, levels: tuple[int, ...]) -> bool:
         """Whether a pending newline lexeme at its DFA state ``q`` with ``indent`` columns
@@ -235,33 +238,46 @@ class LarkRuntime:
         return self.nl_ok_low(q, indent, stack, levels)[0]
 
     def nl_ok_low(self, q: int, indent: int, stack: int,
-                  levels: tuple[int, ...]) -> tuple[bool, int]:
-        """``nl_ok`` and the lowest stack height it read: the indentations the newline
-        lexeme can still end with (a stack-free search) are tried cheapest first — the
-        current level, one deeper, then dedents from the innermost — and the first valid
-        one decides, so most answers read only the top of the stack."""
+                  levels: tuple[int, ...]) -> tuple[bool, int, int]:
+        """``nl_ok``, the lowest stack height and the lowest index of ``levels`` it read:
+        the indentations the newline lexeme can still end with (a stack-free search) are
+        tried cheapest first — the current level, one deeper, then dedents from the
+        innermost — and the first valid one decides, so most answers read only the tops.
+        """
         ck = (q, indent, stack, levels)
         got = self._nl_ok.get(ck)
         if got is None:
-            cap = levels[-1] + 1
-            reach = self._nl_reach_set(q, min(indent, cap), cap)  # indent -1: no \\n yet
-            tries = []
-            if -1 in reach or levels[-1] in reach:
-                tries.append(levels[-1])
-            if cap in reach:
-                tries.append(cap)
-            tries += [lv for lv in reversed(levels[:-1]) if lv in reach]
-            low = self.INF
-            got = (False, low)
-            for lv in tries:
-                st, _, lo = self.feed_newline_low(stack, levels, lv)
-                if st >= 0:
-                    got = (True, lo)
-                    break
-                low = min(low, lo)
-                got = (False, low)
+            got = self._nl_ok_low(q, indent, stack, levels)
             self._nl_ok[ck] = got
         return got
+
+    def _nl_ok_low(self, q: int, indent: int, stack: int,
+                   levels: tuple[int, ...]) -> tuple[bool, int, int]:
+        nl, low = self.stacks.feed_low(stack, self.g.parser_index[self.nl])
+        if nl < 0:  # every indentation starts with NL
+            return False, low, self.INF
+        top = len(levels) - 1
+        llow = top
+        cap = levels[-1] + 1
+        reach = self._nl_reach_set(q, min(indent, cap), cap)  # indent -1: no \n yet
+        tries = []
+        if -1 in reach or levels[-1] in reach:
+            tries.append(levels[-1])
+        if cap in reach:
+            tries.append(cap)
+        for lv in tries:
+            st, _, lo, ll = self.feed_newline_low(stack, levels, lv)
+            if st >= 0:
+                return True, lo, min(ll, llow)
+            low, llow = min(low, lo), min(llow, ll)
+        for i in range(top - 1, -1, -1):  # dedents, innermost first
+            llow = min(llow, i)
+            if levels[i] in reach:
+                st, _, lo, ll = self.feed_newline_low(stack, levels, levels[i])
+                if st >= 0:
+                    return True, lo, min(ll, llow)
+                low, llow = min(low, lo), min(llow, ll)
+        return False, low, llow
 
     def _nl_reach_set(self, q: int, indent: int, cap: int) -> frozenset[int]:
         """The indentations (-1: no ``\n`` yet; ``cap``: ``cap`` or more) a newline lexeme
@@ -316,42 +332,63 @@ class LarkRuntime:
         (the newline terminal only where the indenter drops it; see ``nl_ok``)."""
         return self.viable_low(terms, stack, paren)[0]
 
-    def viable_low(self, terms: int, stack: int, paren: int) -> tuple[bool, int]:
-        """``any_viable`` and the lowest stack height it read (``INF``: none). A true
-        answer reads only what one terminal that can be taken reads. Memoized per
-        ``(stack, terms)``."""
+    def viable_low(self, terms: int, stack: int, paren: int) -> tuple[bool, int, int]:
+        """``any_viable``, the lowest stack height it read (``INF``: none) and whether it
+        read ``paren`` (1) or not (0). A true answer reads only what one terminal that can
+        be taken reads. Memoized per ``(stack, terms)``."""
         if terms & self.ignore_bits:
-            return True, self.INF
+            return True, self.INF, 0
         if stack == FREE:
-            return bool(terms), self.INF
-        if terms & self.nl_bit and paren > 0:
-            return True, self.INF
+            return bool(terms), self.INF, 0
+        pk = 0
+        if terms & self.nl_bit:
+            if paren > 0:
+                return True, self.INF, 1
+            pk = 1
         ck = (stack, terms)
         got = self._viable_low.get(ck)
         if got is None:
             stacks = self.stacks
             top = stacks.top(stack)
             low = stacks.depth(stack)
-            got = (False, low)
-            todo = terms & self._cand_bits(top)
-            index = self.g.parser_index
-            while todo:
-                bit = todo & -todo
-                res, lo = stacks.feed_low(stack, index[bit.bit_length() - 1])
-                if res >= 0:
-                    got = (True, min(stacks.depth(stack), lo))
-                    break
-                low = min(low, lo)
+            sig = self._viable_sig.setdefault(terms, {})
+            hit = stacks.find_signature(sig, stack)
+            if hit is not None:
+                got = (hit[0], low - hit[1] + 1)
+            elif terms & self._shift_bits(top):  # shifted at once: reads the top only
+                got = (True, low)
+            else:
                 got = (False, low)
-                todo ^= bit
+                todo = terms & self._cand_bits(top)
+                index = self.g.parser_index
+                while todo:
+                    bit = todo & -todo
+                    res, lo = stacks.takes_low(stack, index[bit.bit_length() - 1])
+                    if res:
+                        got = (True, min(stacks.depth(stack), lo))
+                        break
+                    low = min(low, lo)
+                    got = (False, low)
+                    todo ^= bit
+            if hit is None:
+                stacks.store_signature(sig, stack, got[1], got[0])
             self._viable_low[ck] = got
-        return got
+        return got[0], got[1], pk
 
     def _cand_bits(self, top: int) -> int:
         got = self._cbits.get(top)
         if got is None:
             got = sum(1 << i for i, _ in self._candidates(top))
             self._cbits[top] = got
+        return got
+
+    def _shift_bits(self, top: int) -> int:
+        """The lexer terminals LALR state ``top`` shifts (no reduction first)."""
+        got = self._sbits.get(top)
+        if got is None:
+            acts = self.g.tables.actions[top]
+            got = sum(1 << i for i, p in self._candidates(top) if acts[p] >= 0)
+            self._sbits[top] = got
         return got
 
     def alive(self, key: _Key) -> bool:
@@ -374,35 +411,42 @@ class LarkRuntime:
             got = self.end_lexeme_low(state)
         return got[0]
 
-    def end_lexeme_low(self, state: int) -> tuple[int, int]:
-        """``end_lexeme`` and the lowest stack height it read (``INF``: none). Memoized."""
+    def end_lexeme_low(self, state: int) -> tuple[int, int, int, int]:
+        """``end_lexeme``, the lowest stack height and the lowest index of the indent
+        levels it read (``INF``: none), and whether it read the bracket depth (1) or not
+        (0). Memoized."""
         got = self._ends.get(state)
         if got is None:
             got = self._end_lexeme(self._keys[state])
             self._ends[state] = got
         return got
 
-    def _end_lexeme(self, key: _Key) -> tuple[int, int]:
+    def _end_lexeme(self, key: _Key) -> tuple[int, int, int, int]:
         lx, ind, stack, paren, levels, last_nl = key
         t = self.lex.winner(lx)
+        inf = self.INF
         if t < 0:
-            return 0, self.INF
-        low = self.INF
+            return 0, inf, inf, 0
+        low, llow, pk = inf, inf, 0
         if stack != FREE:
             low = self.stacks.depth(stack)  # the next start set reads the top
             if t not in self.g.ignore:
                 if t == self.nl:
+                    pk = 1
                     if paren == 0:
-                        stack, levels, low = self.feed_newline_low(stack, levels, ind)
+                        stack, levels, low, llow = self.feed_newline_low(stack, levels, ind)
                 else:
                     stack, low = self.stacks.feed_low(stack, self.g.parser_index[t])
                     if t in self.opens:
                         paren += 1
-                    elif t in self.closes and paren > 0:
-                        paren -= 1
+                    elif t in self.closes:
+                        pk = 1
+                        if paren > 0:
+                            paren -= 1
                 if stack < 0:
-                    return 0, low
-        return self.intern((self.start_lexer(stack), -1, stack, paren, levels, last_nl)), low
+                    return 0, low, llow, pk
+        y = self.intern((self.start_lexer(stack), -1, stack, paren, levels, last_nl))
+        return y, low, llow, pk
 
     def accepts_eof(self, state: int) -> bool:
         """Whether the input may end in ``state``. Memoized."""

@@ -105,12 +105,14 @@ class MaskBuilder:
         self._top: dict[int, _Node] = {}
         self._child: dict[tuple[int, int], _Node] = {}
         self._rests: list[tuple[np.ndarray, np.ndarray]] = []
-        self._results: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
+        self._results: dict[tuple[int, int], tuple[np.ndarray, int, int, int]] = {}
         self._kills: dict[int, np.ndarray | None] = {}
-        self._masks: dict[tuple, tuple[TokenMask, int]] = {}
-        # Signature tries: per (group or -1 for whole masks, lexer state, indent, paren,
-        # levels, free): nested dicts keyed by the stack's states from the top; a result
-        # (value, depth) under key -1 holds for every stack with those top states.
+        self._masks: dict[tuple, tuple[TokenMask, int, int, int]] = {}
+        # Signatures. Per base (group, or -1 for whole masks; lexer state, indent, free):
+        # the shapes (top levels read, k) seen; per (base, shape, those levels,
+        # min(paren, k)): a trie of nested dicts keyed by the stack's states from the top,
+        # where a result under key -1 holds for every stack with those top states.
+        self._shapes: dict[tuple, list[tuple[int, int]]] = {}
         self._sigs: dict[tuple, dict] = {}
         tt, tab = self.tt, rt.tab_len
         pos = np.arange(tt.data.shape[1])[None, :]
@@ -227,92 +229,121 @@ class MaskBuilder:
     # -- evaluation (parser-dependent) ------------------------------------------------------
 
     def _eval(self, node: _Node, ind: int, stack: int, paren: int, levels: tuple[int, ...],
-              words: np.ndarray | None, ids: list[np.ndarray]) -> int:
+              words: np.ndarray | None, ids: list[np.ndarray]) -> tuple[int, int, int]:
         """Add the legal tokens of ``node`` under this parser context to ``words`` (packed
-        groups) and ``ids``. Returns the lowest stack height the answer depends on
-        (``INF``: none)."""
+        groups) and ``ids``. Returns what the answer depends on: the lowest stack height
+        and the lowest index of ``levels`` read (``INF``: none), and ``k`` such that only
+        ``min(paren, k)`` matters."""
         rt = self.rt
-        low = _INF
-        nl_check = rt.nl >= 0 and paren == 0 and stack >= 0
+        low = llow = _INF
+        pk = 0
+        nl_check = rt.nl >= 0 and stack >= 0
         viable_low, nl_ok_low = rt.viable_low, rt.nl_ok_low
         for g in node.inside:
-            ok, lo = viable_low(g.terms, stack, paren)
+            ok, lo, k = viable_low(g.terms, stack, paren)
             if lo < low:
                 low = lo
-            if not ok and g.nl_q >= 0 and nl_check and g.effect is not None:
-                ok, lo = nl_ok_low(g.nl_q, apply_effect(ind, *g.effect), stack, levels)
-                if lo < low:
-                    low = lo
+            if k > pk:
+                pk = k
+            if not ok and g.nl_q >= 0 and g.effect is not None and nl_check:
+                pk = pk or 1
+                if paren == 0:
+                    ok, lo, ll = nl_ok_low(g.nl_q, apply_effect(ind, *g.effect), stack, levels)
+                    if lo < low:
+                        low = lo
+                    if ll < llow:
+                        llow = ll
             if ok:
                 if g.words is not None and words is not None:
                     words |= g.words
                 else:
                     ids.append(g.ids)
-        end_low, intern = rt.end_lexeme_low, rt.intern
+        end_low, intern, child = rt.end_lexeme_low, rt.intern, self._child_result
         for c in node.cross:
             d = -1 if c.effect is None else apply_effect(ind, *c.effect)
-            y, lo = end_low(intern((c.end, d, stack, paren, levels, False)))
+            y, lo, ll, k = end_low(intern((c.end, d, stack, paren, levels, False)))
             if lo < low:
                 low = lo
+            if ll < llow:
+                llow = ll
+            if k > pk:
+                pk = k
             if y:
-                got, lo = self._child_result(c.key, y)
+                got, lo, ll, k = child(c.key, y, paren)
                 if lo < low:
                     low = lo
+                if ll < llow:
+                    llow = ll
+                if k > pk:
+                    pk = k
                 if got.size:
                     ids.append(got)
-        return low
+        return low, llow, pk
 
     def _height(self, stack: int) -> int:
         return self.rt.stacks.depth(stack) if stack >= 0 else 0
 
-    def _child_result(self, key: int, state: int) -> tuple[np.ndarray, int]:
+    def _child_result(self, key: int, state: int, paren: int
+                      ) -> tuple[np.ndarray, int, int, int]:
         """The legal tokens of crossing group ``key`` once their lexeme has ended in
-        ``state``, and the lowest stack height they depend on. Memoized per
-        ``(group, state)`` and per the top of the stack that the evaluation read."""
+        ``state`` (reached from a context with bracket depth ``paren``), and what they
+        depend on as ``_eval`` says it, for that context. Memoized per ``(group, state)``
+        and per signature (see ``_lookup``)."""
         ck = (key, state)
         got = self._results.get(ck)
+        key_ = self.rt.key(state)
         if got is None:
-            lx, ind, stack, paren, levels, _ = self.rt.key(state)
-            sig = self._sigs.setdefault((key, lx, ind, paren, levels, stack == FREE), {})
-            got = self._find(sig, stack)
+            lx, ind, stack, paren2, levels, _ = key_
+            base = (key, lx, ind, stack == FREE)
+            got = self._lookup(base, stack, paren2, levels)
             if got is None:
                 parts: list[np.ndarray] = []
-                low = self._eval(self.child_node(key, lx), ind, stack, paren, levels, None,
-                                 parts)
+                reads = self._eval(self.child_node(key, lx), ind, stack, paren2, levels, None,
+                                   parts)
                 ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-                got = self._store(sig, stack, low, ids)
+                got = self._store(base, stack, paren2, levels, reads, ids)
             self._results[ck] = got
-        value, depth = got
-        return value, (self._height(self.rt.key(state)[2]) - depth + 1 if depth else _INF)
+        return self._reads(got, key_, paren)
 
-    def _find(self, sig: dict, stack: int) -> tuple | None:
-        """A result in the signature trie ``sig`` whose read states agree with the top of
-        ``stack`` (``(value, depth)``), or None."""
-        nodes = self.rt.stacks._nodes
-        node = sig
-        s = stack
-        while True:
-            got = node.get(-1)
-            if got is not None:
-                return got
-            if s < 0:
-                return None
-            s, st, _ = nodes[s]
-            node = node.get(st)
-            if node is None:
-                return None
+    def _reads(self, got: tuple, key: tuple, paren: int) -> tuple:
+        """A memo entry ``(value, depth, n_levels, k)`` of the state value ``key`` as
+        ``(value, lowest height, lowest level index, k)`` for a context of bracket depth
+        ``paren`` from which ``key`` derives."""
+        value, depth, n_lv, k = got
+        _, _, stack, paren2, levels, _ = key
+        return (value, self._height(stack) - depth + 1 if depth else _INF,
+                len(levels) - n_lv if n_lv else _INF,
+                max(0, k + paren - paren2) if k else 0)
 
-    def _store(self, sig: dict, stack: int, low: int, value: object) -> tuple:
-        """Keep ``value`` in ``sig`` under the states of ``stack`` from height ``low`` up;
-        returns ``(value, depth)``."""
-        depth = self._height(stack) - low + 1 if low != _INF else 0
-        nodes = self.rt.stacks._nodes
-        node = sig
-        s = stack
-        for _ in range(depth):
-            s, st, _ = nodes[s]
-            node = node.setdefault(st, {})
-        return node.setdefault(-1, (value, depth))
+    def _lookup(self, base: tuple, stack: int, paren: int, levels: tuple[int, ...]
+                ) -> tuple | None:
+        """A result kept for ``base`` whose reads agree with this context: for each shape
+        ``(levels read, k)`` seen under ``base``, the trie of that shape's top levels and
+        ``min(paren, k)``, walked along the stack's states from the top."""
+        for n_lv, k in self._shapes.get(base, ()):
+            sig = self._sigs.get((base, n_lv, k, levels[len(levels) - n_lv:] if n_lv else (),
+                                  min(paren, k)))
+            if sig is not None:
+                got = self.rt.stacks.find_signature(sig, stack)
+                if got is not None:
+                    return got[0], got[1], n_lv, k
+        return None
+
+    def _store(self, base: tuple, stack: int, paren: int, levels: tuple[int, ...],
+               reads: tuple[int, int, int], value: object) -> tuple:
+        """Keep ``value`` under what it read (see ``_eval``); returns the memo entry
+        ``(value, stack depth read, levels read, k)``."""
+        low, llow, k = reads
+        n_lv = len(levels) - llow if llow != _INF else 0
+        shapes = self._shapes.setdefault(base, [])
+        if (n_lv, k) not in shapes:
+            with self._lock:
+                if (n_lv, k) not in shapes:
+                    shapes.append((n_lv, k))
+        sig = self._sigs.setdefault((base, n_lv, k, levels[len(levels) - n_lv:]
+                                     if n_lv else (), min(paren, k)), {})
+        value, depth = self.rt.stacks.store_signature(sig, stack, low, value)
+        return value, depth, n_lv, k
 
     def _kill(self, lx: int) -> np.ndarray | None:
         """Packed tokens whose first byte cannot extend the lexeme of ``lx`` (``None`` when
@@ -336,34 +367,35 @@ class MaskBuilder:
         top of the stack that its evaluation read."""
         return self._mask(state)[0]
 
-    def _mask(self, state: int) -> tuple[TokenMask, int]:
-        """The mask of ``state`` and the lowest stack height it depends on."""
+    def _mask(self, state: int) -> tuple[TokenMask, int, int, int]:
+        """The mask of ``state`` and what it depends on (see ``_eval``)."""
         key = self.rt.key(state)
         mk = key[:5]
         got = self._masks.get(mk)
         if got is None:
             lx, ind, stack, paren, levels = mk
-            sig = self._sigs.setdefault((-1, lx, ind, paren, levels, stack == FREE), {})
-            got = self._find(sig, stack)
+            base = (-1, lx, ind, stack == FREE)
+            got = self._lookup(base, stack, paren, levels)
             if got is None:
                 words = np.zeros((self.size + 31) // 32, dtype=np.uint32)
                 ids: list[np.ndarray] = []
-                low = self._eval(self.top_node(lx), ind, stack, paren, levels, words, ids)
+                low, llow, pk = self._eval(self.top_node(lx), ind, stack, paren, levels,
+                                           words, ids)
                 kill = self._kill(lx)
                 if kill is not None:
-                    ended, lo = self.rt.end_lexeme_low(state)
-                    low = min(low, lo)
+                    ended, lo, ll, k = self.rt.end_lexeme_low(state)
+                    low, llow, pk = min(low, lo), min(llow, ll), max(pk, k)
                     if ended:
-                        sub, lo = self._mask(ended)
-                        low = min(low, lo)
+                        sub, lo, ll, k = self._mask(ended)
+                        low, llow = min(low, lo), min(llow, ll)
+                        pk = max(pk, max(0, k + paren - self.rt.key(ended)[3]) if k else 0)
                         words |= sub.words & kill
                 m = TokenMask(words, self.size)
                 if ids:
                     m = m | TokenMask.from_ids(np.concatenate(ids), self.size)
-                got = self._store(sig, stack, low, m)
+                got = self._store(base, stack, paren, levels, (low, llow, pk), m)
             self._masks[mk] = got
-        value, depth = got
-        return value, (self._height(key[2]) - depth + 1 if depth else _INF)
+        return self._reads(got, key, key[3])
 
 
 __all__ = ["MaskBuilder", "apply_effect", "groups_of"]
