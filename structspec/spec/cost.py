@@ -24,6 +24,8 @@ decode), so a decode is reproducible within a process.
 from __future__ import annotations
 
 import bisect
+import json
+import os
 import time
 import weakref
 from collections.abc import Sequence
@@ -152,9 +154,65 @@ def device_cost_curve(model: Any) -> CostCurve:
     per_model = _CURVES.setdefault(model, {})
     curve = per_model.get(key)
     if curve is None:
-        curve = measure_cost_curve(model)
+        disk_key = _disk_key(model, key)
+        curve = _load_curve(disk_key)
+        if curve is None:
+            curve = measure_cost_curve(model)
+            _store_curve(disk_key, curve)
         per_model[key] = curve
     return curve
+
+
+#: A measured curve is reused from disk for this long (a new process, e.g. each CLI call,
+#: then skips the ~1.5 s measurement); after that it is measured again.
+CURVE_MAX_AGE_S = 7 * 24 * 3600
+
+
+def _curve_file() -> Any:
+    from structspec.automata.cache import default_disk_directory
+
+    directory = default_disk_directory()  # None: caches switched off by the environment
+    return None if directory is None else directory.parent / "cost_curves.json"
+
+
+def _disk_key(model: Any, key: tuple) -> str:
+    config = getattr(model, "config", None)
+    shape = {k: getattr(config, k, None) for k in (
+        "_name_or_path", "model_type", "hidden_size", "intermediate_size",
+        "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size")}
+    return repr((sorted(shape.items()), key, torch.__version__, os.cpu_count()))
+
+
+def _load_curve(disk_key: str) -> CostCurve | None:
+    path = _curve_file()
+    try:
+        entry = json.loads(path.read_text())[disk_key] if path is not None else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if entry is None or time.time() - float(entry.get("at", 0)) > CURVE_MAX_AGE_S:
+        return None
+    try:
+        return CostCurve(tuple(entry["sizes"]), tuple(entry["seconds"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _store_curve(disk_key: str, curve: CostCurve) -> None:
+    path = _curve_file()
+    if path is None:
+        return
+    try:
+        data = json.loads(path.read_text()) if path.exists() else {}
+        if not isinstance(data, dict):
+            data = {}
+        data[disk_key] = {"sizes": list(curve.sizes), "seconds": list(curve.seconds),
+                          "at": time.time()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+    except (OSError, ValueError):
+        pass  # a cache: never an error
 
 
 def memory_use(device: torch.device | str | None = None) -> float | None:
