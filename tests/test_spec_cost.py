@@ -172,3 +172,25 @@ def test_auto_budgets_structured_vs_free_text(tiny):
         free = speculative_decode(model, vocab, prompt, free_text(vocab), max_new_tokens=5,
                                   sampling=SamplingParams(), config=cfg, tokenizer=tok)
     assert tag.stats.budgets[0] == 16 and free.stats.budgets[0] == 8
+
+
+def test_measured_curves_are_kept_on_disk(monkeypatch, tmp_path, tiny_model):
+    from structspec.spec import cost
+
+    monkeypatch.setenv("STRUCTSPEC_COMPILE_CACHE", str(tmp_path / "compiled"))
+    calls = []
+    real = cost.measure_cost_curve
+
+    def counted(model, **kw):
+        calls.append(1)
+        return real(model, sizes=(1, 2), repeats=1, max_repeats=1)
+
+    monkeypatch.setattr(cost, "measure_cost_curve", counted)
+    model = tiny_model.model
+    cost._CURVES.pop(model, None)
+    first = cost.device_cost_curve(model)
+    cost._CURVES.pop(model, None)  # a new process, as it were
+    second = cost.device_cost_curve(model)
+    assert len(calls) == 1 and second == first
+    assert (tmp_path / "cost_curves.json").exists()
+    cost._CURVES.pop(model, None)
