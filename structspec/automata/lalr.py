@@ -9,6 +9,10 @@ Reductions are simulated exactly as lark's ``ParserState.feed_token`` does them:
 reduce several times before it detects that a terminal is an error, so "is terminal ``t``
 acceptable" is answered by running those reductions on the interned stack (memoized per
 ``(stack, terminal)``), not by looking at the top state's action row alone.
+
+Each simulation also reports the lowest stack height it read (``feed_low``,
+``takes_low``): its result is the same on every stack whose states agree from there up.
+``store_signature``/``find_signature`` keep values in tries keyed by those top states.
 """
 
 from __future__ import annotations

@@ -21,6 +21,16 @@ memoized per ``(group, state)`` and shared by every mask that reaches it — ``f
 When the lexeme may end right before a token (the token's first byte cannot extend it),
 the token is judged from the state after the lexeme: that part of the mask is that
 state's mask, limited to those first bytes.
+
+**Signatures** (XGrammar's idea, made exact). An evaluation reads only part of its
+context: a few top states of the LALR stack (reductions pop a bounded number), a few top
+indentation levels (dedents), and the bracket depth only as ``paren > j`` tests. Every
+parser step reports how deep it read (``ParserStacks.feed_low``, ``LarkRuntime.*_low``),
+so each result is kept in a trie under exactly the top states, top levels and
+``min(paren, k)`` it depended on, and any later context that agrees there reuses it — a
+new statement in another function, at another depth, hits the results of the first. A
+true "some terminal can be taken" needs only its witness's reads; newline indentations
+are tried cheapest first (same level, one deeper, then dedents) for the same reason.
 """
 
 from __future__ import annotations
