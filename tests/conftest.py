@@ -95,3 +95,15 @@ def shared_data() -> Path:
 
 def pytest_configure(config):
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(autouse=True)
+def fixed_cost_curve(monkeypatch):
+    """Speculation sizes its trees from a pass-time curve measured on the device; measured on
+    a loaded CI machine it changes from run to run, and tree shapes and pass counts with it.
+    Tests use one fixed curve of the usual CPU shape (the measurement's own tests call
+    ``measure_cost_curve`` directly)."""
+    from structspec.spec import cost
+
+    curve = cost.CostCurve((1, 2, 4, 8, 16, 32), (1.0, 1.05, 1.1, 1.2, 1.6, 2.6))
+    monkeypatch.setattr(cost, "measure_cost_curve", lambda model, **kw: curve)
