@@ -188,14 +188,61 @@ def test_fim_view_accepts_exactly_where_the_whole_parses(python):
     assert line.is_accepting(line.state_after(" 2\n", state=line.initial))
 
 
-@pytest.mark.xfail(strict=True, reason="with_suffix views do not prune tokens after which no "
-                   "continuation + suffix parses: generation can reach a dead end")
 def test_fim_view_has_no_dead_ends(byte_vocab):
     from structspec import compile_grammar
 
+    tok = byte_vocab.tokens.index
     fim = compile_grammar(LET, byte_vocab).with_suffix(" = 1;", prefix="let ")
-    s = fim.state_after("a = 2;", state=fim.initial)  # every byte was allowed on the way
-    assert fim.is_accepting(s) or fim.allowed(s).count() > 0
+    s = fim.state_after("a = 2", state=fim.initial)
+    assert tok(b";") not in fim.allowed(s)  # after it nothing can follow, and no suffix fits
+    assert fim.allowed(s).count() == 0 and not fim.is_accepting(s)
+    a = fim.state_after("a", state=fim.initial)
+    assert fim.is_accepting(a) and tok(b" ") not in fim.allowed(a)  # " = 2;" is a dead end
+    assert tok(b"b") in fim.allowed(a)  # "ab" + " = 1;" still parses
+
+
+def _live(c, state, memo):
+    """Ground truth on a finite language: some continuation from ``state`` accepts."""
+    if state not in memo:
+        memo[state] = c.is_accepting(state) or any(
+            _live(c, c._step_token(state, t), memo) for t in c._rt.mask(state).ids().tolist())
+    return memo[state]
+
+
+@pytest.mark.parametrize(("prefix", "suffix", "stop"), [
+    ("let ", " = 1;", "eof"), ("let ", ";", "eof"), ("let a = ", "", "line"),
+    ("let ", "", "eof"), ("", "x = null;", "eof"), ("let a", " = 12;", "eof"),
+])
+def test_fim_view_prunes_exactly_the_dead_ends_of_a_finite_language(byte_vocab, prefix,
+                                                                     suffix, stop):
+    from structspec import compile_grammar
+
+    fim = compile_grammar(LET, byte_vocab).with_suffix(suffix, prefix=prefix, stop=stop)
+    truth: dict[int, bool] = {}
+    seen, todo = set(), [fim.initial]
+    while todo:
+        s = todo.pop()
+        if s in seen:
+            continue
+        seen.add(s)
+        allowed = set(fim.allowed(s).ids().tolist()) - set(byte_vocab.eos_token_ids)
+        grammar = fim._rt.mask(s).ids().tolist()
+        assert allowed == {t for t in grammar if _live(fim, fim._step_token(s, t), truth)}
+        assert allowed or fim.is_accepting(s) or s == fim.initial
+        todo.extend(fim._step_token(s, t) for t in allowed)
+
+
+def test_views_of_grammars_with_ignore_and_plain_constraints_keep_the_grammar_mask(byte_vocab):
+    from structspec import compile_grammar
+
+    let = compile_grammar(LET, byte_vocab)
+    s = let.state_after("let a = 2")
+    assert byte_vocab.tokens.index(b";") in let.allowed(s)  # no suffix: the plain mask
+    arith = compile_grammar(ARITH, byte_vocab).with_suffix("x = 1;", prefix="y = 2")
+    s = arith.state_after(";", state=arith.initial)
+    eos = set(byte_vocab.eos_token_ids)
+    assert set(arith.allowed(s).ids().tolist()) - eos == set(arith._rt.mask(s).ids().tolist())
+    assert not arith._dead_memo  # %ignore: the dead-end search never runs
 
 
 def test_tolerant_prefix_does_not_raise(gen, python):

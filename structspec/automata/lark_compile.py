@@ -10,7 +10,9 @@ completion:
 - :meth:`LarkConstraint.with_suffix` gives a constraint whose accepting states are those
   where prefix + completion + suffix parses (fill-in-the-middle), at a chosen stopping
   point (``"eof"``: anywhere; ``"line"``: the completion ends a line — its last byte is
-  ``\\n``, or the suffix starts a new line).
+  ``\\n``, or the suffix starts a new line); its masks drop the tokens after which no
+  continuation can be accepted, where ``_dead`` is certain of it (see
+  ``docs/lark_grammars.md``, dead ends).
 
 The tolerant state (``state_after(..., tolerant=True)`` on a prefix that does not parse):
 lexing restarts at the beginning of the line where parsing failed and runs over *every*
@@ -38,6 +40,12 @@ if TYPE_CHECKING:
 
 STOPS = ("eof", "line")
 
+HORIZON = 16
+"""How many tokens ahead a fill-in-the-middle view looks for dead ends (see ``_dead``)."""
+
+NARROW = 64
+"""A state with more legal tokens than this is never expanded by the dead-end search."""
+
 
 class LarkConstraint:
     """A token-level constraint for a Lark LALR(1) grammar (see :mod:`.lark_constraint`).
@@ -61,6 +69,14 @@ class LarkConstraint:
         self._eos = runtime.vocab.eos_token_ids
         self._special = runtime.vocab.special_token_ids
         self._steps: dict[tuple[int, int], int] = {}
+        # Dead-end pruning: only in a view that accepts less than the grammar, and only for
+        # grammars without %ignore (after an ignorable separator more text can always
+        # follow, so no state is ever a dead end of the grammar itself; see ``_dead``).
+        self._prune = (bool(suffix) or stop != "eof") and not runtime.g.ignore
+        self._dead_memo: dict[tuple[int, int], bool] = {}
+        self._byte_tokens: list[tuple[int, int]] = [
+            (tok[0], i) for i, tok in enumerate(self._tokens)
+            if len(tok) == 1 and i not in self._special and i not in self._eos]
 
     # -- the constraint protocol --------------------------------------------------------------
 
@@ -99,6 +115,8 @@ class LarkConstraint:
         got = self._allowed.get(state)
         if got is None:
             got = self._rt.mask(state)
+            if self._prune:
+                got = self._drop_dead_ends(state, got)
             if self.is_accepting(state) and self._eos:
                 eos = np.fromiter(sorted(self._eos), dtype=np.int64)
                 got = got | TokenMask.from_ids(eos, got.size)
@@ -116,6 +134,60 @@ class LarkConstraint:
                 got = bool(end) and self._rt.accepts_eof(end)
             self._accepting[state] = got
         return got
+
+    def _drop_dead_ends(self, state: int, mask: TokenMask) -> TokenMask:
+        """``mask`` less the tokens after which no continuation can reach acceptance (as far
+        as ``_dead`` can tell): a state with many legal tokens is only checked one token
+        ahead, a narrow one ``HORIZON`` tokens ahead."""
+        ids = mask.ids()
+        depth = HORIZON if len(ids) <= NARROW else 0
+        dead = [t for t in ids.tolist() if self._dead(self._step_token(state, t), depth)]
+        if not dead:
+            return mask
+        keep = np.setdiff1d(ids, np.asarray(dead, dtype=ids.dtype))
+        return TokenMask.from_ids(keep, mask.size)
+
+    def _step_token(self, state: int, token: int) -> int:
+        ck = (state, token)
+        got = self._steps.get(ck)
+        if got is None:
+            got = self._rt.step_bytes(state, self._tokens[token])
+            self._steps[ck] = got
+        return got
+
+    def _dead(self, state: int, depth: int) -> bool:
+        """Whether no text of at most ``depth`` more tokens leads from ``state`` to an
+        accepting state of this view, and every such text ends where the grammar allows no
+        token at all. ``True`` only when certain (a state with more than ``NARROW`` legal
+        tokens counts as live beyond depth 0). A pure function of (state, depth): the same
+        mask whatever was asked before. Memoized."""
+        ck = (state, depth)
+        got = self._dead_memo.get(ck)
+        if got is None:
+            got = self._dead_uncached(state, depth)
+            self._dead_memo[ck] = got
+        return got
+
+    def _dead_uncached(self, state: int, depth: int) -> bool:
+        if not state:
+            return False
+        step = self._rt.step_byte
+        if any(step(state, b) for b, _ in self._byte_tokens):
+            if depth == 0:  # a one-byte token is legal: the grammar mask is not empty
+                return False
+            mask = self._rt.mask(state)
+        else:
+            mask = self._rt.mask(state)
+            if depth == 0 and mask.count():
+                return False
+        if self.is_accepting(state):
+            return False
+        ids = mask.ids()
+        if not len(ids):
+            return True
+        if depth == 0 or len(ids) > NARROW:
+            return False
+        return all(self._dead(self._step_token(state, t), depth - 1) for t in ids.tolist())
 
     def _stop_ok(self, state: int) -> bool:
         if self.stop == "eof":
@@ -181,7 +253,8 @@ class LarkConstraint:
         """A view of this constraint for fill-in-the-middle: accepting only where the text
         so far + ``suffix`` parses, at the stopping point ``stop`` (``"eof"`` or
         ``"line"``). With ``prefix``, its initial state is ``state_after(prefix)``.
-        Shares the memo tables; pure."""
+        Its ``allowed`` drops tokens that lead only to dead ends (``_drop_dead_ends``).
+        Shares the grammar's memo tables; pure."""
         data = suffix.encode() if isinstance(suffix, str) else bytes(suffix)
         view = LarkConstraint(self._rt, data, stop)
         if prefix is not None:
