@@ -274,7 +274,8 @@ class Generator:
             grammar_suffix: the code below the cursor (fill-in-the-middle): the output may
                 end only where prefix + output + suffix parses.
             stop: where the output may end: ``"eof"`` (anywhere the text, with the suffix,
-                parses) or ``"line"`` (also only at the end of a line).
+                parses) or ``"line"`` (only at the end of a line; the output stops at the
+                first line it ends where the text parses).
             tolerant: when ``grammar_prefix`` does not parse, fall back to a lexer-only
                 state from the start of the failing line instead of raising.
             max_new_tokens: token budget of the output (>= 1).

@@ -84,7 +84,8 @@ def _build_parser() -> argparse.ArgumentParser:
                       "output + suffix parses (fill-in-the-middle)")
     code.add_argument("--stop", choices=["eof", "line"], default=None,
                       help="where the output may end: anywhere it parses (eof, default) or "
-                      "also only at the end of a line (line)")
+                      "at the end of a line, stopping at the first one where it parses "
+                      "(line)")
     code.add_argument("--tolerant", action="store_true",
                       help="a prefix that does not parse falls back to lexer-only "
                       "constraints from its last line instead of failing")

@@ -313,3 +313,18 @@ def test_module_level_generate_takes_a_grammar(monkeypatch, gen):
 def test_shipped_grammars_resolve_to_files():
     for name in available():
         assert Path(resolve_grammar(name)).is_file()
+
+
+def test_stop_line_ends_the_completion_at_the_first_parsing_line_end(byte_vocab):
+    from structspec import compile_grammar
+
+    grammar = 'start: stmt+\nstmt: NAME "=" NAME _NL\nNAME: /[a-z]+/\n_NL: "\\n"\n'
+    view = compile_grammar(grammar, byte_vocab).with_suffix(b"c=d\n", prefix=b"a=", stop="line")
+    s = view.initial
+    for b in b"b\n":
+        s = view.advance(s, b + 1)
+    assert view.is_accepting(s)
+    assert view.allowed(s).ids().tolist() == [0]  # only EOS: the completion ends here
+    assert view.advance(s, ord("x") + 1) is None
+    mid = view.advance(view.initial, ord("b") + 1)
+    assert not view.is_accepting(mid) and view.allowed(mid).count() > 1

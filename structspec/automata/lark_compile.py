@@ -10,7 +10,8 @@ completion:
 - :meth:`LarkConstraint.with_suffix` gives a constraint whose accepting states are those
   where prefix + completion + suffix parses (fill-in-the-middle), at a chosen stopping
   point (``"eof"``: anywhere; ``"line"``: the completion ends a line — its last byte is
-  ``\\n``, or the suffix starts a new line); its masks drop the tokens after which no
+  ``\\n``, or the suffix starts a new line — and once the completion has ended a line
+  where the text parses, it stops there: only EOS follows); its masks drop the tokens after which no
   continuation can be accepted, where ``_dead`` is certain of it (see
   ``docs/lark_grammars.md``, dead ends).
 
@@ -103,7 +104,7 @@ class LarkConstraint:
             if token in self._eos:
                 got = state if self.is_accepting(state) else 0
             elif not 0 <= token < len(self._tokens) or token in self._special \
-                    or not self._tokens[token]:
+                    or not self._tokens[token] or self._final(state):
                 got = 0
             else:
                 got = self._rt.step_bytes(state, self._tokens[token])
@@ -113,6 +114,10 @@ class LarkConstraint:
     def allowed(self, state: int) -> TokenMask:
         """The ids legal in ``state`` (EOS exactly when accepting); memoized per state."""
         got = self._allowed.get(state)
+        if got is None and self._final(state):  # the completion ends here: EOS only
+            got = TokenMask.from_ids(np.fromiter(sorted(self._eos), dtype=np.int64),
+                                     len(self._rt.vocab))
+            self._allowed[state] = got
         if got is None:
             got = self._rt.mask(state)
             if self._prune:
@@ -188,6 +193,12 @@ class LarkConstraint:
         if depth == 0 or len(ids) > NARROW:
             return False
         return all(self._dead(self._step_token(state, t), depth - 1) for t in ids.tolist())
+
+    def _final(self, state: int) -> bool:
+        """``stop="line"``: the completion has just ended a line and the text (+ suffix)
+        parses — the completion stops here (nothing but EOS may follow)."""
+        return self.stop == "line" and bool(self._rt.key(state)[5]) \
+            and self.is_accepting(state)
 
     def _stop_ok(self, state: int) -> bool:
         if self.stop == "eof":
