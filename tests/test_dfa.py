@@ -124,3 +124,13 @@ def test_long_counted_strings_compute_transitions_on_demand():
     assert not lazy.matches(b'"' + b"y" * 40_001 + b'"')
     for text in (b'"a"', b'"ab"', '"é\\u00e9"'.encode(), b'"\\ud800"'):
         assert lazy.matches(text) == table.matches(text)
+
+
+def test_literals_dfa_is_exactly_the_words():
+    from structspec.automata.dfa import literals_dfa
+
+    words = [b"", b"a", b"ab", b"abc", b"b\xff", b"zz"]
+    dfa = literals_dfa(words)
+    for w in [*words, b"abcd", b"ba", b"z", b"zzz", b"c"]:
+        assert dfa.matches(w) == (w in words), w
+    assert literals_dfa([]).is_empty()

@@ -21,7 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa, product, trimmed
+from structspec.automata.dfa import (
+    ByteDFA,
+    compile_dfa,
+    literal_dfa,
+    literals_dfa,
+    product,
+    trimmed,
+)
 from structspec.automata.grammar import (
     EMPTY,
     Expr,
@@ -283,6 +290,16 @@ def decimal_multiples_dfa(a: int, k: int) -> ByteDFA:
     table[base_z + r, zero] = base_z + r
     accepting[base_z + r] = r == 0
     return trimmed(table, accepting, 1)
+
+
+@functools.lru_cache(maxsize=256)
+def _keys_except(names: tuple[str, ...]) -> ByteDFA:
+    """Keys spelled without escapes, minus the spellings of ``names`` (one product with
+    their trie)."""
+    keys = cached_dfa(r'"[^"\\\x00-\x1f]*"')
+    if not names:
+        return keys
+    return product(keys, literals_dfa([json_text(n).encode() for n in names]), "minus")
 
 
 @functools.lru_cache(maxsize=512)
@@ -578,10 +595,7 @@ class DialectCompiler:
     def _extra_keys(self, names: list[str]) -> ByteDFA:
         """Strings without escapes (an escaped spelling of a named key would duplicate it)
         minus the named keys."""
-        dfa = cached_dfa(r'"[^"\\\x00-\x1f]*"')
-        for n in names:
-            dfa = product(dfa, cached_literal(json_text(n).encode()), "minus")
-        return dfa
+        return _keys_except(tuple(names))
 
     def extra_key(self, names: list[str]) -> Expr:
         """Keys other than ``names`` (see :meth:`_extra_keys`)."""
