@@ -198,8 +198,9 @@ class DiskCache:
         self.hits += 1
         return obj
 
-    def store(self, key: str, obj: Any) -> bool:
-        """Write ``obj`` under ``key`` (atomically); ``False`` if it could not be written."""
+    def store(self, key: str, obj: Any, *, evict: bool = True) -> bool:
+        """Write ``obj`` under ``key`` (atomically); ``False`` if it could not be written.
+        ``evict=False`` leaves the size bound to the caller (one pass after many writes)."""
         buf = io.BytesIO()
         for _ in range(3):  # memo tables may grow while they are pickled: try again
             try:
@@ -230,7 +231,8 @@ class DiskCache:
         with self._lock:
             self._written[key] = obj
             self._sizes[key] = memo_size(obj)
-        self._evict()
+        if evict:
+            self._evict()
         return True
 
     def remember(self, key: str, obj: Any) -> None:
@@ -249,12 +251,15 @@ class DiskCache:
         with self._lock:
             grown = [(k, o) for k, o in list(self._written.items())
                      if memo_size(o) > self._sizes.get(k, 0)]
-        return sum(self.store(k, o) for k, o in grown)
+        written = sum(self.store(k, o, evict=False) for k, o in grown)
+        if written:
+            self._evict()
+        return written
 
     def _evict(self) -> None:
         try:
-            entries = [(p.stat().st_mtime, p.stat().st_size, p)
-                       for p in self.directory.glob("*.pickle")]
+            entries = [(st.st_mtime, st.st_size, p)
+                       for p in self.directory.glob("*.pickle") for st in (p.stat(),)]
         except OSError:
             return
         total = sum(size for _, size, _ in entries)

@@ -132,7 +132,8 @@ def _load_schema(schema: Any, registry: Mapping[str, Any] | None = None,
         raise SchemaError(f"invalid schema{f' at {full}' if full else ''}: {exc.message}",
                           pointer) from exc
     schema = bundle_refs(schema, registry, lenient=lenient)
-    if "\\p" in json.dumps(schema) or "\\P" in json.dumps(schema):
+    text = json.dumps(schema)
+    if "\\p" in text or "\\P" in text:
         schema = _python_patterns(schema)
     return schema, _exact_validator(cls)(schema, format_checker=cls.FORMAT_CHECKER)
 
