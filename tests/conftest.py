@@ -53,23 +53,41 @@ def smollm_vocab(smollm_tokenizer) -> Vocabulary:
     return Vocabulary.from_tokenizer(smollm_tokenizer)
 
 
+def tiny_llama(tokenizer, seed: int = 0, vocab_size: int | None = None):
+    """A tiny randomly initialised Llama for ``tokenizer`` (weights from ``seed``)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size or len(tokenizer), hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=4096, tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=1,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def run_decode(fn, *args, **kwargs):
+    """(token ids, complete, error kind, output) of a decode, errors included: the kind is
+    ``"limit"`` (token budget) or ``"dead"`` (no legal token), the output ``None`` then."""
+    from structspec.errors import GenerationError
+
+    try:
+        out = fn(*args, **kwargs)
+        return out.token_ids, out.complete, None, out
+    except GenerationError as exc:
+        kind = "limit" if "max_new_tokens" in str(exc) else "dead"
+        return exc.token_ids, False, kind, None
+
+
 @pytest.fixture(scope="session")
 def tiny_model(smollm_tokenizer):
     """A tiny randomly initialised Llama with the real tokenizer: fast, deterministic, no
     download. For tests that need a model's mechanics but not its quality."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from structspec.models import LoadedModel
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(smollm_tokenizer), hidden_size=32, intermediate_size=64,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=4096, tie_word_embeddings=True,
-        eos_token_id=smollm_tokenizer.eos_token_id, bos_token_id=1,
-    )
-    model = LlamaForCausalLM(config).eval()
+    model = tiny_llama(smollm_tokenizer, seed=0)
     eos = frozenset({smollm_tokenizer.eos_token_id})
     return LoadedModel(model, smollm_tokenizer, "tiny-random", eos)
 

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 import pytest
 import torch
+from conftest import run_decode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -44,14 +45,7 @@ def tiny(tiny_model):
     return tiny_model.model, tiny_model.tokenizer, vocab, constraints
 
 
-def _run(fn, *args, **kwargs):
-    """(token ids, complete, error message kind) of a decode, errors included."""
-    try:
-        out = fn(*args, **kwargs)
-        return out.token_ids, out.complete, None, out
-    except GenerationError as exc:
-        kind = "limit" if "max_new_tokens" in str(exc) else "dead"
-        return exc.token_ids, False, kind, None
+_run = run_decode
 
 
 @settings(max_examples=25, deadline=None,

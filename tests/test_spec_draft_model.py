@@ -11,12 +11,13 @@ import random
 
 import pytest
 import torch
+from conftest import run_decode, tiny_llama
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
-from structspec.errors import GenerationError, VocabularyError
+from structspec.errors import VocabularyError
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec.cost import CostCurve
@@ -39,17 +40,7 @@ GREEDY = SamplingParams()
 FLAT = CostCurve((1, 64), (1.0, 1.0))  # every tree size costs the same: nothing is pruned
 
 
-def _tiny_llama(tokenizer, seed: int, vocab_size: int | None = None):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size or len(tokenizer), hidden_size=32, intermediate_size=64,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=4096, tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=1,
-    )
-    return LlamaForCausalLM(config).eval()
+_tiny_llama = tiny_llama
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +53,7 @@ def tiny(tiny_model):
     return tiny_model.model, tiny_model.tokenizer, vocab, constraints, other
 
 
-def _run(fn, *args, **kwargs):
-    try:
-        out = fn(*args, **kwargs)
-        return out.token_ids, out.complete, None, out
-    except GenerationError as exc:
-        kind = "limit" if "max_new_tokens" in str(exc) else "dead"
-        return exc.token_ids, False, kind, None
+_run = run_decode
 
 
 @settings(max_examples=12, deadline=None,
