@@ -3,7 +3,7 @@ VENV ?= .venv
 PROMPT ?= Extract the person: Maria Lopez is 34, lives in Madrid, email maria.lopez@example.com, and enjoys chess and hiking.
 SCHEMA ?= schemas/person.json
 
-.PHONY: setup demo test lint bench
+.PHONY: setup demo test lint bench native
 
 setup:
 	@bash scripts/setup.sh
@@ -19,3 +19,7 @@ test: setup lint
 
 bench: setup
 	$(VENV)/bin/python benchmarks/overhead.py
+
+# Rebuild the native kernels in place after editing structspec/_native/*.c.
+native:
+	$(VENV)/bin/python setup.py -q build_ext --inplace

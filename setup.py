@@ -1,0 +1,27 @@
+"""Native kernels: every ``structspec/_native/*.c`` is built as ``structspec._native.<name>``.
+
+They are optional (``optional=True``): where no C compiler is available the package still
+installs, and each caller falls back to its NumPy path (see ``structspec._native``).
+Everything else about the package is in ``pyproject.toml``.
+"""
+
+from pathlib import Path
+
+import numpy
+from setuptools import Extension, setup
+
+_HERE = Path(__file__).parent
+_SOURCES = sorted((_HERE / "structspec" / "_native").glob("*.c"))
+
+setup(
+    ext_modules=[
+        Extension(
+            f"structspec._native.{src.stem}",
+            [str(src.relative_to(_HERE))],
+            include_dirs=[numpy.get_include()],
+            extra_compile_args=["-O3"],
+            optional=True,
+        )
+        for src in _SOURCES
+    ],
+)

@@ -1,0 +1,37 @@
+"""Optional native kernels (C, built by ``setup.py`` from ``structspec/_native/*.c``).
+
+Only the hot inner loops live here — walks of the token trie through automata — where
+interpreted Python and NumPy's per-call overhead dominate (see ``docs/performance.md``).
+Every kernel has a NumPy twin that gives identical results: :func:`load` returns ``None``
+when a kernel was not built (no C compiler at install time) or when
+``STRUCTSPEC_NATIVE=off``, and callers then take the NumPy path. Tests compare the two.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+_CACHE: dict[str, ModuleType | None] = {}
+
+
+def enabled() -> bool:
+    """Whether native kernels may be used (``STRUCTSPEC_NATIVE`` is not ``off``/``0``)."""
+    return os.environ.get("STRUCTSPEC_NATIVE", "on").lower() not in ("off", "0", "false", "no")
+
+
+def load(name: str) -> ModuleType | None:
+    """The built kernel module ``structspec._native.<name>``, or ``None`` (not built, or
+    disabled by ``STRUCTSPEC_NATIVE=off``). Read at call time, so tests can switch it."""
+    if not enabled():
+        return None
+    if name not in _CACHE:
+        try:
+            _CACHE[name] = importlib.import_module(f"structspec._native.{name}")
+        except ImportError:
+            _CACHE[name] = None
+    return _CACHE[name]
+
+
+__all__ = ["enabled", "load"]
