@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from structspec import _native
 from structspec.automata.base import TokenMask
 from structspec.automata.dfa import ByteDFA
 from structspec.automata.limits import active_limits, check_time
@@ -442,6 +443,78 @@ def token_trie(vocab: Vocabulary) -> _TokenTrie:
 
 
 @dataclass(frozen=True)
+class _DfsTrie:
+    """The same trie in depth-first order, for the native walk (``_native/trie_walk.c``).
+
+    ``nodes`` is int32 ``[N, 6]``: per node its last byte, depth, the end of its subtree (one
+    past its last descendant), its token rows ``[lo, hi)`` and the row of the token spelling
+    it exactly (``-1`` if none). ``first`` maps the level-1 nodes of :class:`_TokenTrie` to
+    their rows in ``nodes``.
+    """
+
+    nodes: np.ndarray  # [N, 6] int32
+    first: np.ndarray  # [N_1] int32
+    depth: int  # the deepest node
+    rows: int  # the number of token rows
+
+
+_DFS_TRIES: dict[str, _DfsTrie] = {}
+
+
+def dfs_trie(vocab: Vocabulary) -> _DfsTrie:
+    """The depth-first view of :func:`token_trie` (built once per fingerprint).
+
+    A node is "the prefix of row ``lo`` of length ``d``" and its subtree is the nodes of rows
+    ``[lo, hi)`` that are deeper, so sorting all nodes by ``(lo, d)`` is depth-first order and
+    a subtree ends at the first node of row ``hi``."""
+    with _TABLES_LOCK:
+        got = _DFS_TRIES.get(vocab.fingerprint)
+    if got is not None:
+        return got
+    trie = token_trie(vocab)
+    depth = np.concatenate([np.full(b.size, d + 1, dtype=np.int64)
+                            for d, b in enumerate(trie.byte)])  # [N]
+    lo, hi = np.concatenate(trie.lo), np.concatenate(trie.hi)
+    order = np.lexsort((depth, lo))  # [N] depth-first
+    sorted_lo = lo[order]
+    nodes = np.stack([np.concatenate(trie.byte)[order], depth[order],
+                      np.searchsorted(sorted_lo, hi[order], side="left"), sorted_lo,
+                      hi[order], np.concatenate(trie.token)[order]], axis=1).astype(np.int32)
+    where = np.empty(order.size, dtype=np.int64)
+    where[order] = np.arange(order.size)
+    got = _DfsTrie(np.ascontiguousarray(nodes), where[: trie.byte[0].size].astype(np.int32),
+                   len(trie.byte), int(trie.ids.size))
+    with _TABLES_LOCK:
+        got = _DFS_TRIES.setdefault(vocab.fingerprint, got)
+    return got
+
+
+def _native_walker(table: object, accepting: object) -> object | None:
+    """The native ``trie_walk`` module when it can walk this DFA (a plain int32 table and
+    bool array; lazy tables take the NumPy path), else ``None``."""
+    mod = _native.load("trie_walk")
+    if mod is None or not isinstance(table, np.ndarray) or not isinstance(accepting, np.ndarray):
+        return None
+    if table.dtype != np.int32 or accepting.dtype != np.bool_ or not table.flags.c_contiguous \
+            or not accepting.flags.c_contiguous:
+        return None
+    return mod
+
+
+def _walk_subtrees(trie: _TokenTrie, vocab: Vocabulary, table: np.ndarray,
+                   accepting: np.ndarray, cur: np.ndarray,
+                   st: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``_walk_levels``'s result, from the native depth-first walk where it is built (the
+    same sets; rows ascending), else from ``_walk_levels`` itself."""
+    mod = _native_walker(table, accepting)
+    if mod is None:
+        return _walk_levels(trie, vocab, table, accepting, cur, st)
+    dfs = dfs_trie(vocab)
+    return mod.walk(dfs.nodes, dfs.rows, table, accepting,  # type: ignore[attr-defined]
+                    dfs.first[cur], st.astype(np.int32), dfs.depth)
+
+
+@dataclass(frozen=True)
 class _Walk:
     """What a vocabulary walk from one terminal DFA state yields.
 
@@ -596,14 +669,14 @@ def walk_vocabulary(trie: _TokenTrie, vocab: Vocabulary, table: np.ndarray,
     cur = np.flatnonzero(st)  # alive level-1 nodes
     st = st[cur]
     if subtrees is None:
-        rows, split_lo, split_hi, split_pos = _walk_levels(trie, vocab, table, accepting,
-                                                           cur, st)
+        rows, split_lo, split_hi, split_pos = _walk_subtrees(trie, vocab, table, accepting,
+                                                             cur, st)
     else:
         keys = list(zip(cur.tolist(), st.tolist(), strict=True))
         missing = [i for i, k in enumerate(keys) if k not in subtrees]
         if missing:
             m = np.asarray(missing, dtype=np.int64)
-            walked = _walk_levels(trie, vocab, table, accepting, cur[m], st[m])
+            walked = _walk_subtrees(trie, vocab, table, accepting, cur[m], st[m])
             for i, part in zip(missing, _partition(trie, cur[m], walked), strict=True):
                 subtrees[keys[i]] = part
         parts = [subtrees[k] for k in keys]
