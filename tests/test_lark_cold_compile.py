@@ -1,5 +1,6 @@
-"""Cold compile of python.lark: the lazily built f-string DFAs equal the eager ones, the
-shipped analysis (LALR tables, terminals) is current, and the text splitter is exact."""
+"""Cold compile of the shipped grammars: the lazily built f-string DFAs equal the eager ones
+and the shipped (minimized) ones, the shipped analysis (LALR tables, terminals, DFAs) is
+current, and the text splitter is exact."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pytest
 
 from structspec.automata import lark_grammar as lg
 from structspec.automata.dfa import LazyDFA, compile_dfa
-from structspec.automata.pyregex import to_dfa_pattern
 from structspec.grammars import grammar_path
 
 
@@ -59,17 +59,45 @@ def test_top_alternatives() -> None:
 
 
 def test_python_string_terminal_is_lazy_and_exact() -> None:
-    g = lg.load_grammar(grammar_path("python"), cache=False)
+    """Loaded from its text (no shipped DFAs), the f-string alternatives are lazy; the
+    shipped, fully built and minimized ones accept the same language."""
+    text = grammar_path("python").read_text(encoding="utf-8")
+    g = lg.load_grammar(text, cache=False)
     spec = next(t for t in g.terminals if t.name == "STRING")
     lazies = [d for d in spec.parts if isinstance(d, LazyDFA)]
     assert len(lazies) == 2  # the f-string and raw f-string alternatives
     assert spec.matches(b'f"a{x.y[1]!r:>{w}} b"') and spec.matches(b"rF'{a}'")
     assert not spec.matches(b'f"{"') and not spec.matches(b"from")
-    # one of them, fully: the same language as the eagerly compiled DFA (~13,000 states)
-    data = json.loads(lg.shipped_analysis_path(grammar_path("python")).read_text())
-    regexp = next(t["regexp"] for t in data["terminals"] if t["name"] == "STRING")
-    alt = next(a for a in lg.top_alternatives(regexp) if a.startswith("[fF]"))
-    assert _equivalent(LazyDFA(to_dfa_pattern(alt)), compile_dfa(to_dfa_pattern(alt))) > 10_000
+    shipped = next(t for t in lg.load_grammar(grammar_path("python"), cache=False).terminals
+                   if t.name == "STRING")
+    assert not any(isinstance(d, LazyDFA) for d in shipped.parts)
+    assert len(shipped.parts) == len(spec.parts)
+    for lazy, full in zip(spec.parts, shipped.parts):
+        if isinstance(lazy, LazyDFA):  # ~13,000 states built lazily, ~2,000 minimized
+            assert _equivalent(LazyDFA(lazy.pattern), full) > 10_000
+            assert full.n_states < 3_000
+
+
+@pytest.mark.parametrize("name", ["json", "sql", "javascript", "python"])
+def test_shipped_dfas_equal_compiled(name: str) -> None:
+    """Every shipped terminal DFA accepts what the terminal's regex compiles to (the
+    f-string ones are checked above)."""
+    data = json.loads(lg.shipped_analysis_path(grammar_path(name)).read_text())
+    assert data["dfas"]["format"] == lg.DFA_FORMAT
+    for term in data["terminals"]:
+        fresh = lg._terminal_dfas(term)
+        shipped = lg._shipped_dfas(data, term["name"])
+        assert shipped is not None and len(shipped) == len(fresh), term["name"]
+        for a, b in zip(fresh, shipped):
+            if not isinstance(a, LazyDFA):
+                _equivalent(a, b)
+
+
+def test_dfa_encoding_round_trips() -> None:
+    d = compile_dfa("[a-c]{2,4}d?|x(?:[^x]|xy)*x")
+    back = lg.decode_dfa(json.loads(json.dumps(lg.encode_dfa(d))))
+    assert back.start == d.start
+    assert (back.table == d.table).all() and (back.accepting == d.accepting).all()
 
 
 def _canonical(t: dict) -> list:
@@ -97,9 +125,10 @@ def _canonical(t: dict) -> list:
     return [out, order.get(t["end_state"]), sorted(names)]
 
 
-def test_shipped_analysis_is_current() -> None:
-    """Regenerate with ``python -m structspec.automata.lark_grammar python``."""
-    path = grammar_path("python")
+@pytest.mark.parametrize("name", ["json", "sql", "javascript", "python"])
+def test_shipped_analysis_is_current(name: str) -> None:
+    """Regenerate with ``python -m structspec.automata.lark_grammar NAME``."""
+    path = grammar_path(name)
     text, paths = lg._read(path)
     start, postlex = lg._options(text, None, "auto")
     shipped = json.loads(lg.shipped_analysis_path(path).read_text())

@@ -14,19 +14,30 @@ place the name occurs in the text).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import hashlib
 import json
 import os
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from structspec.automata.cache import CompileCache, disk_cache, disk_key
-from structspec.automata.dfa import ByteDFA, LazyDFA, compile_dfa, literal_dfa
+from structspec.automata.dfa import (
+    ByteDFA,
+    DFALimits,
+    LazyDFA,
+    compile_dfa,
+    literal_dfa,
+    minimized,
+)
 from structspec.automata.lalr import ParseTables
 from structspec.automata.lexer import TerminalSpec
 from structspec.automata.pyregex import to_dfa_alternatives, to_dfa_pattern
@@ -249,16 +260,72 @@ def shipped_analysis_path(grammar_file: Path) -> Path:
 
 
 def write_shipped_analysis(grammar_file: Path) -> Path:
-    """(Re)compute the analysis of the shipped grammar ``grammar_file`` and write it
-    next to it (``python -m structspec.automata.lark_grammar NAME``). Returns the path."""
+    """(Re)compute the analysis of the shipped grammar ``grammar_file`` — lark's tables and
+    terminals, and every terminal's DFAs fully built and minimized — and write it next to
+    it (``python -m structspec.automata.lark_grammar NAME``). Returns the path."""
     text, import_paths = _read(grammar_file)
     start, postlex = _options(text, None, "auto")
     data = {"key": analysis_key(text, start, postlex),
             **_analyze(text, start, postlex, import_paths)}
+    data["dfas"] = {"format": DFA_FORMAT, "terminals": {
+        t["name"]: [encode_dfa(d) for d in eager_terminal_dfas(t)] for t in data["terminals"]}}
     out = shipped_analysis_path(grammar_file)
     out.write_text(json.dumps(data, separators=(",", ":"), sort_keys=True) + "\n",
                    encoding="utf-8")
     return out
+
+
+# -- shipped terminal DFAs -----------------------------------------------------------------
+
+DFA_FORMAT = 1
+"""Version of :func:`encode_dfa`'s layout; shipped DFAs of another version are ignored."""
+
+
+def encode_dfa(d: ByteDFA) -> dict[str, Any]:
+    """``d`` as JSON-able data: its start, accepting states, the byte classes its table
+    does not tell apart (``uint8 [256]``) and the table per class (``int32 [n, C]``,
+    zlib-compressed), both base64. Small: a 2,000-state f-string DFA has ~50 classes."""
+    cols, class_of = np.unique(d.table.T, axis=0, return_inverse=True)  # [C, n], [256]
+    table = np.ascontiguousarray(cols.T, dtype="<i4")  # [n, C]
+
+    def b64(raw: bytes) -> str:
+        return base64.b64encode(raw).decode("ascii")
+
+    return {"start": int(d.start), "n": int(table.shape[0]),
+            "accepting": np.flatnonzero(d.accepting).tolist(),
+            "classes": b64(class_of.reshape(-1).astype(np.uint8).tobytes()),
+            "table": b64(zlib.compress(table.tobytes(), 9))}
+
+
+def decode_dfa(data: dict[str, Any]) -> ByteDFA:
+    """The :class:`ByteDFA` of :func:`encode_dfa`'s ``data``."""
+    n = int(data["n"])
+    classes = np.frombuffer(base64.b64decode(data["classes"]), dtype=np.uint8)  # [256]
+    cols = np.frombuffer(zlib.decompress(base64.b64decode(data["table"])), dtype="<i4")
+    table = cols.reshape(n, -1)[:, classes].astype(np.int32)  # [n, 256]
+    accepting = np.zeros(n, dtype=bool)
+    accepting[data["accepting"]] = True
+    return ByteDFA(table, accepting, int(data["start"]))
+
+
+def eager_terminal_dfas(term: dict[str, Any]) -> tuple[ByteDFA, ...]:
+    """A terminal's DFAs as :func:`_terminal_dfas` splits them, every :class:`LazyDFA`
+    built in full and minimized (seconds for python.lark's f-strings: build time only)."""
+    out = []
+    for d in _terminal_dfas(term):
+        if isinstance(d, LazyDFA):
+            d = minimized(compile_dfa(d.pattern, DFALimits(
+                max_states=1 << 20, max_nfa_states=1 << 26, max_seconds=3600)), 1 << 20)
+        out.append(d)
+    return tuple(out)
+
+
+def _shipped_dfas(data: dict[str, Any], name: str) -> tuple[ByteDFA, ...] | None:
+    """The shipped DFAs of terminal ``name``, when ``data`` has them in this format."""
+    dfas = data.get("dfas")
+    if not dfas or dfas.get("format") != DFA_FORMAT or name not in dfas["terminals"]:
+        return None
+    return tuple(decode_dfa(d) for d in dfas["terminals"][name])
 
 
 def _shipped(grammar: str | os.PathLike[str], text: str, start: str,
@@ -514,14 +581,14 @@ def _load(grammar: str | os.PathLike[str], text: str, start: str,
         got = disk.load(key, None)
         if isinstance(got, LoadedGrammar):
             return got
-    # A shipped grammar comes with its analysis precomputed (checked by a test); any
-    # other grammar is analyzed by lark here.
+    # A shipped grammar comes with its analysis and terminal DFAs precomputed (checked by
+    # a test); any other grammar is analyzed by lark and compiled here.
     data = _shipped(grammar, text, start, postlex) or \
         _analyze(text, start, postlex, import_paths)
     terms = data["terminals"]
     specs: list[TerminalSpec] = []
     for t in terms:
-        dfas = _terminal_dfas(t)
+        dfas = _shipped_dfas(data, t["name"]) or _terminal_dfas(t)
         specs.append(TerminalSpec(t["name"], dfas[0], t["priority"], t["is_string"],
                                   t["max_width"], t["pattern_len"], dfas[1:]))
     tables = _tables(data["tables"])
