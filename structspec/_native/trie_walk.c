@@ -1,23 +1,30 @@
 /*
- * trie_walk: the vocabulary walk of a token trie through a terminal DFA, depth first.
+ * trie_walk: vocabulary walks of a token trie through a terminal DFA, depth first.
  *
- * The NumPy twin is ``_walk_levels`` in structspec/automata/grammar.py (level by level);
- * both yield the same sets (tests/test_native_walk.py compares them). See the docstrings
- * of ``walk`` and ``rows_to_words`` below for the contracts; the Python side builds the
- * flat trie once per vocabulary (``_dfs_trie`` in grammar.py).
+ * Twins (NumPy/Python, structspec/automata/grammar.py; tests/test_native_walk.py checks
+ * that both give the same sets):
+ *   walk    <->  _walk_levels    which tokens stay inside, where the terminal may end
+ *   finish  <->  _finish_walk    mask words, crossing candidates, distinct remainders
  *
  * The trie is stored in depth-first order, one row of ``nodes`` (int32 [N, 6]) per node:
  *   NODE_BYTE   the node's last byte (0..255)
  *   NODE_DEPTH  its depth (1 for a first byte)
  *   NODE_END    one past the last node of its subtree (the next node not below it)
- *   NODE_LO     the first token row below it (tokens sorted by bytes: a prefix's tokens
- *               are the rows [lo, hi))
+ *   NODE_LO     the first token row below it (tokens are sorted by bytes, so a prefix's
+ *               tokens are the rows [lo, hi))
  *   NODE_HI     one past the last token row below it
- *   NODE_TOK    the row of the token spelling exactly this prefix, or -1 (then it is lo)
+ *   NODE_TOK    the row of the token spelling exactly this prefix (then it is lo), or -1
+ * and ``below`` (uint64 [N, 4]) is the set of bytes occurring anywhere below each node.
  *
- * Every index read from the inputs is bounds-checked in the loop (a malformed trie or a
- * table with an out-of-range state raises ValueError instead of reading out of bounds);
- * the loops run without the GIL.
+ * Shortcut: a node reached in a non-accepting state s whose bytes below all loop on s
+ * (table[s, b] == s) keeps every token below it inside the terminal at s; the walk takes
+ * its rows [lo, hi) at once instead of visiting the subtree. Inside a JSON string that is
+ * almost the whole vocabulary (only tokens with quotes, backslashes, control or non-ASCII
+ * bytes are walked), so a fresh string walk visits a few thousand nodes, not 100,000.
+ *
+ * Every index read from the inputs is bounds-checked (a malformed trie, or a table holding
+ * a state out of range, raises ValueError instead of reading out of bounds); the loops run
+ * without the GIL; scratch memory is freed on every path.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -29,34 +36,55 @@
 
 enum { NODE_BYTE, NODE_DEPTH, NODE_END, NODE_LO, NODE_HI, NODE_TOK, NODE_COLS };
 
-/* A growable int32 buffer (malloc'ed; freed by the caller). */
+/* -- small helpers ------------------------------------------------------------------------ */
+
+/* A growable int32 buffer (malloc'ed; the owner frees ``data``). */
 typedef struct {
     int32_t *data;
     Py_ssize_t size, cap;
 } ibuf;
 
-static int ibuf_push(ibuf *b, int32_t v) {
-    if (b->size == b->cap) {
-        Py_ssize_t cap = b->cap ? 2 * b->cap : 256;
-        int32_t *data = (int32_t *)realloc(b->data, (size_t)cap * sizeof(int32_t));
-        if (!data) return -1;
-        b->data = data;
-        b->cap = cap;
-    }
+static int ibuf_reserve(ibuf *b, Py_ssize_t extra) {
+    if (b->size + extra <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    while (cap < b->size + extra) cap *= 2;
+    int32_t *data = (int32_t *)realloc(b->data, (size_t)cap * sizeof(int32_t));
+    if (!data) return -1;
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int ibuf_push(ibuf *b, int32_t v) {
+    if (b->size == b->cap && ibuf_reserve(b, 1)) return -1;
     b->data[b->size++] = v;
     return 0;
 }
 
-/* A new 1-d int32 array holding a copy of ``b``'s contents. */
-static PyObject *ibuf_to_array(const ibuf *b) {
-    npy_intp n = (npy_intp)b->size;
-    PyObject *arr = PyArray_SimpleNew(1, &n, NPY_INT32);
-    if (arr && n) memcpy(PyArray_DATA((PyArrayObject *)arr), b->data, (size_t)n * sizeof(int32_t));
+/* A new 1-d array of ``type`` (int32 or int64) holding a copy of ``n`` values of ``src``. */
+static PyObject *new_array(const void *src, Py_ssize_t n, int type) {
+    npy_intp dim = (npy_intp)n;
+    PyObject *arr = PyArray_SimpleNew(1, &dim, type);
+    if (arr && n) {
+        size_t item = type == NPY_INT64 ? sizeof(int64_t) : sizeof(int32_t);
+        memcpy(PyArray_DATA((PyArrayObject *)arr), src, (size_t)n * item);
+    }
     return arr;
 }
 
+static const char *type_name(int type) {
+    switch (type) {
+    case NPY_INT32: return "int32";
+    case NPY_INT64: return "int64";
+    case NPY_UINT64: return "uint64";
+    case NPY_UINT8: return "uint8";
+    case NPY_BOOL: return "bool";
+    default: return "?";
+    }
+}
+
 /* ``obj`` as an aligned, C-contiguous array of ``type`` with ``ndim`` dimensions (a new
- * reference; no copy is made: a wrong dtype or layout is a TypeError). */
+ * reference). No copy is made: a wrong dtype or layout is a TypeError. */
 static PyArrayObject *as_array(PyObject *obj, int type, int ndim, const char *name) {
     if (!PyArray_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "%s must be a numpy array", name);
@@ -66,84 +94,113 @@ static PyArrayObject *as_array(PyObject *obj, int type, int ndim, const char *na
     if (PyArray_TYPE(a) != type || PyArray_NDIM(a) != ndim || !PyArray_IS_C_CONTIGUOUS(a) ||
         !PyArray_ISALIGNED(a)) {
         PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous %d-d %s array", name, ndim,
-                     type == NPY_INT32 ? "int32" : type == NPY_INT64 ? "int64"
-                     : type == NPY_BOOL ? "bool" : "uint32");
+                     type_name(type));
         return NULL;
     }
     Py_INCREF(a);
     return a;
 }
 
+/* -- walk ----------------------------------------------------------------------------------- */
+
 typedef struct {
     ibuf rows, split_lo, split_hi, split_pos;
 } walk_out;
 
+typedef struct {
+    const int32_t *nodes;
+    const uint64_t *below;  /* [N, 4] */
+    Py_ssize_t n_nodes, n_rows, max_depth;
+    const int32_t *table;
+    const npy_bool *accepting;
+    Py_ssize_t n_states;
+    uint64_t *loops;       /* [S, 4] bytes looping on each state, filled on first use */
+    uint8_t *loops_known;  /* [S] */
+} walk_in;
+
+/* The bytes b with table[s, b] == s (computed once per state and walk). */
+static const uint64_t *loops_of(walk_in *in, int32_t s) {
+    uint64_t *l = in->loops + (Py_ssize_t)s * 4;
+    if (!in->loops_known[s]) {
+        const int32_t *row = in->table + (Py_ssize_t)s * 256;
+        l[0] = l[1] = l[2] = l[3] = 0;
+        for (int b = 0; b < 256; b++)
+            if (row[b] == s) l[b >> 6] |= (uint64_t)1 << (b & 63);
+        in->loops_known[s] = 1;
+    }
+    return l;
+}
+
 /*
- * Walk the subtrees of the first-byte nodes ``starts[k]`` (entered in states ``states[k]``,
- * alive) through the DFA. Returns 0, -1 on a bad input (*why set), -2 out of memory.
+ * Walk the subtrees of the first-byte nodes ``starts[k]`` entered in states ``states[k]``.
+ * ``st`` has max_depth + 1 slots. Returns 0, -1 on a bad input (*why set), -2 out of memory.
  */
-static int walk_loop(const int32_t *nodes, Py_ssize_t n_nodes, Py_ssize_t n_rows,
-                     const int32_t *table, Py_ssize_t n_states, const npy_bool *accepting,
-                     const int32_t *starts, const int32_t *states, Py_ssize_t n_starts,
-                     int32_t *st, Py_ssize_t max_depth, walk_out *out, const char **why) {
+static int walk_loop(walk_in *in, const int32_t *starts, const int32_t *states,
+                     Py_ssize_t n_starts, int32_t *st, walk_out *out, const char **why) {
+    const int32_t *nodes = in->nodes;
     for (Py_ssize_t k = 0; k < n_starts; k++) {
         Py_ssize_t i = starts[k];
-        if (i < 0 || i >= n_nodes || nodes[i * NODE_COLS + NODE_DEPTH] != 1) {
+        if (i < 0 || i >= in->n_nodes || nodes[i * NODE_COLS + NODE_DEPTH] != 1) {
             *why = "a start is not a first-byte node";
             return -1;
         }
-        if (states[k] <= 0 || states[k] >= n_states) {
+        if (states[k] <= 0 || states[k] >= in->n_states) {
             *why = "a start state is dead or out of range";
             return -1;
         }
         Py_ssize_t end = nodes[i * NODE_COLS + NODE_END];
-        if (end <= i || end > n_nodes) {
+        if (end <= i || end > in->n_nodes) {
             *why = "a subtree end is out of range";
             return -1;
         }
-        st[1] = states[k];
         int first = 1;
         while (i < end) {
             const int32_t *nd = nodes + i * NODE_COLS;
-            int32_t d = nd[NODE_DEPTH];
-            int32_t s;
+            int32_t d = nd[NODE_DEPTH], skip = nd[NODE_END], s;
+            if (skip <= i || skip > end || d < 1 || d > in->max_depth) {
+                *why = "a subtree end or depth is out of range";
+                return -1;
+            }
             if (first) {
-                s = st[1];
+                s = states[k];
                 first = 0;
             } else {
-                if (d < 2 || d > max_depth || (uint32_t)nd[NODE_BYTE] > 255u) {
+                if (d < 2 || (uint32_t)nd[NODE_BYTE] > 255u) {
                     *why = "a node depth or byte is out of range";
                     return -1;
                 }
-                s = table[(Py_ssize_t)st[d - 1] * 256 + nd[NODE_BYTE]];
-                if (s < 0 || s >= n_states) {
+                s = in->table[(Py_ssize_t)st[d - 1] * 256 + nd[NODE_BYTE]];
+                if (s < 0 || s >= in->n_states) {
                     *why = "the table holds a state out of range";
                     return -1;
                 }
-            }
-            int32_t skip = nd[NODE_END];
-            if (skip <= i || skip > end) {
-                *why = "a subtree end is out of range";
-                return -1;
             }
             if (!s) {  /* dead: nothing below this prefix */
                 i = skip;
                 continue;
             }
-            st[d] = s;
             int32_t lo = nd[NODE_LO], hi = nd[NODE_HI], tok = nd[NODE_TOK];
-            if (lo < 0 || hi > n_rows || lo >= hi || (tok != -1 && tok != lo)) {
+            if (lo < 0 || hi > in->n_rows || lo >= hi || (tok != -1 && tok != lo)) {
                 *why = "a node's token rows are out of range";
                 return -1;
             }
-            if (tok >= 0 && ibuf_push(&out->rows, tok)) return -2;
-            if (accepting[s]) {  /* the terminal may end after d bytes: the rest must follow */
-                int32_t from = lo + (tok >= 0);
-                if (from < hi) {
-                    if (ibuf_push(&out->split_lo, from) || ibuf_push(&out->split_hi, hi) ||
-                        ibuf_push(&out->split_pos, d))
-                        return -2;
+            if (!in->accepting[s] && skip > i + 1) {
+                const uint64_t *l = loops_of(in, s), *b = in->below + i * 4;
+                if (!(b[0] & ~l[0]) && !(b[1] & ~l[1]) && !(b[2] & ~l[2]) && !(b[3] & ~l[3])) {
+                    /* every token below stays at s, inside: take rows [lo, hi) at once */
+                    if (ibuf_reserve(&out->rows, hi - lo)) return -2;
+                    for (int32_t r = lo; r < hi; r++) out->rows.data[out->rows.size++] = r;
+                    i = skip;
+                    continue;
                 }
+            }
+            st[d] = s;
+            if (tok >= 0 && ibuf_push(&out->rows, tok)) return -2;
+            if (in->accepting[s]) {  /* the terminal may end after d bytes: the rest follows */
+                int32_t from = lo + (tok >= 0);
+                if (from < hi && (ibuf_push(&out->split_lo, from) ||
+                                  ibuf_push(&out->split_hi, hi) || ibuf_push(&out->split_pos, d)))
+                    return -2;
             }
             i++;
         }
@@ -151,47 +208,44 @@ static int walk_loop(const int32_t *nodes, Py_ssize_t n_nodes, Py_ssize_t n_rows
     return 0;
 }
 
-static void walk_out_free(walk_out *o) {
-    free(o->rows.data);
-    free(o->split_lo.data);
-    free(o->split_hi.data);
-    free(o->split_pos.data);
-}
-
 PyDoc_STRVAR(walk_doc,
-"walk(nodes, n_rows, table, accepting, starts, states, max_depth)\n"
+"walk(nodes, below, n_rows, table, accepting, starts, states, max_depth)\n"
 "    -> (rows, split_lo, split_hi, split_pos)\n\n"
 "Walk the subtrees of the first-byte nodes ``starts`` (int32 [K], indices into ``nodes``)\n"
 "entered in DFA states ``states`` (int32 [K], alive) through ``table`` (int32 [S, 256],\n"
 "0 = dead) and ``accepting`` (bool [S]). ``nodes`` is the depth-first trie, int32 [N, 6]\n"
-"(byte, depth, end, lo, hi, tok) over ``n_rows`` token rows; ``max_depth`` bounds the\n"
-"node depths.\n\n"
+"(byte, depth, end, lo, hi, tok) over ``n_rows`` token rows, ``below`` (uint64 [N, 4]) the\n"
+"bytes below each node; ``max_depth`` bounds the node depths.\n\n"
 "Returns int32 arrays: the rows of the tokens that stay inside the terminal, ascending,\n"
 "and the splits: rows [split_lo, split_hi) may leave the terminal after split_pos bytes.\n"
-"Raises TypeError (dtype/layout) or ValueError (an index out of range).");
+"Pure; releases the GIL. Raises TypeError (dtype/layout) or ValueError (out of range).");
 
 static PyObject *py_walk(PyObject *self, PyObject *args) {
-    PyObject *o_nodes, *o_table, *o_acc, *o_starts, *o_states;
+    PyObject *o_nodes, *o_below, *o_table, *o_acc, *o_starts, *o_states;
     Py_ssize_t n_rows, max_depth;
-    if (!PyArg_ParseTuple(args, "OnOOOOn", &o_nodes, &n_rows, &o_table, &o_acc, &o_starts,
-                          &o_states, &max_depth))
+    if (!PyArg_ParseTuple(args, "OOnOOOOn", &o_nodes, &o_below, &n_rows, &o_table, &o_acc,
+                          &o_starts, &o_states, &max_depth))
         return NULL;
-    PyArrayObject *nodes = NULL, *table = NULL, *acc = NULL, *starts = NULL, *states = NULL;
+    PyArrayObject *nodes = NULL, *below = NULL, *table = NULL, *acc = NULL, *starts = NULL,
+                  *states = NULL;
     PyObject *result = NULL;
     int32_t *st = NULL;
     walk_out out = {{0}};
+    walk_in in = {0};
     if (!(nodes = as_array(o_nodes, NPY_INT32, 2, "nodes")) ||
+        !(below = as_array(o_below, NPY_UINT64, 2, "below")) ||
         !(table = as_array(o_table, NPY_INT32, 2, "table")) ||
         !(acc = as_array(o_acc, NPY_BOOL, 1, "accepting")) ||
         !(starts = as_array(o_starts, NPY_INT32, 1, "starts")) ||
         !(states = as_array(o_states, NPY_INT32, 1, "states")))
         goto done;
-    if (PyArray_DIM(nodes, 1) != NODE_COLS) {
-        PyErr_SetString(PyExc_ValueError, "nodes must have 6 columns");
+    if (PyArray_DIM(nodes, 1) != NODE_COLS || PyArray_DIM(below, 1) != 4 ||
+        PyArray_DIM(below, 0) != PyArray_DIM(nodes, 0)) {
+        PyErr_SetString(PyExc_ValueError, "nodes must be [N, 6] and below [N, 4]");
         goto done;
     }
     if (PyArray_DIM(table, 1) != 256 || PyArray_DIM(acc, 0) != PyArray_DIM(table, 0) ||
-        PyArray_DIM(table, 0) < 1) {
+        PyArray_DIM(table, 0) < 1 || PyArray_DIM(table, 0) > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "table must be [S, 256] and accepting [S], S >= 1");
         goto done;
     }
@@ -199,28 +253,30 @@ static PyObject *py_walk(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "starts and states differ in length");
         goto done;
     }
-    if (max_depth < 1 || max_depth > (1 << 20)) {
-        PyErr_SetString(PyExc_ValueError, "max_depth out of range");
+    if (max_depth < 1 || max_depth > (1 << 20) || n_rows < 0 || n_rows > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "max_depth or n_rows out of range");
         goto done;
     }
+    in.nodes = (const int32_t *)PyArray_DATA(nodes);
+    in.below = (const uint64_t *)PyArray_DATA(below);
+    in.n_nodes = PyArray_DIM(nodes, 0);
+    in.n_rows = n_rows;
+    in.max_depth = max_depth;
+    in.table = (const int32_t *)PyArray_DATA(table);
+    in.accepting = (const npy_bool *)PyArray_DATA(acc);
+    in.n_states = PyArray_DIM(table, 0);
     st = (int32_t *)malloc((size_t)(max_depth + 1) * sizeof(int32_t));
-    if (!st) {
+    in.loops = (uint64_t *)malloc((size_t)in.n_states * 4 * sizeof(uint64_t));
+    in.loops_known = (uint8_t *)calloc((size_t)in.n_states, 1);
+    if (!st || !in.loops || !in.loops_known) {
         PyErr_NoMemory();
-        goto done;
-    }
-    Py_ssize_t n_nodes = PyArray_DIM(nodes, 0);
-    if (n_rows < 0 || n_rows > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "n_rows out of range");
         goto done;
     }
     const char *why = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = walk_loop((const int32_t *)PyArray_DATA(nodes), n_nodes, n_rows,
-                   (const int32_t *)PyArray_DATA(table), PyArray_DIM(table, 0),
-                   (const npy_bool *)PyArray_DATA(acc), (const int32_t *)PyArray_DATA(starts),
-                   (const int32_t *)PyArray_DATA(states), PyArray_DIM(starts, 0), st,
-                   max_depth, &out, &why);
+    rc = walk_loop(&in, (const int32_t *)PyArray_DATA(starts),
+                   (const int32_t *)PyArray_DATA(states), PyArray_DIM(starts, 0), st, &out, &why);
     Py_END_ALLOW_THREADS
     if (rc == -1) {
         PyErr_SetString(PyExc_ValueError, why);
@@ -230,8 +286,10 @@ static PyObject *py_walk(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    PyObject *a = ibuf_to_array(&out.rows), *b = ibuf_to_array(&out.split_lo),
-             *c = ibuf_to_array(&out.split_hi), *e = ibuf_to_array(&out.split_pos);
+    PyObject *a = new_array(out.rows.data, out.rows.size, NPY_INT32),
+             *b = new_array(out.split_lo.data, out.split_lo.size, NPY_INT32),
+             *c = new_array(out.split_hi.data, out.split_hi.size, NPY_INT32),
+             *e = new_array(out.split_pos.data, out.split_pos.size, NPY_INT32);
     if (a && b && c && e) result = PyTuple_Pack(4, a, b, c, e);
     Py_XDECREF(a);
     Py_XDECREF(b);
@@ -239,8 +297,14 @@ static PyObject *py_walk(PyObject *self, PyObject *args) {
     Py_XDECREF(e);
 done:
     free(st);
-    walk_out_free(&out);
+    free(in.loops);
+    free(in.loops_known);
+    free(out.rows.data);
+    free(out.split_lo.data);
+    free(out.split_hi.data);
+    free(out.split_pos.data);
     Py_XDECREF(nodes);
+    Py_XDECREF(below);
     Py_XDECREF(table);
     Py_XDECREF(acc);
     Py_XDECREF(starts);
@@ -248,15 +312,201 @@ done:
     return result;
 }
 
+/* -- finish --------------------------------------------------------------------------------- */
+
+/* FNV-1a over a byte string. */
+static inline uint64_t fnv1a(const uint8_t *p, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+typedef struct {
+    uint32_t *words;               /* [W] out */
+    int64_t *cand_ids, *cand_rem;  /* [P] out (P <= total split rows) */
+    ibuf rem_rows, rem_pos;        /* [R] out: one (row, pos) per distinct remainder */
+    Py_ssize_t n_cand;
+    int32_t *slots;                /* hash table of remainder indices, -1 = empty */
+    Py_ssize_t n_slots;
+} finish_out;
+
+/*
+ * Mask words of ``rows``; then every (row, pos) of the splits whose token is not inside,
+ * with its remainder text[offsets[row] + pos : offsets[row + 1]] interned.
+ */
+static int finish_loop(const int64_t *ids, Py_ssize_t n_rows, Py_ssize_t size,
+                       const int32_t *rows, Py_ssize_t n_inside, const int32_t *lo,
+                       const int32_t *hi, const int32_t *pos, Py_ssize_t n_split,
+                       const uint8_t *text, Py_ssize_t n_text, const int64_t *offsets,
+                       finish_out *out, const char **why) {
+    for (Py_ssize_t i = 0; i < n_inside; i++) {
+        int32_t r = rows[i];
+        if (r < 0 || r >= n_rows) {
+            *why = "a row is out of range";
+            return -1;
+        }
+        int64_t t = ids[r];
+        if (t < 0 || t >= size) {
+            *why = "a token id is out of range";
+            return -1;
+        }
+        out->words[t >> 5] |= (uint32_t)1 << (t & 31);
+    }
+    for (Py_ssize_t j = 0; j < n_split; j++) {
+        if (lo[j] < 0 || hi[j] > n_rows || lo[j] > hi[j] || pos[j] < 1) {
+            *why = "a split is out of range";
+            return -1;
+        }
+        for (int32_t r = lo[j]; r < hi[j]; r++) {
+            int64_t t = ids[r];
+            if (t < 0 || t >= size) {
+                *why = "a token id is out of range";
+                return -1;
+            }
+            if ((out->words[t >> 5] >> (t & 31)) & 1) continue;  /* inside: legal anyway */
+            int64_t a = offsets[r] + pos[j], b = offsets[r + 1];
+            if (offsets[r] < 0 || a > b || b > n_text) {
+                *why = "a split position is past its token";
+                return -1;
+            }
+            uint64_t h = fnv1a(text + a, (Py_ssize_t)(b - a));
+            Py_ssize_t mask = out->n_slots - 1, slot = (Py_ssize_t)(h & (uint64_t)mask);
+            int32_t found = -1;
+            while (out->slots[slot] >= 0) {
+                int32_t e = out->slots[slot];
+                int64_t ea = offsets[out->rem_rows.data[e]] + out->rem_pos.data[e];
+                int64_t eb = offsets[out->rem_rows.data[e] + 1];
+                if (eb - ea == b - a && !memcmp(text + ea, text + a, (size_t)(b - a))) {
+                    found = e;
+                    break;
+                }
+                slot = (slot + 1) & mask;
+            }
+            if (found < 0) {
+                found = (int32_t)out->rem_rows.size;
+                if (ibuf_push(&out->rem_rows, r) || ibuf_push(&out->rem_pos, pos[j])) return -2;
+                out->slots[slot] = found;
+            }
+            out->cand_ids[out->n_cand] = t;
+            out->cand_rem[out->n_cand] = found;
+            out->n_cand++;
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(finish_doc,
+"finish(ids, size, rows, split_lo, split_hi, split_pos, text, offsets)\n"
+"    -> (words, cand_ids, cand_rem, rem_rows, rem_pos)\n\n"
+"Turn a walk into a mask: ``words`` (uint32 [ceil(size / 32)]) has the bits of the ids\n"
+"``ids[rows]`` (ids: int64 [T], each in range(size)). Each row r of the splits\n"
+"[split_lo, split_hi) whose token is not inside is a crossing candidate ``ids[r]`` with\n"
+"remainder ``text[offsets[r] + pos:offsets[r + 1]]`` (text: uint8, the tokens' bytes in row\n"
+"order; offsets: int64 [T + 1]); ``cand_rem`` (int64) numbers the distinct remainders in\n"
+"order of first appearance and ``(rem_rows, rem_pos)`` (int32) spell each one.\n"
+"Pure; releases the GIL. Raises TypeError (dtype/layout) or ValueError (out of range).");
+
+static PyObject *py_finish(PyObject *self, PyObject *args) {
+    PyObject *o_ids, *o_rows, *o_lo, *o_hi, *o_pos, *o_text, *o_off;
+    Py_ssize_t size;
+    if (!PyArg_ParseTuple(args, "OnOOOOOO", &o_ids, &size, &o_rows, &o_lo, &o_hi, &o_pos,
+                          &o_text, &o_off))
+        return NULL;
+    PyArrayObject *ids = NULL, *rows = NULL, *lo = NULL, *hi = NULL, *pos = NULL, *text = NULL,
+                  *off = NULL;
+    PyObject *result = NULL, *words = NULL;
+    finish_out out = {0};
+    if (!(ids = as_array(o_ids, NPY_INT64, 1, "ids")) ||
+        !(rows = as_array(o_rows, NPY_INT32, 1, "rows")) ||
+        !(lo = as_array(o_lo, NPY_INT32, 1, "split_lo")) ||
+        !(hi = as_array(o_hi, NPY_INT32, 1, "split_hi")) ||
+        !(pos = as_array(o_pos, NPY_INT32, 1, "split_pos")) ||
+        !(text = as_array(o_text, NPY_UINT8, 1, "text")) ||
+        !(off = as_array(o_off, NPY_INT64, 1, "offsets")))
+        goto done;
+    Py_ssize_t n_rows = PyArray_DIM(ids, 0), n_split = PyArray_DIM(lo, 0);
+    if (size < 0 || PyArray_DIM(off, 0) != n_rows + 1 || PyArray_DIM(hi, 0) != n_split ||
+        PyArray_DIM(pos, 0) != n_split) {
+        PyErr_SetString(PyExc_ValueError, "inconsistent lengths (offsets must be [T + 1])");
+        goto done;
+    }
+    const int64_t *id = (const int64_t *)PyArray_DATA(ids);
+    const int64_t *of = (const int64_t *)PyArray_DATA(off);
+    /* at most as many candidates as split rows */
+    const int32_t *l = (const int32_t *)PyArray_DATA(lo), *h = (const int32_t *)PyArray_DATA(hi);
+    Py_ssize_t total = 0;
+    for (Py_ssize_t j = 0; j < n_split; j++) {
+        if (l[j] < 0 || h[j] > n_rows || l[j] > h[j]) {
+            PyErr_SetString(PyExc_ValueError, "a split is out of range");
+            goto done;
+        }
+        total += h[j] - l[j];
+    }
+    npy_intp n_words = (npy_intp)((size + 31) / 32);
+    words = PyArray_ZEROS(1, &n_words, NPY_UINT32, 0);
+    if (!words) goto done;
+    out.words = (uint32_t *)PyArray_DATA((PyArrayObject *)words);
+    out.n_slots = 16;
+    while (out.n_slots < 2 * total) out.n_slots *= 2;
+    out.slots = (int32_t *)malloc((size_t)out.n_slots * sizeof(int32_t));
+    out.cand_ids = (int64_t *)malloc((size_t)(total ? total : 1) * sizeof(int64_t));
+    out.cand_rem = (int64_t *)malloc((size_t)(total ? total : 1) * sizeof(int64_t));
+    if (!out.slots || !out.cand_ids || !out.cand_rem) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(out.slots, 0xff, (size_t)out.n_slots * sizeof(int32_t));
+    const char *why = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = finish_loop(id, n_rows, size, (const int32_t *)PyArray_DATA(rows), PyArray_DIM(rows, 0),
+                     l, h, (const int32_t *)PyArray_DATA(pos), n_split,
+                     (const uint8_t *)PyArray_DATA(text), PyArray_DIM(text, 0), of, &out, &why);
+    Py_END_ALLOW_THREADS
+    if (rc == -1) {
+        PyErr_SetString(PyExc_ValueError, why);
+        goto done;
+    }
+    if (rc == -2) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject *a = new_array(out.cand_ids, out.n_cand, NPY_INT64),
+             *b = new_array(out.cand_rem, out.n_cand, NPY_INT64),
+             *c = new_array(out.rem_rows.data, out.rem_rows.size, NPY_INT32),
+             *e = new_array(out.rem_pos.data, out.rem_pos.size, NPY_INT32);
+    if (a && b && c && e) result = PyTuple_Pack(5, words, a, b, c, e);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(c);
+    Py_XDECREF(e);
+done:
+    Py_XDECREF(words);
+    free(out.slots);
+    free(out.cand_ids);
+    free(out.cand_rem);
+    free(out.rem_rows.data);
+    free(out.rem_pos.data);
+    Py_XDECREF(ids);
+    Py_XDECREF(rows);
+    Py_XDECREF(lo);
+    Py_XDECREF(hi);
+    Py_XDECREF(pos);
+    Py_XDECREF(text);
+    Py_XDECREF(off);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"walk", py_walk, METH_VARARGS, walk_doc},
+    {"finish", py_finish, METH_VARARGS, finish_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "trie_walk",
-    "Depth-first walks of a token trie through a DFA (twin: grammar._walk_levels).", -1,
-    methods,
+    "Depth-first walks of a token trie through a DFA (twins in structspec.automata.grammar).",
+    -1, methods,
 };
 
 PyMODINIT_FUNC PyInit_trie_walk(void) {

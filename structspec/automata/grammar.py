@@ -448,17 +448,41 @@ class _DfsTrie:
 
     ``nodes`` is int32 ``[N, 6]``: per node its last byte, depth, the end of its subtree (one
     past its last descendant), its token rows ``[lo, hi)`` and the row of the token spelling
-    it exactly (``-1`` if none). ``first`` maps the level-1 nodes of :class:`_TokenTrie` to
-    their rows in ``nodes``.
+    it exactly (``-1`` if none); ``below`` is the set of bytes anywhere below each node (a
+    walk takes a subtree whole when all of them loop on its state). ``first`` maps the
+    level-1 nodes of :class:`_TokenTrie` to their rows in ``nodes``; ``text``/``offsets``
+    hold the tokens' bytes in row order (remainders are slices of them).
     """
 
     nodes: np.ndarray  # [N, 6] int32
+    below: np.ndarray  # [N, 4] uint64: bit b of the 256 is set when byte b occurs below
     first: np.ndarray  # [N_1] int32
     depth: int  # the deepest node
-    rows: int  # the number of token rows
+    text: np.ndarray  # [sum of lengths] uint8, the tokens in row order
+    offsets: np.ndarray  # [T + 1] int64: row r spells text[offsets[r]:offsets[r + 1]]
 
 
 _DFS_TRIES: dict[str, _DfsTrie] = {}
+
+
+def _bytes_below(trie: _TokenTrie) -> list[np.ndarray]:
+    """Per level, ``[N_d, 4]`` uint64 bitsets of the bytes occurring below each node
+    (bottom-up: a node's set is the union of its children's bytes and sets)."""
+    out: list[np.ndarray] = [np.zeros((0, 4), dtype=np.uint64)] * len(trie.byte)
+    out[-1] = np.zeros((trie.byte[-1].size, 4), dtype=np.uint64)
+    for lvl in range(len(trie.byte) - 2, -1, -1):
+        child = trie.byte[lvl + 1]  # [N_{d+1}]
+        own = np.zeros((child.size, 4), dtype=np.uint64)
+        own[np.arange(child.size), child >> 6] = np.left_shift(np.uint64(1),
+                                                               (child & 63).astype(np.uint64))
+        own |= out[lvl + 1]
+        cstart = trie.children[lvl]  # [N_d + 1]
+        sets = np.zeros((trie.byte[lvl].size, 4), dtype=np.uint64)
+        has = cstart[1:] > cstart[:-1]
+        if own.shape[0]:
+            sets[has] = np.bitwise_or.reduceat(own, cstart[:-1][has], axis=0)
+        out[lvl] = sets
+    return out
 
 
 def dfs_trie(vocab: Vocabulary) -> _DfsTrie:
@@ -482,8 +506,13 @@ def dfs_trie(vocab: Vocabulary) -> _DfsTrie:
                       hi[order], np.concatenate(trie.token)[order]], axis=1).astype(np.int32)
     where = np.empty(order.size, dtype=np.int64)
     where[order] = np.arange(order.size)
-    got = _DfsTrie(np.ascontiguousarray(nodes), where[: trie.byte[0].size].astype(np.int32),
-                   len(trie.byte), int(trie.ids.size))
+    below = np.concatenate(_bytes_below(trie))[order]
+    texts = [vocab.tokens[i] for i in trie.ids.tolist()]
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(t) for t in texts])
+    got = _DfsTrie(np.ascontiguousarray(nodes), np.ascontiguousarray(below),
+                   where[: trie.byte[0].size].astype(np.int32), len(trie.byte),
+                   np.frombuffer(b"".join(texts), dtype=np.uint8), offsets)
     with _TABLES_LOCK:
         got = _DFS_TRIES.setdefault(vocab.fingerprint, got)
     return got
@@ -510,8 +539,8 @@ def _walk_subtrees(trie: _TokenTrie, vocab: Vocabulary, table: np.ndarray,
     if mod is None:
         return _walk_levels(trie, vocab, table, accepting, cur, st)
     dfs = dfs_trie(vocab)
-    return mod.walk(dfs.nodes, dfs.rows, table, accepting,  # type: ignore[attr-defined]
-                    dfs.first[cur], st.astype(np.int32), dfs.depth)
+    return mod.walk(dfs.nodes, dfs.below, trie.ids.size, table,  # type: ignore[attr-defined]
+                    accepting, dfs.first[cur], st.astype(np.int32), dfs.depth)
 
 
 @dataclass(frozen=True)
@@ -684,6 +713,25 @@ def walk_vocabulary(trie: _TokenTrie, vocab: Vocabulary, table: np.ndarray,
         split_lo = np.concatenate([p[1] for p in parts]) if parts else rows
         split_hi = np.concatenate([p[2] for p in parts]) if parts else rows
         split_pos = np.concatenate([p[3] for p in parts]) if parts else rows
+    return _finish_walk(trie, vocab, rows, split_lo, split_hi, split_pos)
+
+
+def _finish_walk(trie: _TokenTrie, vocab: Vocabulary, rows: np.ndarray, split_lo: np.ndarray,
+                 split_hi: np.ndarray, split_pos: np.ndarray) -> _Walk:
+    """A walk's :class:`_Walk`: the mask words of the inside ``rows``, and each split row
+    whose token is not inside as a crossing candidate with its remainder (distinct
+    remainders numbered in order of first appearance). Native where built."""
+    mod = _native.load("trie_walk")
+    if mod is not None:
+        dfs = dfs_trie(vocab)
+        words, cand, cand_rem, rem_rows, rem_pos = mod.finish(  # type: ignore[attr-defined]
+            trie.ids, trie.size, rows.astype(np.int32, copy=False),
+            split_lo.astype(np.int32, copy=False), split_hi.astype(np.int32, copy=False),
+            split_pos.astype(np.int32, copy=False), dfs.text, dfs.offsets)
+        text, offsets = dfs.text, dfs.offsets
+        remainders = tuple(text[offsets[r] + p: offsets[r + 1]].tobytes()
+                           for r, p in zip(rem_rows.tolist(), rem_pos.tolist(), strict=True))
+        return _Walk(words, cand, cand_rem, remainders)
     words = TokenMask.from_ids(trie.ids[rows], trie.size).words
     empty = np.zeros(0, dtype=np.int64)
     if not split_lo.size:
