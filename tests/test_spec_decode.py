@@ -20,6 +20,7 @@ from structspec.errors import GenerationError
 from structspec.masks import apply_mask, mask_to_bool
 from structspec.sampling import SamplingParams, probabilities
 from structspec.spec import SpecConfig, SpecStats, speculative_decode
+from structspec.spec.decode import certain_tokens
 from structspec.spec.drafters import register_drafter
 from structspec.vocab import Vocabulary
 
@@ -84,8 +85,10 @@ def test_speculation_saves_passes_and_stats_add_up(tiny, name):
     s = spec.stats
     assert s.forward_passes < plain.stats.forward_passes
     assert s.steps == s.forward_passes  # the first pass also prefills
-    # Each step commits its accepted drafts plus at most one bonus/EOS token.
-    assert s.accepted_tokens <= s.new_tokens <= s.accepted_tokens + s.steps
+    # Each step commits its accepted drafts plus at most one bonus/EOS token; tokens the
+    # constraint leaves no choice about are committed without a pass.
+    drafted = s.accepted_tokens + s.certain_tokens
+    assert drafted <= s.new_tokens <= drafted + s.steps
     assert sum(a for _, a in s.per_drafter.values()) == s.accepted_tokens
     assert all(a <= p for p, a in s.per_drafter.values())
     d = s.as_dict()
@@ -261,3 +264,20 @@ def test_json_schema_constraint_greedy_equals_plain(tiny):
         assert spec[:3] == plain[:3]
         if spec[3] is not None:
             assert spec[3].stats.forward_passes < plain[3].stats.forward_passes
+
+
+def test_certain_tokens_are_committed_without_a_pass(tiny):
+    model, tok, vocab, _ = tiny
+    c = compile_regex(r"a[0-9]b", vocab)
+    assert certain_tokens(c, c.initial, 10) == list(vocab.ids_for(b"a"))
+    assert certain_tokens(c, c.initial, 0) == []
+    prompt = tok.encode("the id is", add_special_tokens=False)
+    plain = decode(model, vocab, prompt, c, max_new_tokens=8, sampling=GREEDY)
+    spec = speculative_decode(model, vocab, prompt, c, max_new_tokens=8, sampling=GREEDY,
+                              tokenizer=tok)
+    assert spec.token_ids == plain.token_ids and plain.stats.forward_passes == 3
+    # "a" before the pass and "b" after the digit are certain: one pass chooses the digit.
+    assert spec.stats.forward_passes == 1 and spec.stats.certain_tokens == 2
+    off = speculative_decode(model, vocab, prompt, c, max_new_tokens=8, sampling=GREEDY,
+                             config=SpecConfig(enabled=False), tokenizer=tok)
+    assert off.stats.forward_passes == 3 and off.stats.certain_tokens == 0

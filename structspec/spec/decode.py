@@ -10,11 +10,15 @@ Each step (DESIGN.md, "Data flow of one request"):
    lossy typical-acceptance mode is opt-in;
 4. the KV cache keeps only the accepted path; the bonus token becomes the next root.
 
-The cache always holds the committed sequence *minus its last token*, which is the next root.
-The prompt is not prefilled on its own: the first verification pass runs the prompt and the
-first tree together (the prompt's last token is the first root), so that pass computes the
-first token's distribution and already checks drafts after it — as many passes as plain
-decoding when nothing is drafted. ``stats.prefill_seconds`` is that first pass.
+The cache holds the committed sequence *minus its last token*, which is the next root, and
+minus any committed tokens still pending: the next pass runs them before the tree, like a
+prefix. The prompt is not prefilled on its own: the first verification pass runs the prompt
+and the first tree together (the prompt's last token is the first root), so that pass computes
+the first token's distribution and already checks drafts after it — as many passes as plain
+decoding when nothing is drafted. ``stats.prefill_seconds`` is that first pass. Tokens the
+constraint leaves no choice about (exactly one legal token, no EOS) are committed without a
+pass (:func:`certain_tokens`): plain decoding could only choose them, and an output whose
+rest is certain (the closing ``}}`` of a JSON call) ends without a last pass.
 
 Tree size: the scheduler bounds the speculative part (smaller for free text, shrunk when it
 stops paying or under memory pressure), and within that bound keeps the nodes that maximize
@@ -185,6 +189,8 @@ class SpecStats(DecodeStats):
         budgets: speculative node budget per step (the scheduler's upper bound).
         planned: speculative nodes kept per step (the cost plan's choice within the bound).
         draft_model_passes: forward passes of the draft model (``draft_model`` drafter).
+        certain_tokens: tokens committed without a pass because the constraint allowed
+            nothing else (see :func:`certain_tokens`); the next pass computes their KV.
         memory_pressure_steps: steps whose budget was halved under memory pressure.
         cost_curve: the device cost curve the plan used (ms and relative), if any.
     """
@@ -200,6 +206,7 @@ class SpecStats(DecodeStats):
     per_drafter_depth: dict[str, list[list[int]]] = field(default_factory=dict)
     planned: list[int] = field(default_factory=list)
     draft_model_passes: int = 0
+    certain_tokens: int = 0
     memory_pressure_steps: int = 0
     cost_curve: dict[str, Any] | None = None
 
@@ -256,6 +263,7 @@ class SpecStats(DecodeStats):
             "mean_budget": round(sum(self.budgets) / len(self.budgets), 2) if self.budgets else 0,
             "mean_planned": round(sum(self.planned) / len(self.planned), 2) if self.planned else 0,
             "draft_model_passes": self.draft_model_passes,
+            "certain_tokens": self.certain_tokens,
             "memory_pressure_steps": self.memory_pressure_steps,
             "cost_curve": self.cost_curve,
         })
@@ -358,7 +366,16 @@ def speculative_decode(
     state: State = constraint.initial
     out: list[int] = []
     complete = False
+    certain = config.enabled and config.forced
     while True:
+        if certain:  # tokens the constraint leaves no choice about need no pass
+            for token in certain_tokens(constraint, state, max_new_tokens - len(out)):
+                state = advance_or_raise(constraint, state, token, vocab, out)
+                prefix.append(root)  # committed, not yet in the cache
+                out.append(token)
+                history.extend([token])
+                root = token
+                stats.certain_tokens += 1
         # The checks plain decoding makes before each forward pass.
         if constraint.is_accepting(state) and constraint.allowed(state).count() <= len(eos):
             complete = True
@@ -369,18 +386,19 @@ def speculative_decode(
             raise dead_end(vocab, out)
 
         t0 = time.perf_counter()
+        first = past_len == 0
         built, tree, frontier_depth = _draft(ctx, drafters, scheduler, gate, config, root,
                                              state, eos, remaining=max_new_tokens - len(out),
-                                             first=bool(prefix))
+                                             first=first)
         t1 = time.perf_counter()
         logits = verify_tree(model, cache, tree, past_len, prefix)  # [q, V]
         past_len += len(prefix)
+        prefix = []
         stats.forward_passes += 1
         stats.steps += 1
         t2 = time.perf_counter()
-        if prefix:
+        if first:
             stats.prefill_seconds = t2 - start
-            prefix = []
         if masks is None:
             masks = MaskCache(logits.shape[-1], logits.device)
         acc = walk_tree(tree, logits, constraint, masks, sampling, generator, eos_ids=eos,
@@ -434,6 +452,26 @@ def speculative_decode(
         error.stats = stats  # type: ignore[attr-defined]  # what the failed run cost
         raise error
     return DecodeOutput(out, complete, stats)
+
+
+def certain_tokens(constraint: Constraint, state: State, limit: int) -> list[int]:
+    """The tokens that follow ``state`` whatever the model says: while the constraint allows
+    exactly one token and does not accept (so EOS is not an option either), that token; at
+    most ``limit``. Plain decoding would spend a forward pass on each and could only choose
+    it (greedy, sampling and typical acceptance alike), so committing them unverified
+    changes no output. Pure."""
+    out: list[int] = []
+    while len(out) < limit and not constraint.is_accepting(state):
+        mask = constraint.allowed(state)
+        if mask.count() != 1:
+            break
+        token = int(mask.ids()[0])
+        nxt = constraint.advance(state, token)
+        if nxt is None:
+            break
+        out.append(token)
+        state = nxt
+    return out
 
 
 def _draft(
