@@ -15,6 +15,7 @@ present or absent, commas placed by a two-state ("something emitted yet?") chain
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from typing import Any
@@ -546,22 +547,8 @@ class DialectCompiler:
             return seq(open_, members, close)
         if d.get("maxProperties") == 0:
             return seq(open_, close)
-        if "x-members" in d:  # keys split by a pattern: each part with its own values
-            member_alts = []
-            any_key = cached_dfa(r'"[^"\\\x00-\x1f]*"')  # escaped keys left out: narrowing
-            for m in d["x-members"]:
-                rx = python_regex(self.placeholders[m.get("key") or m["key-not"]])
-                keys = product(any_key, cached_dfa(rx), "and" if "key" in m else "minus")
-                if keys.is_empty():
-                    continue
-                key = term(self.b.terminal(keys, "key", key=("key\0" + str(m)).encode()))
-                value = self.any_value() if m["value"] is True else self.value(m["value"])
-                member_alts.append(seq(key, self.ws(), self.lit(":"), self.ws(), value))
-            if not member_alts:
-                return seq(open_, close)
-            member = ref(self.b.rule("member", alt(*member_alts)))
-            members = seq(member, rep(seq(self.ws(), self.lit(","), self.ws(), member)))
-            return seq(open_, opt(members), close)
+        if "x-free" in d:  # members in any order: key regions, tracked keys
+            return seq(open_, self.free_members(d["x-free"]), close)
         value = self.value(d["additionalProperties"]) if "additionalProperties" in d \
             else self.any_value()
         member = seq(self.string(0, None), self.ws(), self.lit(":"),
@@ -574,23 +561,100 @@ class DialectCompiler:
 
     def extra_members(self, extra: Any, taken: list[str]) -> Expr | None:
         """One member with a key not in ``taken``: ``extra`` is the value schema of every
-        such key, or ``{"x-members": [...]}`` splitting the keys by a pattern (each part
-        with its own values); ``None`` when no key is left."""
-        if not (isinstance(extra, dict) and "x-members" in extra):
+        such key, or ``{"x-regions": [...], "names": ...}`` splitting the keys by patterns
+        (each region with its own values) within the ``propertyNames`` language; ``None``
+        when no key is left."""
+        if not (isinstance(extra, dict) and "x-regions" in extra):
             value = self.any_value() if extra is True else self.value(extra)
             return seq(self.extra_key(taken), self.ws(), self.lit(":"), self.ws(), value)
+        base = self._extra_keys(taken)
+        return self.region_members(base, extra["x-regions"], extra["names"],
+                                   "xkey\0" + "\0".join(taken))
+
+    def region_members(self, base: ByteDFA, regions: list[dict[str, Any]], names: Any,
+                       tag: str) -> Expr | None:
+        """One member whose key is in ``base`` and in the ``names`` language, from one of the
+        ``regions`` (keys in every ``and`` regex and in no ``minus`` one; values from the
+        region's schema); ``None`` when no region has a key."""
+        if names is not True:
+            base = product(base, self.names_dfa(names), "and")
         alts = []
-        for m in extra["x-members"]:
-            rx = python_regex(self.placeholders[m.get("key") or m["key-not"]])
-            keys = product(self._extra_keys(taken), cached_dfa(rx),
-                           "and" if "key" in m else "minus")
+        for r in regions:
+            keys = base
+            for marker in r["and"]:
+                keys = product(keys, cached_dfa(python_regex(self.placeholders[marker])), "and")
+            for marker in r["minus"]:
+                keys = product(keys, cached_dfa(python_regex(self.placeholders[marker])),
+                               "minus")
             if keys.is_empty():
                 continue
-            key = term(self.b.terminal(keys, "key", key=("xkey\0" + str(m) + "\0".join(taken))
-                                       .encode()))
-            value = self.any_value() if m["value"] is True else self.value(m["value"])
+            ident = json.dumps([tag, r["and"], r["minus"], names], sort_keys=True, default=str)
+            key = term(self.b.terminal(keys, "key", key=ident.encode()))
+            value = self.any_value() if r["value"] is True else self.value(r["value"])
             alts.append(seq(key, self.ws(), self.lit(":"), self.ws(), value))
-        return ref(self.b.rule("extra-member", alt(*alts))) if alts else None
+        return ref(self.b.rule("region-member", alt(*alts))) if alts else None
+
+    def names_dfa(self, d: Any) -> ByteDFA:
+        """The JSON spellings of the strings a lowered string schema accepts (a
+        ``propertyNames`` language; see ``schema_objects.key_language_ok``)."""
+        everything = json_string_dfa(0, None)
+        if d is True:
+            return everything
+        if "anyOf" in d:  # a union: the complement of the complements, within strings
+            rest = everything
+            for branch in d["anyOf"]:
+                rest = product(rest, self.names_dfa(branch), "minus")
+            return product(everything, rest, "minus")
+        if "enum" in d:
+            words = [json_text(v).encode() for v in d["enum"] if isinstance(v, str)]
+            return literals_dfa(words) if words else product(everything, everything, "minus")
+        if "const" in d:
+            return cached_dfa(python_regex(self.placeholders[d["const"]]))
+        regexes = tuple(python_regex(self.placeholders[m]) for m in d.get("x-regex", ()))
+        dfa = string_dfa(int(d.get("minLength", 0)), d.get("maxLength"), regexes)
+        for marker in d.get("x-not-regex", ()):
+            dfa = product(dfa, cached_dfa(python_regex(self.placeholders[marker])), "minus")
+        return dfa
+
+    def free_members(self, f: dict[str, Any]) -> Expr:
+        """The members of an object with arbitrary keys (``x-free``), in any order.
+
+        Keys of the regions may repeat (``maxProperties`` bounds the members: a repeat only
+        lowers the count). Tracked keys appear at most once each; the rules carry the set
+        *S* of tracked keys seen so far — ``body[S]`` is the next member, ``after[S]`` what
+        follows one — and the object may close only where every trigger in *S* has its
+        dependencies (``needs``) in *S*.
+        """
+        comma = seq(self.ws(), self.lit(","), self.ws())
+        other = self.region_members(json_string_dfa(0, None), f["regions"], f["names"],
+                                    "free")
+        lo = int(f.get("minProperties", 0))
+        if not f["tracked"]:
+            if other is None:
+                return EMPTY
+            hi = f.get("maxProperties")
+            more = rep(seq(comma, other), 0, None if hi is None else max(int(hi) - 1, 0))
+            members = seq(other, more)
+            return members if lo else opt(members)
+        names = [n for n, _ in f["tracked"]]
+        member = {n: ref(self.b.rule(f"tracked:{n}", seq(
+            self.json_literal(n), self.ws(), self.lit(":"), self.ws(), self.sub(v))))
+            for n, v in f["tracked"]}
+        needs = {t: frozenset(deps) for t, deps in f["needs"].items()}
+        subsets = [frozenset(c) for k in range(len(names) + 1)
+                   for c in itertools.combinations(names, k)]
+        body = {s: self.b.declare("free-body") for s in subsets}
+        after = {s: self.b.declare("free-after") for s in subsets}
+        for s in subsets:
+            choices = [seq(member[n], ref(after[s | {n}])) for n in names if n not in s]
+            if other is not None:
+                choices.append(seq(other, ref(after[s])))
+            self.b.define(body[s], alt(*choices))
+            go_on = seq(comma, ref(body[s]))
+            closes = all(needs.get(t, frozenset()) <= s for t in s)
+            self.b.define(after[s], alt(EMPTY, go_on) if closes else go_on)
+        start = ref(body[frozenset()])
+        return start if lo else opt(start)
 
     def _extra_keys(self, names: list[str]) -> ByteDFA:
         """Strings without escapes (an escaped spelling of a named key would duplicate it)
