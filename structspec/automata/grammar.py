@@ -394,6 +394,7 @@ class _TokenTrie:
     token: tuple[np.ndarray, ...]  # per level d: [N_d] row of the token spelling the prefix, -1
     children: tuple[np.ndarray, ...]  # per level d: [N_d + 1] child ranges in level d+1
     size: int  # the vocabulary size (mask length)
+    max_len: int  # the longest token's length
 
 
 _TRIES: dict[str, _TokenTrie] = {}
@@ -401,8 +402,7 @@ _TRIES: dict[str, _TokenTrie] = {}
 
 def token_trie(vocab: Vocabulary) -> _TokenTrie:
     """The trie view of ``vocab`` (built once per fingerprint)."""
-    with _TABLES_LOCK:
-        trie = _TRIES.get(vocab.fingerprint)
+    trie = _TRIES.get(vocab.fingerprint)  # entries are set once: a plain read is safe
     if trie is not None:
         return trie
     tt = token_table(vocab)
@@ -436,7 +436,8 @@ def token_trie(vocab: Vocabulary) -> _TokenTrie:
                 for d in range(len(parents) - 1)]
     children.append(np.zeros(parents[-1].size + 1, dtype=np.int64))
     trie = _TokenTrie(tt.ids[rows], lengths, tuple(parents), tuple(bytes_), tuple(los),
-                      tuple(his), tuple(toks), tuple(children), tt.size)
+                      tuple(his), tuple(toks), tuple(children), tt.size,
+                      int(lengths.max(initial=0)))
     with _TABLES_LOCK:
         _TRIES.setdefault(vocab.fingerprint, trie)
     return trie
@@ -491,8 +492,7 @@ def dfs_trie(vocab: Vocabulary) -> _DfsTrie:
     A node is "the prefix of row ``lo`` of length ``d``" and its subtree is the nodes of rows
     ``[lo, hi)`` that are deeper, so sorting all nodes by ``(lo, d)`` is depth-first order and
     a subtree ends at the first node of row ``hi``."""
-    with _TABLES_LOCK:
-        got = _DFS_TRIES.get(vocab.fingerprint)
+    got = _DFS_TRIES.get(vocab.fingerprint)  # entries are set once: a plain read is safe
     if got is not None:
         return got
     trie = token_trie(vocab)
@@ -1028,14 +1028,16 @@ class GrammarConstraint:
             # The walk depends on the DFA and the vocabulary only: share it across grammars.
             dfa = self.grammar.terminals[tid]
             trie = token_trie(self.vocab)
-            shared_key = ("trie-walk", self.vocab.fingerprint,
-                          dfa.walk_key(q, int(trie.lengths.max(initial=0))))
+            shared_key = ("trie-walk", self.vocab.fingerprint, dfa.walk_key(q, trie.max_len))
             got = dfa.memo.get(shared_key)  # type: ignore[assignment]
             if got is None:
-                # Per-first-byte parts pay where states differ after a few first bytes only
-                # (products such as "a key other than these"); a structured DFA has its own
-                # sharing (``walk_key``) and would only keep the parts in memory.
-                subtrees = None if type(dfa).walk_key is not ByteDFA.walk_key else \
+                # Per-first-byte parts pay for the NumPy walk where states differ after a few
+                # first bytes only (products such as "a key other than these"); a structured
+                # DFA has its own sharing (``walk_key``) and would only keep the parts in
+                # memory. The native walk is faster without them (MaskBench 300: mask CPU
+                # 1.55 -> 1.14 s, p99 540 -> 330 us): gluing parts costs more than walking.
+                native = _native_walker(self._tables[tid], self._acc[tid]) is not None
+                subtrees = None if native or type(dfa).walk_key is not ByteDFA.walk_key else \
                     dfa.memo.setdefault(("trie-subtrees", self.vocab.fingerprint), {})
                 got = walk_vocabulary(trie, self.vocab, self._tables[tid], self._acc[tid], q,
                                       subtrees)  # type: ignore[arg-type]
