@@ -11,9 +11,10 @@ completion:
   where prefix + completion + suffix parses (fill-in-the-middle), at a chosen stopping
   point (``"eof"``: anywhere; ``"line"``: the completion ends a line — its last byte is
   ``\\n``, or the suffix starts a new line — and once the completion has ended a line
-  where the text parses, it stops there: only EOS follows); its masks drop the tokens after which no
-  continuation can be accepted, where ``_dead`` is certain of it (see
-  ``docs/lark_grammars.md``, dead ends).
+  where the text parses, it stops there: only EOS follows; ``"statement"``/``"block"``:
+  the completion ends where the statement or block holding the cursor ends, see
+  :mod:`.lark_stops`); its masks drop the tokens after which no continuation can be
+  accepted, where ``_dead`` is certain of it (see ``docs/lark_grammars.md``, dead ends).
 
 The tolerant state (``state_after(..., tolerant=True)`` on a prefix that does not parse):
 lexing restarts at the beginning of the line where parsing failed and runs over *every*
@@ -25,6 +26,7 @@ accepting, and nothing is forced. The state is a normal state of the same constr
 from __future__ import annotations
 
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,13 +35,22 @@ from structspec.automata.base import TokenMask
 from structspec.automata.cache import CompileCache
 from structspec.automata.lark_constraint import FREE, LarkRuntime
 from structspec.automata.lark_grammar import IndenterSpec, LoadedGrammar, load_grammar
+from structspec.automata.lark_stops import (
+    CONSTRUCT_STOPS,
+    ConstructStops,
+    Key,
+    construct_rules,
+    construct_terminators,
+)
 from structspec.automata.limits import Limits, check_input_size, compiling
 from structspec.errors import GrammarError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from structspec.vocab import Vocabulary
 
-STOPS = ("eof", "line")
+STOPS = ("eof", "line", *CONSTRUCT_STOPS)
 
 HORIZON = 16
 """How many tokens ahead a fill-in-the-middle view looks for dead ends (see ``_dead``)."""
@@ -107,7 +118,7 @@ class LarkConstraint:
                     or not self._tokens[token] or self._final(state):
                 got = 0
             else:
-                got = self._rt.step_bytes(state, self._tokens[token])
+                got = self._step_view(state, self._tokens[token])
             self._steps[ck] = got
         return got or None
 
@@ -119,7 +130,7 @@ class LarkConstraint:
                                      len(self._rt.vocab))
             self._allowed[state] = got
         if got is None:
-            got = self._rt.mask(state)
+            got = self._rt.mask(self._rstate(state))
             if self._prune:
                 got = self._drop_dead_ends(state, got)
             if self.is_accepting(state) and self._eos:
@@ -133,12 +144,25 @@ class LarkConstraint:
         the chosen stopping point."""
         got = self._accepting.get(state)
         if got is None:
-            got = self._stop_ok(state)
-            if got:
-                end = self._rt.step_bytes(state, self.suffix) if self.suffix else state
-                got = bool(end) and self._rt.accepts_eof(end)
+            rs = self._rstate(state)
+            end = self._rt.step_bytes(rs, self.suffix) if self.suffix else rs
+            got = bool(end) and self._rt.accepts_eof(end) and self._stop_ok(state)
             self._accepting[state] = got
         return got
+
+    # -- hooks a view with its own states overrides (here: view state = runtime state) -----
+
+    def _rstate(self, state: int) -> int:
+        """The runtime state of ``state``."""
+        return state
+
+    def _step_view(self, state: int, data: bytes) -> int:
+        """The state after ``data`` (0: illegal)."""
+        return self._rt.step_bytes(state, data)
+
+    def _step1(self, state: int, b: int) -> int:
+        """The state after byte ``b`` (0: illegal)."""
+        return self._rt.step_byte(state, b)
 
     def _drop_dead_ends(self, state: int, mask: TokenMask) -> TokenMask:
         """``mask`` less the tokens after which no continuation can reach acceptance (as far
@@ -156,7 +180,7 @@ class LarkConstraint:
         ck = (state, token)
         got = self._steps.get(ck)
         if got is None:
-            got = self._rt.step_bytes(state, self._tokens[token])
+            got = self._step_view(state, self._tokens[token])
             self._steps[ck] = got
         return got
 
@@ -176,13 +200,14 @@ class LarkConstraint:
     def _dead_uncached(self, state: int, depth: int) -> bool:
         if not state:
             return False
-        step = self._rt.step_byte
+        step = self._step1
+        rs = self._rstate(state)
         if any(step(state, b) for b, _ in self._byte_tokens):
             if depth == 0:  # a one-byte token is legal: the grammar mask is not empty
                 return False
-            mask = self._rt.mask(state)
+            mask = self._rt.mask(rs)
         else:
-            mask = self._rt.mask(state)
+            mask = self._rt.mask(rs)
             if depth == 0 and mask.count():
                 return False
         if self.is_accepting(state):
@@ -214,11 +239,11 @@ class LarkConstraint:
             for _ in range(256):
                 if self.is_accepting(s):
                     break
-                live = [b for b in range(256) if self._rt.step_byte(s, b)]
+                live = [b for b in range(256) if self._step1(s, b)]
                 if len(live) != 1:
                     break
                 out.append(live[0])
-                s = self._rt.step_byte(s, live[0])
+                s = self._step1(s, live[0])
             got = bytes(out)
             self._forced[state] = got
         return got
@@ -238,7 +263,7 @@ class LarkConstraint:
         data = prefix.encode() if isinstance(prefix, str) else bytes(prefix)
         s = self._initial if state is None else state
         for i, b in enumerate(data):
-            nxt = self._rt.step_byte(s, b)
+            nxt = self._step1(s, b)
             if not nxt:
                 if tolerant:
                     return self._tolerant_state(data, i)
@@ -252,29 +277,123 @@ class LarkConstraint:
     def _tolerant_state(self, data: bytes, failed_at: int) -> int:
         line_start = data.rfind(b"\n", 0, failed_at) + 1
         s = self._rt.step_bytes(self._rt.free_initial, data[line_start:])
-        return s or self._rt.free_initial
+        return self._from_runtime(s or self._rt.free_initial)
+
+    def _from_runtime(self, rs: int) -> int:
+        """The state of runtime state ``rs`` (a view with states of its own: the cursor
+        being there)."""
+        return rs
 
     def is_tolerant(self, state: int) -> bool:
         """Whether ``state`` is in the parser-free fallback mode."""
-        return self._rt.key(state)[2] == FREE
+        return self._rt.key(self._rstate(state))[2] == FREE
 
     def with_suffix(self, suffix: str | bytes = b"", *, stop: str = "eof",
-                    prefix: str | bytes | None = None, tolerant: bool = False
-                    ) -> LarkConstraint:
+                    prefix: str | bytes | None = None, tolerant: bool = False,
+                    stop_rules: str | Iterable[str] | None = None) -> LarkConstraint:
         """A view of this constraint for fill-in-the-middle: accepting only where the text
-        so far + ``suffix`` parses, at the stopping point ``stop`` (``"eof"`` or
-        ``"line"``). With ``prefix``, its initial state is ``state_after(prefix)``.
+        so far + ``suffix`` parses, at the stopping point ``stop``:
+
+        - ``"eof"``: anywhere;
+        - ``"line"``: at a line end (module doc); the first one where it parses is final;
+        - ``"statement"``: where the statement holding the cursor (or the one the output
+          began) ends; final where that end is certain (``x = 1\\n``);
+        - ``"block"``: where the block holding the cursor ends (Python: the suffix dedents
+          after the output; braces: the output's ``}``); see :mod:`.lark_stops`.
+
+        With ``prefix``, its initial state is ``state_after(prefix)``; the cursor is
+        there. ``stop_rules`` names the statement or block rules (default: the grammar's
+        ``stop_statement=``/``stop_block=`` options, see :mod:`structspec.grammars`).
         Its ``allowed`` drops tokens that lead only to dead ends (``_drop_dead_ends``).
-        Shares the grammar's memo tables; pure."""
+        Shares the grammar's memo tables; pure.
+
+        Raises:
+            ValueError: ``stop`` is not one of ``STOPS``.
+            GrammarError: ``prefix`` does not parse (not ``tolerant``); the grammar has no
+                rule for ``stop`` (JSON has no statements; SQL no blocks), or a name in
+                ``stop_rules`` is not one of its rules.
+        """
+        if stop not in STOPS:
+            raise ValueError(f"stop must be one of {', '.join(STOPS)}, got {stop!r}")
+        if stop_rules is not None and stop not in CONSTRUCT_STOPS:
+            raise ValueError(f"stop_rules needs stop='statement' or 'block', not {stop!r}")
         data = suffix.encode() if isinstance(suffix, str) else bytes(suffix)
-        view = LarkConstraint(self._rt, data, stop)
-        if prefix is not None:
-            view._initial = self.state_after(prefix, tolerant=tolerant)
-        return view
+        start = self._initial if prefix is None else self.state_after(prefix,
+                                                                      tolerant=tolerant)
+        start = self._rstate(start)
+        if stop in CONSTRUCT_STOPS:
+            rules = construct_rules(self._rt.g, stop, stop_rules)
+            stops = ConstructStops(self._rt, stop, rules, data,
+                                   construct_terminators(self._rt.g, stop))
+            return _ConstructView(self._rt, data, stop, start, stops)
+        return LarkConstraint(self._rt, data, stop, start)
 
     def state_count(self) -> int:
         """How many states have been interned so far (for budgets and stats)."""
         return self._rt.n_states()
+
+
+class _ConstructView(LarkConstraint):
+    """A ``with_suffix`` view for ``stop="statement"``/``"block"``: its states are ints of
+    its own for (runtime state, cursor bookkeeping) (:data:`.lark_stops.Key`), interned
+    per view; masks come from the runtime state, acceptance and finality from
+    :class:`.lark_stops.ConstructStops`. Thread-safe as the base (dicts only grow)."""
+
+    def __init__(self, runtime: LarkRuntime, suffix: bytes, stop: str, start: int,
+                 stops: ConstructStops) -> None:
+        self._stops = stops
+        self._keys: list[Key] = [(0, 0, False, False, False, False)]  # 0 = dead
+        self._ids: dict[Key, int] = {}
+        self._lock = threading.Lock()
+        self._bytes1: dict[tuple[int, int], int] = {}
+        self._final_memo: dict[int, bool] = {}
+        super().__init__(runtime, suffix, stop, 0)
+        self._initial = self._intern(stops.start(start))
+
+    def _intern(self, key: Key | None) -> int:
+        if key is None:
+            return 0
+        got = self._ids.get(key)
+        if got is None:
+            with self._lock:
+                got = self._ids.get(key)
+                if got is None:
+                    got = len(self._keys)
+                    self._keys.append(key)
+                    self._ids[key] = got
+        return got
+
+    def _from_runtime(self, rs: int) -> int:
+        return self._intern(self._stops.start(rs))
+
+    def _rstate(self, state: int) -> int:
+        return self._keys[state][0]
+
+    def _step_view(self, state: int, data: bytes) -> int:
+        return self._intern(self._stops.step(self._keys[state], data))
+
+    def _step1(self, state: int, b: int) -> int:
+        ck = (state, b)
+        got = self._bytes1.get(ck)
+        if got is None:
+            got = self._step_view(state, bytes((b,)))
+            self._bytes1[ck] = got
+        return got
+
+    def _stop_ok(self, state: int) -> bool:
+        return self._stops.accepting(self._keys[state])
+
+    def _final(self, state: int) -> bool:
+        """Accepting, and the end is certain (``ConstructStops.certain``): EOS only."""
+        got = self._final_memo.get(state)
+        if got is None:
+            got = self.is_accepting(state) and self._stops.certain(self._keys[state])
+            self._final_memo[state] = got
+        return got
+
+    def state_count(self) -> int:
+        """How many view states have been interned so far."""
+        return len(self._keys)
 
 
 def _context(data: bytes, i: int) -> str:

@@ -1,0 +1,423 @@
+"""Stopping points by construct for fill-in-the-middle: ``stop="statement"`` and ``"block"``.
+
+A completion C is typed between a prefix P (above the cursor) and a suffix S (below it).
+With these stops C is *accepting* only where P + C + S parses **and** C ends where the
+construct holding the cursor ends. The construct is a node of a *stop rule* of the grammar
+(``statement``: python's ``stmt``/``simple_stmt``, javascript's ``_stmt``/``class_member``,
+sql's ``statement``; ``block``: python's ``suite``, javascript's ``block``/``class_body``;
+see :func:`construct_rules`), read off the LALR parse of P + C + S:
+
+- *anchor*: the stack height up to which the parser stack holds text from before the
+  cursor. A node reduced at height ``<= anchor`` contains the cursor; one at
+  ``anchor + 1`` starts in C (the statement C began). Tracked exactly through every
+  reduction (a reduction to height ``h`` makes ``anchor = min(anchor, h)``); the lexeme
+  pending at the cursor (``"x = fo|"``) counts as before the cursor.
+- *layout*: ``%ignore``\\ d lexemes and the indenter's newline (with its INDENT/DEDENTs).
+  "Ends at C's end" is modulo layout: the node is reduced when the first non-layout token
+  after C's last non-layout token is fed (or at end of input), and that token is in S.
+
+Let N be the first stop-rule node at the cursor's level (height ``<= anchor``, or
+``anchor + 1`` for statements) reduced at or after C's end. C is accepting iff C holds a
+non-layout byte, P + C + S parses, and: N ends at C's end (modulo layout); or N contains the
+cursor and ends further into S (the suffix completes the statement or block the cursor is
+in: any end that parses will do); or there is no N at all (the cursor is in no such
+construct, e.g. ``block`` at the top level: any end that parses). Not accepting: C began a
+statement that S finishes, or (``block``) C ran past the end of the cursor's block.
+
+C is *final* (nothing but EOS may follow) where it is accepting and its end is certain:
+every way the pending lexeme can end and every terminal the parser can take next reduce N
+there (``x = 1\\n`` in Python, ``return y;`` or a block's ``}`` in JavaScript). A Python
+block can always take another line, so ``block`` never forces the end there: EOS is
+allowed at each line where S closes the block, and the model chooses.
+
+Tolerant (parser-free) states have no parse: there every stop acts as ``"eof"``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from structspec.automata.lalr import END
+from structspec.automata.lark_constraint import FREE
+from structspec.errors import GrammarError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from structspec.automata.lark_constraint import LarkRuntime
+    from structspec.automata.lark_grammar import LoadedGrammar
+
+CONSTRUCT_STOPS = ("statement", "block")
+
+Key = tuple[int, int, bool, bool, bool, bool]
+"""A view state: (runtime state, anchor, pre, moved, solid, left).
+
+``pre``: the lexeme pending at the cursor has not ended yet; ``moved``: C is not empty;
+``solid``: a non-layout lexeme holding bytes of C has ended; ``left`` (``block``): the
+block holding the cursor ended inside C."""
+
+_Reds = tuple[tuple[bool, int], ...]  # per reduction: (its rule is a stop rule, its height)
+
+
+def construct_rules(g: LoadedGrammar, stop: str, rules: str | Iterable[str] | None = None
+               ) -> frozenset[str]:
+    """The nonterminals that make the construct of ``stop`` (``"statement"``/``"block"``).
+
+    Args:
+        g: the loaded grammar.
+        stop: ``"statement"`` or ``"block"``.
+        rules: rule names (a comma-separated string or an iterable); default: the
+            grammar's header comment, ``// structspec: stop_statement=a,b stop_block=c``.
+
+    Raises:
+        GrammarError: the grammar names no rule for ``stop`` (and none was given), or a
+            named rule is not a nonterminal of the grammar (names listed in the message).
+    """
+    from structspec.grammars import header_options
+
+    if rules is None:
+        rules = header_options(g.source[0]).get(f"stop_{stop}")
+        if rules is None:
+            raise GrammarError(
+                f"stop={stop!r} needs the grammar's {stop} rules: this grammar declares none "
+                f"(add `stop_{stop}=RULE[,RULE]` to its `// structspec:` header, or pass "
+                f"stop_rules=)")
+    names = [r.strip() for r in (rules.split(",") if isinstance(rules, str) else rules)]
+    names = [r for r in names if r]
+    known = set(g.tables.rule_lhs)
+    bad = [r for r in names if r not in known]
+    if bad or not names:
+        raise GrammarError(f"stop_rules for stop={stop!r}: {', '.join(map(repr, bad)) or 'none'}"
+                           f" {'is not a rule' if len(bad) == 1 else 'are not rules'} of the"
+                           f" grammar (rules are named as in the .lark file, e.g. "
+                           f"{', '.join(sorted(n for n in known if not n.startswith('__'))[:6])})")
+    return frozenset(names)
+
+
+def construct_terminators(g: LoadedGrammar, stop: str) -> frozenset[int]:
+    """Lexer ids of the terminals that end a statement from outside its node (SQL's
+    ``;`` separates statements: ``start: statement (";" statement)*``): a statement node
+    closed by such a token, C's last, ends C. From the grammar's ``stop_terminators=NAME[,NAME]``
+    option (terminal names as lark gives them, e.g. ``SEMICOLON``); none for ``block``.
+
+    Raises:
+        GrammarError: a name that is not one of the grammar's terminals.
+    """
+    from structspec.grammars import header_options
+
+    if stop != "statement":
+        return frozenset()
+    names = [n.strip() for n in header_options(g.source[0]).get("stop_terminators", "")
+             .split(",") if n.strip()]
+    ids = {t.name: i for i, t in enumerate(g.terminals)}
+    bad = [n for n in names if n not in ids]
+    if bad:
+        raise GrammarError(f"stop_terminators: {', '.join(map(repr, bad))} "
+                           f"{'is not a terminal' if len(bad) == 1 else 'are not terminals'} "
+                           f"of the grammar")
+    return frozenset(ids[n] for n in names)
+
+
+class ConstructStops:
+    """The parse-side bookkeeping of one ``statement``/``block`` view: steps view states,
+    decides acceptance and finality (module doc). Pure functions of their arguments,
+    memoized; shares the runtime's tables (thread-safe as they are: dicts only grow)."""
+
+    def __init__(self, rt: LarkRuntime, stop: str, rules: frozenset[str], suffix: bytes,
+                 terminators: frozenset[int] = frozenset()) -> None:
+        self.rt = rt
+        self.terminators = terminators
+        self.block = stop == "block"
+        self.plus = 0 if self.block else 1  # a statement C began counts; a block must hold C
+        self.rules = rules
+        self.suffix = suffix
+        g = rt.g
+        self.layout = frozenset(g.ignore) | ({rt.nl} if rt.nl >= 0 else set())
+        self.layout_bits = sum(1 << i for i in self.layout)
+        t = g.tables
+        self.end = t.index[END] if END in t.terminals else -1
+        self.indenter = {rt.p_indent, rt.p_dedent} - {-1}
+        self.p_nl = g.parser_index[rt.nl] if rt.nl >= 0 else -1
+        self._reds: dict[tuple[int, int], _Reds] = {}
+        self._ends: dict[int, tuple[int, _Reds, int] | None] = {}
+        self._closed: dict[int, bool] = {}
+
+    # -- the parser, with reductions reported ----------------------------------------------
+
+    def reductions(self, stack: int, term: int) -> _Reds:
+        """The reductions LALR makes on ``stack`` before it shifts parser terminal ``term``
+        (or finds it an error), as (stop rule?, height of the new node). Memoized."""
+        ck = (stack, term)
+        got = self._reds.get(ck)
+        if got is None:
+            t = self.rt.stacks.tables
+            st = self.rt.stacks.states(stack)
+            out = []
+            while True:
+                code = t.actions[st[-1]].get(term)
+                if code is None or code >= 0:
+                    break
+                rule = -code - 1
+                n = t.rule_len[rule]
+                if n:
+                    del st[-n:]
+                if not st:  # pragma: no cover - lark's tables never pop the start state
+                    break
+                nxt = t.gotos[st[-1]].get(t.rule_lhs[rule])
+                if nxt is None:
+                    break
+                st.append(nxt)
+                out.append((t.rule_lhs[rule] in self.rules, len(st)))
+                if nxt == t.end_state:
+                    break
+            got = tuple(out)
+            self._reds[ck] = got
+        return got
+
+    def _feed_all(self, stack: int, terms: list[int]) -> tuple[_Reds, int]:
+        """Feed ``terms`` in turn: every reduction on the way, and the stack (-1: error)."""
+        reds: list[tuple[bool, int]] = []
+        for p in terms:
+            reds += self.reductions(stack, p)
+            stack = self.rt.stacks.feed(stack, p)
+            if stack < 0:
+                break
+        return tuple(reds), stack
+
+    def _newline_terms(self, levels: tuple[int, ...], indent: int) -> list[int] | None:
+        """The indenter's tokens for a newline with ``indent`` columns (``None``: a dedent
+        to no open level)."""
+        out = [self.p_nl]
+        if indent < 0:
+            indent = levels[-1]
+        if indent > levels[-1]:
+            return [*out, self.rt.p_indent]
+        while indent < levels[-1]:
+            levels = levels[:-1]
+            out.append(self.rt.p_dedent)
+        return out if indent == levels[-1] else None
+
+    def lexeme_end(self, rs: int) -> tuple[int, _Reds, int] | None:
+        """The pending lexeme of runtime state ``rs`` ending here: (its terminal, the
+        reductions feeding it makes, the stack after), ``None`` if it cannot end. Mirrors
+        the runtime's ``end_lexeme`` (the indenter included). Memoized."""
+        if rs in self._ends:
+            return self._ends[rs]
+        rt = self.rt
+        lx, ind, stack, paren, levels, _ = rt.key(rs)
+        t = rt.lex.winner(lx)
+        e = rt.end_lexeme(rs) if t >= 0 else 0
+        got: tuple[int, _Reds, int] | None = None
+        if e:
+            after = rt.key(e)[2]
+            reds: _Reds = ()
+            if stack != FREE and t not in rt.g.ignore and not (t == rt.nl and paren > 0):
+                terms = self._newline_terms(levels, ind) if t == rt.nl \
+                    else [rt.g.parser_index[t]]
+                reds, _ = self._feed_all(stack, terms or [])
+            got = (t, reds, after)
+        self._ends[rs] = got
+        return got
+
+    def eof_reductions(self, stack: int, paren: int, levels: tuple[int, ...]
+                       ) -> _Reds | None:
+        """The reductions at end of input on ``stack`` (no lexeme pending): the implied
+        final newline, the closing DEDENTs, ``$END`` — along the path the runtime's
+        ``accepts_eof`` takes; ``None`` where the input cannot end there."""
+        rt = self.rt
+        if stack == FREE:
+            return ()
+        if rt.nl < 0:
+            return self.reductions(stack, self.end) if rt.stacks.accepts_end(stack) else None
+        paths = [([], levels)]
+        if paren == 0:
+            terms = self._newline_terms(levels, 0)
+            if terms is not None:
+                paths.append((terms, levels[:1]))
+        for terms, lv in paths:
+            reds, s = self._feed_all(stack, [*terms, *[rt.p_dedent] * (len(lv) - 1)])
+            if s >= 0 and rt.stacks.accepts_end(s):
+                return reds + self.reductions(s, self.end)
+        return None
+
+    # -- view states ---------------------------------------------------------------------
+
+    def start(self, rs: int) -> Key:
+        """The view state of runtime state ``rs``, the cursor being there."""
+        lx, _, stack, _, _, _ = self.rt.key(rs)
+        anchor = self.rt.stacks.depth(stack) if stack != FREE else 0
+        return (rs, anchor, not self.rt.lex.is_start(lx), False, False, False)
+
+    def step(self, key: Key, data: bytes) -> Key | None:
+        """The view state after ``data`` (``None``: the runtime refuses it). Pure."""
+        rt = self.rt
+        lex = rt.lex
+        rs, anchor, pre, moved, solid, left = key
+        for b in data:
+            lx = rt.key(rs)[0]
+            if lex.is_start(lx):
+                pass
+            elif lex.absorbs(lx, b):  # an ignored lexeme ends: no parser change
+                pre = False
+            elif not lex.step(lx, b):  # the pending lexeme ends before b
+                end = self.lexeme_end(rs)
+                if end is None:
+                    return None
+                t, reds, after = end
+                for hit, h in reds:
+                    if hit and self.block and solid and h <= anchor and not pre:
+                        left = True  # the cursor's block closed, and C goes on
+                    anchor = min(anchor, h)
+                if pre:  # the lexeme at the cursor: all of it is from before the cursor
+                    anchor = rt.stacks.depth(after) if after != FREE else 0
+                    pre = False
+                if moved and t not in self.layout:
+                    solid = True
+            rs = rt.step_byte(rs, b)
+            if not rs:
+                return None
+            moved = True
+        return (rs, anchor, pre, moved, solid, left)
+
+    def accepting(self, key: Key) -> bool:
+        """Whether C ends at the stopping point (module doc); the caller has checked that
+        P + C + S parses."""
+        rs, anchor, pre, moved, solid, left = key
+        if not moved or left:
+            return False
+        rt, lex, data = self.rt, self.rt.lex, self.suffix
+        window, first, i, n = True, True, 0, len(data)
+        s = rs
+        while True:
+            lx = rt.key(s)[0]
+            if i < n and not lex.is_start(lx) and lex.absorbs(lx, data[i]):
+                if first and not solid:
+                    return False  # C is all layout
+                first = pre = False  # an ignored lexeme ended: layout
+            elif i < n and (lex.is_start(lx) or lex.step(lx, data[i])):
+                pass
+            else:  # the pending lexeme ends here (before data[i], or at the end)
+                end = self.lexeme_end(s)
+                if end is None:
+                    return False
+                t, reds, after = end
+                layout = t in self.layout
+                before = solid  # C held a non-layout token before this one
+                if first:
+                    solid = solid or not layout
+                    if not solid:
+                        return False  # C is all layout
+                    if not layout and i > 0:
+                        window = False  # T1 ran on into S: C ended inside a token
+                for hit, h in reds:
+                    if hit and h <= anchor + self.plus:
+                        if layout or not first:
+                            return window or h <= anchor
+                        # T1 is C's last token, not layout: the node ended before it
+                        if t in self.terminators:
+                            return window  # ... and T1 is its terminator (SQL's `;`)
+                        if self.block and before and h <= anchor and not pre:
+                            return False  # C ran past the end of the cursor's block
+                    anchor = min(anchor, h)
+                if pre:
+                    anchor = rt.stacks.depth(after) if after != FREE else 0
+                    pre = False
+                if not layout and not first:
+                    window = False  # the first token of S is fed: the window closes
+                first = False
+                if i == n:
+                    _, _, st, paren, lv, _ = rt.key(rt.end_lexeme(s))
+                    reds2 = self.eof_reductions(st, paren, lv)
+                    for hit, h in reds2 or ():
+                        if hit and h <= anchor + self.plus:
+                            return window or h <= anchor
+                        anchor = min(anchor, h)
+                    return True  # no construct holds the cursor: any end that parses
+            if i == n:  # pragma: no cover - the branch above returns at the end
+                return True
+            s = rt.step_byte(s, data[i])
+            if not s:
+                return False
+            i += 1
+
+    def certain(self, key: Key) -> bool:
+        """Whether C's end is the stopping point whatever C would add: every way the
+        pending lexeme can end, then every terminal the parser takes, reduces a stop-rule
+        node at the cursor's level there. Conservative (``False`` when unsure); asked of
+        accepting states only (C holds a non-layout byte)."""
+        rt = self.rt
+        rs, anchor, pre, _, _, _ = key
+        lx, _, stack, paren, levels, _ = rt.key(rs)
+        if stack == FREE or rt.lex.is_start(lx):
+            return False
+        terms = rt.lex.terms(lx)
+        nl_bit = 1 << rt.nl if rt.nl >= 0 else 0
+        # (stack, anchor, paren, levels) after the pending lexeme, where no hit happened yet
+        branches: list[tuple[int, int, int, tuple[int, ...]]] = []
+        if terms & ~self.layout_bits:  # a token: it must be unable to grow
+            if terms & self.layout_bits or not self._closed_lexeme(lx):
+                return False
+            end = self.lexeme_end(rs)
+            if end is None:
+                return False
+            t, reds, after = end
+            if t in self.terminators and not pre and self._hits(reds, anchor):
+                return True
+            anchor = rt.stacks.depth(after) if pre else self._lowered(reds, anchor)
+            e = rt.key(rt.end_lexeme(rs))
+            branches.append((after, anchor, e[3], e[4]))
+        else:  # layout: ignored (no feed), or the newline at some indentation
+            if terms & ~nl_bit or paren > 0:
+                branches.append((stack, anchor, paren, levels))
+            if terms & nl_bit and paren == 0:
+                for indent in sorted({*levels, levels[-1] + 1}):
+                    nl_terms = self._newline_terms(levels, indent)
+                    if nl_terms is None:
+                        continue
+                    reds, after = self._feed_all(stack, nl_terms)
+                    if after < 0 or self._hits(reds, anchor):
+                        continue
+                    lv = (*levels, indent) if indent > levels[-1] else \
+                        tuple(x for x in levels if x <= indent)
+                    branches.append((after, self._lowered(reds, anchor), 0, lv))
+        for s, a, par, lv in branches:
+            for p in rt.stacks.tables.actions[rt.stacks.top(s)]:
+                if p in self.indenter:
+                    continue
+                if p == self.end:
+                    reds_end = self.eof_reductions(s, par, lv)
+                    if reds_end is None:
+                        continue
+                    reds = reds_end
+                elif rt.stacks.feed(s, p) < 0:
+                    continue
+                else:
+                    reds = self.reductions(s, p)
+                if not self._hits(reds, a):
+                    return False
+        return True
+
+    def _hits(self, reds: _Reds, anchor: int) -> bool:
+        for hit, h in reds:
+            if hit and h <= anchor + self.plus:
+                return True
+            anchor = min(anchor, h)
+        return False
+
+    @staticmethod
+    def _lowered(reds: _Reds, anchor: int) -> int:
+        for _, h in reds:
+            anchor = min(anchor, h)
+        return anchor
+
+    def _closed_lexeme(self, lx: int) -> bool:
+        """Whether no byte can extend the lexeme at lexer state ``lx``."""
+        got = self._closed.get(lx)
+        if got is None:
+            lex = self.rt.lex
+            got = not any(lex.step(lx, b) and not lex.absorbs(lx, b) for b in range(256))
+            self._closed[lx] = got
+        return got
+
+
+__all__ = ["CONSTRUCT_STOPS", "ConstructStops", "construct_rules", "construct_terminators"]
