@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from structspec.automata.base import TokenMask
+from structspec.automata.lexer import CROSS, INSIDE
 
 FREE = -2  # the tolerant mode's stack value (lark_constraint.FREE)
 
@@ -201,40 +202,12 @@ class MaskBuilder:
         return got
 
     def _walk_rests(self, rows: np.ndarray, offs: np.ndarray, lx: int) -> _Node:
-        tt, lex = self.tt, self.rt.lex
-        lengths = tt.lengths[rows]
-        idx = np.arange(rows.size)
-        states = np.full(rows.size, lx, dtype=np.int32)
-        pos = offs.copy()
-        ins: list[tuple[np.ndarray, np.ndarray]] = []
-        crs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        while idx.size:
-            done = pos >= lengths[idx]
-            if done.any():
-                ins.append((idx[done], states[done]))
-                keep = ~done
-                idx, states, pos = idx[keep], states[keep], pos[keep]
-                if not idx.size:
-                    break
-            table = lex.expand(states)
-            nxt = table[states, tt.data[rows[idx], pos]]
-            dead = nxt == 0
-            if dead.any():
-                cross = dead & (lex.winner_arr[states] >= 0)
-                if cross.any():
-                    crs.append((idx[cross], pos[cross], states[cross]))
-                keep = ~dead
-                idx, states, pos = idx[keep], nxt[keep], pos[keep]
-            else:
-                states = nxt
-            pos = pos + 1
-        in_idx = np.concatenate([a for a, _ in ins]) if ins else np.zeros(0, np.int64)
-        in_end = np.concatenate([b for _, b in ins]) if ins else np.zeros(0, np.int32)
-        cr_idx = np.concatenate([a for a, _, _ in crs]) if crs else np.zeros(0, np.int64)
-        cr_ks = np.concatenate([b for _, b, _ in crs]) if crs else np.zeros(0, np.int64)
-        cr_end = np.concatenate([c for _, _, c in crs]) if crs else np.zeros(0, np.int32)
-        return self._node(rows, offs, rows[in_idx], in_end.astype(np.int64), offs[in_idx],
-                          rows[cr_idx], cr_ks, cr_end.astype(np.int64), offs[cr_idx], False)
+        status, pos, ends = self.rt.lex.walk_rows(self.tt, rows, offs,
+                                                  np.full(rows.size, lx, dtype=np.int32))
+        inside, cross = status == INSIDE, status == CROSS
+        return self._node(rows, offs, rows[inside], ends[inside].astype(np.int64),
+                          offs[inside], rows[cross], pos[cross], ends[cross].astype(np.int64),
+                          offs[cross], False)
 
     # -- evaluation (parser-dependent) ------------------------------------------------------
 

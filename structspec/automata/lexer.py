@@ -35,10 +35,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from structspec import _native
 from structspec.automata.dfa import ByteDFA
 
 if TYPE_CHECKING:
     from structspec.automata.grammar import _TokenTable
+
+
+PENDING, INSIDE, CROSS, DEAD = 0, 1, 2, 3
+"""Outcomes of :meth:`ContextualLexer.walk_rows` (and of the ``lark_walk`` kernel)."""
 
 
 @dataclass(frozen=True)
@@ -243,46 +248,72 @@ class ContextualLexer:
             return got
         table = self.expand(np.array([state]))
         live_first = np.flatnonzero(table[state])
-        rows = np.sort(np.concatenate([tt.first_rows[b] for b in live_first])) \
+        rows = np.concatenate([tt.first_rows[b] for b in live_first]).astype(np.int64) \
             if live_first.size else np.zeros(0, dtype=np.int64)
-        states = np.full(rows.size, state, dtype=np.int32)
-        in_rows: list[np.ndarray] = []
-        in_states: list[np.ndarray] = []
-        cr_rows: list[np.ndarray] = []
-        cr_k: list[np.ndarray] = []
-        cr_states: list[np.ndarray] = []
-        for pos, n in enumerate(tt.n_longer.tolist()):
-            if rows.size and rows[-1] >= n:  # tokens of length `pos` end here, inside
-                done = rows >= n
-                in_rows.append(rows[done])
-                in_states.append(states[done])
-                rows, states = rows[~done], states[~done]
-            if rows.size == 0:
-                break
-            table = self.expand(states)
-            nxt = table[states, tt.data[rows, pos]]
-            dead = nxt == 0
-            if dead.any():
-                ends = dead & (self.winner_arr[states] >= 0)
-                if pos and ends.any():
-                    cr_rows.append(rows[ends])
-                    cr_k.append(np.full(int(ends.sum()), pos, dtype=np.int64))
-                    cr_states.append(states[ends])
-                rows, states = rows[~dead], nxt[~dead]
-            else:
-                states = nxt
-        if rows.size:
-            in_rows.append(rows)
-            in_states.append(states)
-
-        def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
-
-        got = TokenWalk(cat(in_rows, np.int64), cat(in_states, np.int32),
-                        cat(cr_rows, np.int64), cat(cr_k, np.int64),
-                        cat(cr_states, np.int32))
+        status, pos, ends = self.walk_rows(tt, rows, np.zeros(rows.size, dtype=np.int64),
+                                           np.full(rows.size, state, dtype=np.int32))
+        inside, cross = status == INSIDE, status == CROSS
+        got = TokenWalk(rows[inside], ends[inside], rows[cross], pos[cross], ends[cross])
         self._walks[state] = got
         return got
 
+    def walk_rows(self, tt: _TokenTable, rows: np.ndarray, offs: np.ndarray,
+                  states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Walk token rows ``rows`` of ``tt`` from byte ``offs[i]`` in lexer state
+        ``states[i]``, each until its bytes run out (``INSIDE``), its lexeme ends before
+        a byte after the first (``CROSS``: the lexeme accepts and the byte cannot extend
+        it) or it dies (``DEAD``). Returns ``(status int8, pos int64, state int32)`` per
+        row: where each ended (the byte that ended or killed it; the state there). The
+        native kernel ``lark_walk`` when built, else :meth:`_walk_rows_numpy` (the same
+        arrays). Grows the table as the walk goes; pure otherwise."""
+        native = _native.load("lark_walk")
+        if native is None:
+            return self._walk_rows_numpy(tt, rows, offs, states)
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        offs = np.ascontiguousarray(offs, dtype=np.int64)
+        pos = offs.copy()
+        ends = np.array(states, dtype=np.int32)
+        status = np.zeros(rows.size, dtype=np.int8)
+        while rows.size:
+            with self._lock:  # growth swaps the three arrays together
+                expanded, table, winner = self._expanded, self._table, self.winner_arr
+            if not native.walk(table, expanded, winner, tt.data, tt.lengths, rows, offs, pos,
+                               ends, status):
+                break
+            self.expand(ends[status == PENDING])
+        return status, pos, ends
 
-__all__ = ["ContextualLexer", "TerminalSpec", "TokenWalk"]
+    def _walk_rows_numpy(self, tt: _TokenTable, rows: np.ndarray, offs: np.ndarray,
+                         states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The NumPy twin of the ``lark_walk`` kernel (see :meth:`walk_rows`): all rows
+        one byte per round."""
+        rows = np.asarray(rows, dtype=np.int64)
+        offs = np.asarray(offs, dtype=np.int64)
+        status = np.zeros(rows.size, dtype=np.int8)
+        pos = offs.copy()
+        ends = np.array(states, dtype=np.int32)
+        lengths = tt.lengths[rows]
+        act = np.arange(rows.size)
+        while act.size:
+            p, s = pos[act], ends[act]
+            done = p >= lengths[act]
+            if done.any():
+                status[act[done]] = INSIDE
+                act, p, s = act[~done], p[~done], s[~done]
+                if not act.size:
+                    break
+            table = self.expand(s)
+            nxt = table[s, tt.data[rows[act], p]]
+            dead = nxt == 0
+            if dead.any():
+                gone = act[dead]
+                cross = (self.winner_arr[s[dead]] >= 0) & (p[dead] > offs[gone])
+                status[gone] = np.where(cross, CROSS, DEAD)
+                live = ~dead
+                act, p, nxt = act[live], p[live], nxt[live]
+            pos[act] = p + 1
+            ends[act] = nxt
+        return status, pos, ends
+
+
+__all__ = ["CROSS", "DEAD", "INSIDE", "PENDING", "ContextualLexer", "TerminalSpec", "TokenWalk"]

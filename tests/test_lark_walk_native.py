@@ -1,0 +1,119 @@
+"""The native lexer walk (``structspec/_native/lark_walk.c``) equals its NumPy twin.
+
+``ContextualLexer.walk_rows`` walks token rows through the lazily built lexer DFA; the
+kernel stops at rows it has not built yet and the caller builds them. Both paths must give
+the same ``(status, pos, state)`` arrays, and masks along real programs must be identical
+with the kernel and without it (``STRUCTSPEC_NATIVE=off``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from structspec import _native
+from structspec.automata.grammar import token_table
+from structspec.automata.lark_constraint import LarkRuntime
+from structspec.automata.lark_grammar import load_grammar
+from structspec.grammars import grammar_path
+
+
+def _programs(shared_data: Path, n: int) -> list[str]:
+    out: list[str] = []
+    path = shared_data / "code" / "HumanEval-SingleLineInfilling.jsonl"
+    for line in path.read_text().splitlines():
+        task = json.loads(line)
+        text = task["prompt"] + task["canonical_solution"] + task["suffix"]
+        if text not in out:
+            out.append(text)
+        if len(out) == n:
+            break
+    return out
+
+needs_kernel = pytest.mark.skipif(_native.load("lark_walk") is None,
+                                  reason="the lark_walk kernel is not built")
+
+
+@pytest.fixture(scope="module")
+def python_grammar():
+    return load_grammar(grammar_path("python"))
+
+
+@needs_kernel
+@pytest.mark.parametrize("text", [b"", b"x = f", b"def g(a, b", b"s = 'ab", b"# c",
+                                  b"if x:\n    y = 1\n"])
+def test_walk_rows_native_equals_numpy(python_grammar, smollm_vocab, text: bytes) -> None:
+    rt = LarkRuntime(python_grammar, smollm_vocab)
+    tt = token_table(smollm_vocab)
+    state = rt.step_bytes(rt.initial, text)
+    assert state
+    lx = rt.key(state)[0]
+    rng = np.random.default_rng(len(text))
+    rows = rng.permutation(tt.ids.size)[:20_000].astype(np.int64)
+    offs = np.minimum(rng.integers(0, 3, rows.size), tt.lengths[rows])
+    starts = np.full(rows.size, lx, dtype=np.int32)
+    got = rt.lex.walk_rows(tt, rows, offs, starts)
+    want = rt.lex._walk_rows_numpy(tt, rows, offs, starts)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and (a == b).all()
+    assert set(np.unique(got[0]).tolist()) <= {1, 2, 3}
+
+
+@needs_kernel
+def test_native_masks_equal_numpy_masks(python_grammar, smollm_vocab, smollm_tokenizer,
+                                        shared_data, monkeypatch) -> None:
+    programs = [smollm_tokenizer.encode(p, add_special_tokens=False)
+                for p in _programs(shared_data, 3)]
+
+    def masks() -> list[bytes]:
+        rt = LarkRuntime(python_grammar, smollm_vocab)
+        out = []
+        for ids in programs:
+            s = rt.initial
+            for t in ids:
+                m = rt.mask(s)
+                assert t in m
+                out.append(m.words.tobytes())
+                s = rt.step_bytes(s, smollm_vocab.tokens[t])
+        return out
+
+    native = masks()
+    monkeypatch.setenv("STRUCTSPEC_NATIVE", "off")
+    assert native == masks()
+
+
+@needs_kernel
+def test_kernel_validates_its_inputs() -> None:
+    walk = _native.load("lark_walk").walk
+    table = np.zeros((2, 256), dtype=np.int32)
+    table[1, ord("a")] = 1
+    expanded = np.ones(2, dtype=bool)
+    winner = np.array([-1, 0], dtype=np.int32)
+    data = np.frombuffer(b"aab\x00", dtype=np.uint8).reshape(2, 2).copy()
+    lengths = np.array([2, 1], dtype=np.int64)
+
+    def run(rows, offs=None, states=None):
+        rows = np.asarray(rows, dtype=np.int64)
+        offs = np.zeros(rows.size, dtype=np.int64) if offs is None else offs
+        pos = offs.copy()
+        st = np.ones(rows.size, dtype=np.int32) if states is None else states
+        status = np.zeros(rows.size, dtype=np.int8)
+        pending = walk(table, expanded, winner, data, lengths, rows, offs, pos, st, status)
+        return pending, status, pos, st
+
+    pending, status, pos, st = run([0, 1])
+    assert pending == 0
+    assert status.tolist() == [1, 3] and pos.tolist() == [2, 0] and st.tolist() == [1, 1]
+    with pytest.raises(ValueError, match="token row"):
+        run([2])
+    with pytest.raises(ValueError, match="state"):
+        run([0], states=np.array([5], dtype=np.int32))
+    with pytest.raises(TypeError):
+        walk(table.astype(np.int64), expanded, winner, data, lengths,
+             *(np.zeros(1, dtype=np.int64),) * 3, np.ones(1, np.int32), np.zeros(1, np.int8))
+    expanded[1] = False  # not built yet: the row waits for the caller
+    pending, status, pos, st = run([0])
+    assert pending == 1 and status.tolist() == [0] and pos.tolist() == [0]
