@@ -10,7 +10,8 @@ Grammars (``grammar=``) are a shipped grammar's name (``"python"``, see
 :func:`structspec.grammars.available`), a path to a ``.lark`` file, or Lark text. For code
 completion, ``grammar_prefix`` (the code above the cursor) sets where the constraint
 starts, and ``grammar_suffix`` (the code below it) makes an output final only where
-prefix + output + suffix parses, at the stopping point ``stop`` (``"eof"`` or ``"line"``).
+prefix + output + suffix parses, at the stopping point ``stop`` (``"eof"``, ``"line"``,
+``"statement"`` or ``"block"``).
 """
 
 from __future__ import annotations
@@ -274,8 +275,12 @@ class Generator:
             grammar_suffix: the code below the cursor (fill-in-the-middle): the output may
                 end only where prefix + output + suffix parses.
             stop: where the output may end: ``"eof"`` (anywhere the text, with the suffix,
-                parses) or ``"line"`` (only at the end of a line; the output stops at the
-                first line it ends where the text parses).
+                parses), ``"line"`` (only at the end of a line; the output stops at the
+                first line it ends where the text parses), ``"statement"`` (where the
+                statement holding the cursor, or the one the output began, ends; it stops
+                where that end is certain, e.g. after ``x = 1\\n``) or ``"block"`` (where
+                the block holding the cursor ends: the suffix dedents after the output, or
+                the output's ``}``). See ``docs/lark_grammars.md``, stopping points.
             tolerant: when ``grammar_prefix`` does not parse, fall back to a lexer-only
                 state from the start of the failing line instead of raising.
             max_new_tokens: token budget of the output (>= 1).
@@ -301,7 +306,8 @@ class Generator:
             ValueError: a bad argument (named in the message).
             SchemaError, UnsupportedSchemaError: the schema is invalid or cannot be enforced.
             GrammarError: the grammar does not load, or ``grammar_prefix`` does not parse
-                (not ``tolerant``); with the line/column.
+                (not ``tolerant``); with the line/column. Or ``stop`` names a construct the
+                grammar has no rule for (``"statement"`` for JSON, ``"block"`` for SQL).
             GenerationError: the token budget ran out before the output was complete, or the
                 output failed validation after every retry.
         """

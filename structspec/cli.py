@@ -4,7 +4,8 @@
 on stdout and a one-line summary on stderr. ``--grammar NAME|FILE`` generates text that
 parses under a Lark grammar (a shipped one such as ``python``, or a ``.lark`` file) and
 prints it exactly as generated; ``--prefix-file``/``--suffix-file`` complete code between a
-prefix and a suffix (fill-in-the-middle); ``--stop line`` lets it end only at a line end.
+prefix and a suffix (fill-in-the-middle); ``--stop line|statement|block`` lets it end only
+at a line end, at the end of the statement or of the block the cursor is in.
 
 Bad input (an invalid schema or grammar, a prefix that does not parse, an unknown model, a
 bad argument) prints one line ``structspec: error: ...`` and exits with status 2 — schema
@@ -82,10 +83,11 @@ def _build_parser() -> argparse.ArgumentParser:
     code.add_argument("--suffix-file", metavar="FILE", default=None,
                       help="code below the cursor: the output ends only where prefix + "
                       "output + suffix parses (fill-in-the-middle)")
-    code.add_argument("--stop", choices=["eof", "line"], default=None,
-                      help="where the output may end: anywhere it parses (eof, default) or "
+    code.add_argument("--stop", choices=["eof", "line", "statement", "block"], default=None,
+                      help="where the output may end: anywhere it parses (eof, default); "
                       "at the end of a line, stopping at the first one where it parses "
-                      "(line)")
+                      "(line); where the statement (statement) or the block (block) the "
+                      "cursor is in ends")
     code.add_argument("--tolerant", action="store_true",
                       help="a prefix that does not parse falls back to lexer-only "
                       "constraints from its last line instead of failing")
@@ -209,6 +211,11 @@ def _check_grammar(args: argparse.Namespace, prefix: str | None, suffix: str | N
             constraint.state_after(prefix, tolerant=args.tolerant)
         except StructSpecError as exc:
             raise _UsageError(f"--prefix-file {args.prefix_file}: {exc}") from exc
+    if args.stop in ("statement", "block"):  # the grammar must have the rules for it
+        try:
+            constraint.with_suffix(suffix or "", stop=args.stop)
+        except StructSpecError as exc:
+            raise _UsageError(f"--stop {args.stop}: {exc}") from exc
     disk = disk_cache()
     if disk is not None:
         disk.flush()

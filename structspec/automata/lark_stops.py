@@ -81,7 +81,7 @@ def construct_rules(g: LoadedGrammar, stop: str, rules: str | Iterable[str] | No
             raise GrammarError(
                 f"stop={stop!r} needs the grammar's {stop} rules: this grammar declares none "
                 f"(add `stop_{stop}=RULE[,RULE]` to its `// structspec:` header, or pass "
-                f"stop_rules=)")
+                f"stop_rules= to with_suffix)")
     names = [r.strip() for r in (rules.split(",") if isinstance(rules, str) else rules)]
     names = [r for r in names if r]
     known = set(g.tables.rule_lhs)
