@@ -73,6 +73,40 @@ GOLDEN: list[tuple[str, Any, list[str], list[str]]] = [
     ("dependentSchemas-named", {"properties": {"a": {}, "b": {"type": "integer"}},
                                 "dependentSchemas": {"a": {"required": ["b"]}}},
      ['{"a":1,"b":2}', '{"b":2}', "{}"], ['{"a":1}', '{"a":1,"b":"x"}']),
+    ("contains-minimum", {"contains": {"minimum": 5}},
+     ["[3,4,5]", "[3,4,6]", "[5]", "{}", '["a",5.5]', '["a"]'], ["[2,3,4]", "[]", "[4.5,2]"]),
+    ("contains-const", {"contains": {"const": 5}}, ["[3,4,5]", "[3,4,5,5]"],
+     ["[1,2,3,4]", "[]"]),
+    ("contains-true", {"contains": True}, ['["foo"]'], ["[]"]),
+    ("contains-false", {"contains": False}, ['"x"'], ['["foo"]', "[]"]),
+    ("contains-items-multipleOf", {"items": {"multipleOf": 2}, "contains": {"multipleOf": 3}},
+     ["[6,12]", "[2,6]"], ["[2,4,8]", "[3,6,9]", "[1,5]"]),
+    ("contains-if-else", {"contains": {"if": False, "else": True}}, ['["foo"]'], ["[]"]),
+    ("contains-min-max", {"contains": {"const": 1}, "minContains": 2, "maxContains": 3},
+     ["[1,1]", "[1,2,1]", "[1,1,1,2]"], ["[1]", "[1,1,1,1]", "[]", "[1,2]"]),
+    ("contains-max", {"contains": {"const": 1}, "maxContains": 1},
+     ["[1]", "[1,2]", "[2,1]"], ["[]", "[1,1]", "[1,2,1]", "[1,1.0]"]),
+    ("contains-max-zero", {"contains": {"const": 1}, "minContains": 0, "maxContains": 0},
+     ["[]", "[2]"], ["[1]", "[2,1]"]),
+    ("contains-lengths", {"contains": {"type": "integer"}, "minItems": 2, "maxItems": 3},
+     ['[1,"a"]', '["a",2,"b"]'], ["[1]", '["a","b"]', "[1,2,3,4]"]),
+    ("contains-type-number", {"type": "array", "contains": {"type": "integer"},
+                              "maxContains": 1},
+     ["[1,1.5]", "[1.5,2.5,3]"], ["[1,2]", "[1.5]"]),
+    ("uniqueItems-enum", {"items": {"enum": [1, 2, "a"]}, "uniqueItems": True},
+     ["[]", '[1,2,"a"]', '["a",1]'], ["[1,1]", "[1,2,1]", "[3]"]),
+    ("uniqueItems-boolean", {"items": {"type": "boolean"}, "uniqueItems": True},
+     ["[true,false]", "[false]"], ["[true,true]", "[true,false,true]"]),
+    ("uniqueItems-tuple", {"prefixItems": [{"type": "boolean"}, {"type": "boolean"}],
+                           "items": False, "uniqueItems": True},
+     ["[false,true]", "[true]", "[]"], ["[true,true]", "[false,false]", "[1]"]),
+    ("uniqueItems-equal-numbers", {"items": {"enum": [1, 1.0, 2]}, "uniqueItems": True,
+                                   "minItems": 2},
+     ["[1,2]", "[2,1.0]"], ["[1,1.0]", "[1,1]", "[2]"]),
+    ("oneOf-enum-overlap", {"oneOf": [{"enum": [1, 1.5]}, {"type": "integer"}]},
+     ["1.5", "2"], ["1", "1.0"]),
+    ("not-multipleOf", {"type": "integer", "not": {"multipleOf": 3}},
+     ["1", "-2", "4"], ["0", "3", "-6"]),
 ]
 
 
@@ -118,6 +152,25 @@ def test_objects_exact_in_any_key_order(byte_vocab, name, schema):
     check()
 
 
+EXACT_ARRAYS = [row for row in GOLDEN if row[0].startswith(("contains", "uniqueItems"))]
+ITEMS = st.sampled_from([0, 1, 2, 3, 5, 6, 12, 1.5, "a", True, False, None])
+
+
+@pytest.mark.parametrize(("name", "schema"), [(r[0], r[1]) for r in EXACT_ARRAYS],
+                         ids=[r[0] for r in EXACT_ARRAYS])
+def test_arrays_exact(byte_vocab, name, schema):
+    """Small arrays over a value alphabet (one spelling per value): accepted iff valid."""
+    constraint = compile_(schema, byte_vocab, **FREE)
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=SLOW, database=None)
+    @given(st.lists(ITEMS, max_size=5))
+    def check(doc):
+        text = json.dumps(doc, separators=(",", ":"))
+        assert accepted(constraint, text) == constraint.validator.is_valid(doc), text
+
+    check()
+
+
 @pytest.mark.parametrize(("name", "schema"), [(r[0], r[1]) for r in GOLDEN],
                          ids=[r[0] for r in GOLDEN])
 def test_random_walks_validate(byte_vocab, name, schema):
@@ -138,6 +191,12 @@ REFUSED = [
      "dependentSchemas"),
     ({"type": "object", "dependentRequired": {"a": ["b"]}, "maxProperties": 3},
      "maxProperties"),
+    ({"type": "array", "contains": {"type": "string", "pattern": "^a"}}, "contains"),
+    ({"type": "array", "contains": {"const": 1}, "minContains": 100, "maxItems": 200},
+     "contains"),
+    ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+    ({"type": "array", "items": {"enum": list(range(20))}, "uniqueItems": True},
+     "uniqueItems"),
 ]
 
 

@@ -400,6 +400,8 @@ class DialectCompiler:
             return alt(self.lit("true"), self.lit("false"))
         if t in ("integer", "number", "string") and "x-not-regex" in d:
             return self.excluding(d)
+        if t == "integer" and "x-not-multiple" in d:
+            return self.excluding({**d, "x-not-regex": []})
         if t == "integer":
             if "x-multiple" in d:
                 dfa = multiples_dfa(int(d["x-multiple"]))
@@ -453,12 +455,14 @@ class DialectCompiler:
                 dfa = product(dfa, cached_dfa(python_regex(self.placeholders[marker])), "and")
         for marker in d["x-not-regex"]:
             dfa = product(dfa, cached_dfa(python_regex(self.placeholders[marker])), "minus")
+        if "x-not-multiple" in rest:  # integers that are not multiples of k
+            dfa = product(dfa, multiples_dfa(int(rest["x-not-multiple"])), "minus")
         if dfa.is_empty():
             return alt()
         markers = [*rest.get("x-regex", ()), "not", *d["x-not-regex"]]
         key = "\0".join(["excl", t, str(rest.get("minLength", 0)), str(rest.get("maxLength")),
                          str(rest.get("x-multiple")), str(rest.get("x-decimal-multiple")),
-                         *(self.placeholders[m] if m != "not"
+                         str(rest.get("x-not-multiple")), *(self.placeholders[m] if m != "not"
                                                         else m for m in markers)]).encode()
         return term(self.b.terminal(dfa, t, key=key))
 
@@ -482,6 +486,10 @@ class DialectCompiler:
     # -- arrays -------------------------------------------------------------------------------
 
     def array(self, d: dict[str, Any]) -> Expr:
+        if "x-contains" in d:
+            return self.array_counted(d)
+        if "x-unique" in d:
+            return self.array_unique(d["x-unique"])
         # The item is a rule of its own: bounded repetition copies only a reference to it.
         item = ref(self.b.rule("item", self.value(d["items"]))) if "items" in d \
             else self.any_value()
@@ -495,6 +503,98 @@ class DialectCompiler:
         rest = rep(more, max(lo - 1, 0), None if hi is None else hi - 1)
         body = seq(item, rest)
         items = body if lo > 0 else opt(body)
+        return seq(self.lit("["), self.ws(), items, self.ws(), self.lit("]"))
+
+    def array_counted(self, d: dict[str, Any]) -> Expr:
+        """``contains``: items that match (``match``) or do not (``other``), the matches
+        counted. ``body[n, c]`` is the next item after ``n`` items with ``c`` matches,
+        ``after[n, c]`` what follows an item; ``n`` saturates at ``minItems`` without
+        ``maxItems``, ``c`` at ``minContains`` without ``maxContains``."""
+        spec = d["x-contains"]
+        lo, hi = int(d.get("minItems", 0)), d.get("maxItems")
+        hi = None if hi is None else int(hi)
+        c_lo, c_hi = int(spec["min"]), spec["max"]
+        if hi is None and self.max_array_items is not None:  # generation cap (narrowing)
+            hi = max(lo, c_lo, self.max_array_items)
+        n_top = hi if hi is not None else lo
+        c_top = c_hi if c_hi is not None else c_lo
+        if (n_top + 1) * (c_top + 1) > 4 * 4096:
+            raise ResourceLimitError(f"contains over {n_top} items needs too many rules")
+        match = None if spec["match"] is None else \
+            ref(self.b.rule("contains-match", self.sub(spec["match"])))
+        other = None if spec["other"] is None else \
+            ref(self.b.rule("contains-other", self.sub(spec["other"])))
+        comma = seq(self.ws(), self.lit(","), self.ws())
+        body: dict[tuple[int, int], int] = {}
+        after: dict[tuple[int, int], int] = {}
+        todo: list[tuple[int, int]] = []
+
+        def body_ref(n: int, c: int) -> Expr:
+            if (n, c) not in body:
+                body[n, c] = self.b.declare("contains-body")
+                todo.append((n, c))
+            return ref(body[n, c])
+
+        def after_ref(n: int, c: int) -> Expr:
+            if (n, c) not in after:
+                after[n, c] = self.b.declare("contains-after")
+                ends = n >= lo and c >= c_lo
+                more = seq(comma, body_ref(n, c)) if hi is None or n < hi else alt()
+                self.b.define(after[n, c], alt(EMPTY, more) if ends else more)
+            return ref(after[n, c])
+
+        first = body_ref(0, 0)
+        while todo:
+            n, c = todo.pop()
+            n2 = n + 1 if hi is not None else min(n + 1, n_top)
+            choices = []
+            if match is not None and (c_hi is None or c < c_hi):
+                choices.append(seq(match, after_ref(n2, min(c + 1, c_top))))
+            if other is not None:
+                choices.append(seq(other, after_ref(n2, c)))
+            self.b.define(body[n, c], alt(*choices))
+        items = alt(EMPTY, first) if lo == 0 and c_lo == 0 else first
+        if hi == 0:
+            items = EMPTY if c_lo == 0 else alt()
+        return seq(self.lit("["), self.ws(), items, self.ws(), self.lit("]"))
+
+    def array_unique(self, spec: dict[str, Any]) -> Expr:
+        """``uniqueItems`` over finite domains: ``body[S]`` is the next item once the values
+        ``S`` are used (position ``len(S)`` draws from its domain, minus ``S``)."""
+        lo, hi = int(spec["minItems"]), spec.get("maxItems")
+        if hi is None and self.max_array_items is not None:  # generation cap (narrowing)
+            hi = max(lo, self.max_array_items)
+        positions, rest = spec["positions"], spec["rest"]
+        value = [ref(self.b.rule("unique-value", alt(*(self.json_literal(v) for v in group))))
+                 for group in spec["values"]]
+        comma = seq(self.ws(), self.lit(","), self.ws())
+        body: dict[frozenset[int], int] = {}
+        after: dict[frozenset[int], int] = {}
+        todo: list[frozenset[int]] = []
+
+        def body_ref(used: frozenset[int]) -> Expr:
+            if used not in body:
+                body[used] = self.b.declare("unique-body")
+                todo.append(used)
+            return ref(body[used])
+
+        def after_ref(used: frozenset[int]) -> Expr:
+            if used not in after:
+                after[used] = self.b.declare("unique-after")
+                more = seq(comma, body_ref(used))
+                self.b.define(after[used], alt(EMPTY, more) if len(used) >= lo else more)
+            return ref(after[used])
+
+        first = body_ref(frozenset())
+        while todo:
+            used = todo.pop()
+            i = len(used)
+            domain = positions[i] if i < len(positions) else (rest or [])
+            if hi is not None and i >= hi:
+                domain = []
+            self.b.define(body[used], alt(*(seq(value[v], after_ref(used | {v}))
+                                            for v in domain if v not in used)))
+        items = alt(EMPTY, first) if lo == 0 else first
         return seq(self.lit("["), self.ws(), items, self.ws(), self.lit("]"))
 
     def array_prefix(self, d: dict[str, Any]) -> Expr:

@@ -17,13 +17,16 @@ from typing import Any
 from urllib.parse import unquote
 
 from structspec.automata.limits import check_time
+from structspec.automata.schema_arrays import ArrayLowering
 from structspec.automata.schema_merge import MergeError, merge_all
 from structspec.automata.schema_negation import (
     NON_INTEGER,
+    NOT_MULTIPLE,
     NegationError,
     exactly_one,
     if_then_else,
     negate,
+    public_schema,
 )
 from structspec.automata.schema_objects import ObjectLowering
 from structspec.automata.schema_regex import (
@@ -200,7 +203,7 @@ def _any_value() -> dict[str, Any]:
                                             "object")]}
 
 
-class _Lowering(ObjectLowering):
+class _Lowering(ObjectLowering, ArrayLowering):
     """One walk over a schema: returns outlines-ready subschemas, collects refusals.
 
     Every ``lower_*`` method returns a subschema for outlines-core, or ``None`` when the
@@ -252,7 +255,8 @@ class _Lowering(ObjectLowering):
     def is_valid(self, schema: Any, value: Any) -> bool:
         """``value`` validates against a subschema of the root (refs resolve from the root)."""
         try:
-            return bool(self.validator.evolve(schema=schema).is_valid(value))
+            # internal keywords (from negations) spelled out, or the validator ignores them
+            return bool(self.validator.evolve(schema=public_schema(schema)).is_valid(value))
         except Exception as exc:  # unresolvable $ref and the like
             raise SchemaError(f"cannot evaluate the schema: {exc}") from exc
 
@@ -678,6 +682,20 @@ class _Lowering(ObjectLowering):
     def lower_integer(self, node: dict[str, Any], ptr: str) -> Any:
         if node.get(NON_INTEGER) is True:  # an integer with a non-zero fraction: none
             return self.nothing(ptr, "an integer is required where integers are excluded")
+        out = self.lower_integer_plain(node, ptr)
+        not_multiple = node.get(NOT_MULTIPLE)
+        if not_multiple is None or out is None or "enum" in out:  # (enum: is_valid checked)
+            return out
+        if not_multiple > _MAX_MODULUS:
+            self.refuse("not", ptr, f"excluding multiples of {not_multiple} needs over "
+                        f"{_MAX_MODULUS} automaton states")
+            return out
+        if "const" in out:  # a bare range regex
+            out = {"type": "integer", "x-regex": [out["const"]]}
+        return {**out, "x-not-multiple": int(not_multiple)}
+
+    def lower_integer_plain(self, node: dict[str, Any], ptr: str) -> Any:
+        """Integers: bounds, ``multipleOf`` (a residue automaton or an enumeration)."""
         low, high = self.bounds(node, ptr, integer=True)
         lo, hi = (low[0] if low else None), (high[0] if high else None)
         step = node.get("multipleOf")
@@ -745,68 +763,4 @@ class _Lowering(ObjectLowering):
         if node.get(NON_INTEGER) is True:  # written without exponent: a narrowing
             out["x-regex"] = [*out.get("x-regex", ()), self.placeholder(
                 r"-?(?:0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*")["const"]]
-        return out
-
-    def lower_array(self, node: dict[str, Any], ptr: str) -> Any:
-        prefix, prefix_key = node.get("prefixItems"), "prefixItems"
-        items, items_ptr = node.get("items", _ABSENT), f"{ptr}/items"
-        if isinstance(items, list):  # drafts 4-2019: items as a tuple
-            prefix, prefix_key = items, "items"
-            items, items_ptr = node.get("additionalItems", _ABSENT), f"{ptr}/additionalItems"
-        lo, hi = int(node.get("minItems", 0)), node.get("maxItems")
-        hi = None if hi is None else int(hi)
-        if hi is not None and lo > hi:
-            return self.nothing(ptr, "minItems exceeds maxItems")
-        if "contains" in node:
-            self.refuse("contains", ptr, "not enforced")
-        unique = node.get("uniqueItems", False)
-        if prefix is not None:
-            return self.lower_tuple(node, ptr, prefix, prefix_key, items, items_ptr, lo, hi)
-        if unique and (hi is None or hi > 1):
-            self.refuse("uniqueItems", ptr, "not enforced")
-        if items is _ABSENT and "unevaluatedItems" in node:
-            items, items_ptr = node["unevaluatedItems"], f"{ptr}/unevaluatedItems"
-        out: dict[str, Any] = {"type": "array"}
-        if items is not _ABSENT:
-            lowered_items = self.lower(items, items_ptr)
-            if lowered_items is None:
-                if lo > 0:
-                    return None
-                hi = 0
-            else:
-                out["items"] = lowered_items
-        if lo:
-            out["minItems"] = lo
-        if hi is not None:
-            out["maxItems"] = hi
-        return out
-
-    def lower_tuple(self, node: dict[str, Any], ptr: str, prefix: list[Any], prefix_key: str,
-                    items: Any, items_ptr: str, lo: int, hi: int | None) -> Any:
-        """Tuple arrays for the grammar compiler: any length from ``minItems`` on, the prefix
-        schemas first, then ``items`` (absent: any value; ``false``: nothing more)."""
-        if node.get("uniqueItems") and (hi is None or hi > 1):
-            self.refuse("uniqueItems", ptr, "uniqueness of items is not enforced")
-        lowered = []
-        for i, sub in enumerate(prefix):
-            one = self.lower(sub, f"{ptr}/{prefix_key}/{i}")
-            if one is None:  # no value for position i: arrays end before it
-                if lo > i:
-                    return self.nothing(ptr, f"{prefix_key}/{i} accepts no value")
-                hi = i if hi is None else min(hi, i)
-                break
-            lowered.append(one)
-        out: dict[str, Any] = {"prefixItems": lowered, "minItems": lo}
-        if items is _ABSENT and "unevaluatedItems" in node:
-            items, items_ptr = node["unevaluatedItems"], f"{ptr}/unevaluatedItems"
-        rest = True if items is _ABSENT else (None if items is False else
-                                              self.lower(items, items_ptr))
-        if rest is None:  # nothing after the prefix
-            hi = len(lowered) if hi is None else min(hi, len(lowered))
-        else:
-            out["items"] = rest
-        if hi is not None:
-            if lo > hi:
-                return self.nothing(ptr, "minItems exceeds the items that can exist")
-            out["maxItems"] = hi
         return out

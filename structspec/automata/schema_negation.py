@@ -38,6 +38,32 @@ MAX_DEPTH = 16
 #: Internal keyword: "a number with a non-zero fraction" (the complement of ``integer``
 #: among numbers), which no JSON Schema keyword expresses.
 NON_INTEGER = "x-structspec-non-integer"
+#: Internal keyword: "an integer that is not a multiple of this integer" (with
+#: ``NON_INTEGER`` numbers, the complement of an integer ``multipleOf``).
+NOT_MULTIPLE = "x-structspec-not-multiple"
+
+
+def public_schema(node: Any) -> Any:
+    """``node`` with the internal keywords spelled in JSON Schema (``NON_INTEGER`` as
+    ``not: {type: integer}``, ``NOT_MULTIPLE`` as ``not: {multipleOf: k}``), for a validator
+    that would otherwise ignore them; ``node`` itself when it has none."""
+    if isinstance(node, list):
+        out_list = [public_schema(v) for v in node]
+        return node if all(a is b for a, b in zip(out_list, node)) else out_list
+    if not isinstance(node, dict):
+        return node
+    out = {k: public_schema(v) for k, v in node.items()
+           if k not in (NON_INTEGER, NOT_MULTIPLE)}
+    extra = []
+    if node.get(NON_INTEGER) is True:
+        extra.append({"not": {"type": "integer"}})
+    if NOT_MULTIPLE in node:
+        extra.append({"not": {"multipleOf": node[NOT_MULTIPLE]}})
+    if not extra and len(out) == len(node) and all(out[k] is node[k] for k in out):
+        return node
+    if extra:
+        out = {"allOf": [out, *extra]}
+    return out
 
 
 class NegationError(Exception):
@@ -149,6 +175,22 @@ def _negate_keyword(key: str, value: Any, node: dict[str, Any],
         return _any_of([negate(b, deref, depth + 1, known) for b in value])
     if key == "not":
         return value
+    if key == "multipleOf" and float(value).is_integer() and value >= 1:
+        # non-integers are multiples of no integer; integers: the other residues
+        return _any_of([{"type": "number", NON_INTEGER: True},
+                        {"type": "integer", NOT_MULTIPLE: int(value)}])
+    if key == "if":  # not ((if and then) or (not if and else))
+        then, other = node.get("then", True), node.get("else", True)
+        parts = []
+        not_then = negate(then, deref, depth + 1, known)
+        if not_then is not False:
+            parts.append(_all_of([value, not_then]))
+        not_else = negate(other, deref, depth + 1, known)
+        if not_else is not False:
+            parts.append(_all_of([negate(value, deref, depth + 1, known), not_else]))
+        return _any_of(parts)
+    if key in ("then", "else"):  # negated with their `if` (alone: no effect)
+        return False
     if key == "items" and not isinstance(value, list) and "prefixItems" not in node:
         sub = negate(value, deref, depth + 1, known)
         if sub is False:
@@ -187,4 +229,5 @@ def exactly_one(branches: list[Any], deref: Callable[[Any], Any],
             for i, b in enumerate(branches)]
 
 
-__all__ = ["NON_INTEGER", "NegationError", "exactly_one", "if_then_else", "negate"]
+__all__ = ["NON_INTEGER", "NOT_MULTIPLE", "NegationError", "exactly_one", "if_then_else",
+           "negate", "public_schema"]
