@@ -36,8 +36,8 @@ def _starts(trie, table: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _walk_native(vocab, table, accepting, cur, st0):
-    trie, dfs = g.token_trie(vocab), g.dfs_trie(vocab)
-    return trie_walk.walk(dfs.nodes, dfs.below, trie.ids.size, table, accepting,
+    dfs = g.dfs_trie(vocab)
+    return trie_walk.walk(dfs.nodes, dfs.below, dfs.lengths, table, accepting,
                           dfs.first[cur], st0.astype(np.int32), dfs.depth)
 
 
@@ -86,9 +86,15 @@ def test_native_equals_numpy_on_real_dfas(smollm_vocab, byte_vocab, pattern, mon
 
 
 @needs_native
-def test_native_equals_numpy_on_counted_strings(smollm_vocab, monkeypatch):
-    dfa = json_string_dfa(2, 5)  # counted: states close to the bound differ
-    for q in range(1, dfa.n_states):
+@pytest.mark.parametrize(("lo", "hi"), [(2, 5), (0, None), (3, 90)])
+def test_native_equals_numpy_on_counted_strings(smollm_vocab, lo, hi, monkeypatch):
+    """Counted strings: the native walk takes chains of count states (bounded: the tokens
+    longer than the characters left die; near the bound a chain may end dead)."""
+    dfa = json_string_dfa(lo, hi)
+    rng = np.random.default_rng(0)
+    states = range(1, dfa.n_states) if dfa.n_states < 64 else \
+        sorted({1, 2, 3, dfa.n_states - 1, *rng.integers(1, dfa.n_states, 40).tolist()})
+    for q in states:
         _check_walks(smollm_vocab, dfa.table, dfa.accepting, q, monkeypatch)
 
 
@@ -161,7 +167,7 @@ def test_native_rejects_bad_inputs(byte_vocab):
     trie, dfs = g.token_trie(byte_vocab), g.dfs_trie(byte_vocab)
     dfa = compile_dfa(REGEXES[1])
     cur, st0 = _starts(trie, dfa.table, 1)
-    args = [dfs.nodes, dfs.below, trie.ids.size, dfa.table, dfa.accepting,
+    args = [dfs.nodes, dfs.below, dfs.lengths, dfa.table, dfa.accepting,
             dfs.first[cur], st0.astype(np.int32), dfs.depth]
     with pytest.raises(TypeError):
         trie_walk.walk(*args[:3], dfa.table.astype(np.int64), *args[4:])

@@ -14,13 +14,20 @@
  *               tokens are the rows [lo, hi))
  *   NODE_HI     one past the last token row below it
  *   NODE_TOK    the row of the token spelling exactly this prefix (then it is lo), or -1
+ *   NODE_DEEP   the length of the longest token below it (at least its depth)
  * and ``below`` (uint64 [N, 4]) is the set of bytes occurring anywhere below each node.
  *
- * Shortcut: a node reached in a non-accepting state s whose bytes below all loop on s
- * (table[s, b] == s) keeps every token below it inside the terminal at s; the walk takes
- * its rows [lo, hi) at once instead of visiting the subtree. Inside a JSON string that is
- * almost the whole vocabulary (only tokens with quotes, backslashes, control or non-ASCII
- * bytes are walked), so a fresh string walk visits a few thousand nodes, not 100,000.
+ * Shortcut ("chains"): where every byte below a node sends its state s_0 to one same
+ * state s_1, every byte below sends s_1 to one same s_2, and so on, every token m bytes
+ * below the node ends in s_m, so the walk takes its rows at once (those whose s_m is
+ * alive) instead of visiting the subtree; it does so when no s_j is accepting (no token
+ * below can end the terminal midway). Per state, ``major`` is the most common live target
+ * and ``dies`` the bytes to 0: a set of bytes moves s as one when it lies within the bytes
+ * to ``major`` or within ``dies``. Inside a JSON string s_j = s (the plain characters loop),
+ * inside a string with a length bound s_j counts characters: either way a fresh string walk
+ * visits a few thousand nodes (tokens with quotes, backslashes, control or non-ASCII
+ * bytes), not 100,000. Chains are tried within a budget proportional to the trie, so a DFA
+ * where they keep failing late costs at most a constant factor more than the plain walk.
  *
  * Every index read from the inputs is bounds-checked (a malformed trie, or a table holding
  * a state out of range, raises ValueError instead of reading out of bounds); the loops run
@@ -34,7 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { NODE_BYTE, NODE_DEPTH, NODE_END, NODE_LO, NODE_HI, NODE_TOK, NODE_COLS };
+enum { NODE_BYTE, NODE_DEPTH, NODE_END, NODE_LO, NODE_HI, NODE_TOK, NODE_DEEP, NODE_COLS };
 
 /* -- small helpers ------------------------------------------------------------------------ */
 
@@ -108,27 +115,69 @@ typedef struct {
 } walk_out;
 
 typedef struct {
+    uint64_t to_major[4], dies[4];  /* bytes to ``major``; bytes to the dead state */
+    int32_t major;                  /* the most common live target (0 if none) */
+} moves;
+
+typedef struct {
     const int32_t *nodes;
     const uint64_t *below;  /* [N, 4] */
+    const int32_t *lengths; /* [T] token lengths in row order */
     Py_ssize_t n_nodes, n_rows, max_depth;
     const int32_t *table;
     const npy_bool *accepting;
     Py_ssize_t n_states;
-    uint64_t *loops;       /* [S, 4] bytes looping on each state, filled on first use */
-    uint8_t *loops_known;  /* [S] */
+    moves *moves;           /* [S], filled on first use */
+    uint8_t *moves_known;   /* [S] */
+    Py_ssize_t budget;      /* chain steps left to try */
 } walk_in;
 
-/* The bytes b with table[s, b] == s (computed once per state and walk). */
-static const uint64_t *loops_of(walk_in *in, int32_t s) {
-    uint64_t *l = in->loops + (Py_ssize_t)s * 4;
-    if (!in->loops_known[s]) {
+/* ``s``'s moves (computed once per state and walk). */
+static const moves *moves_of(walk_in *in, int32_t s) {
+    moves *m = in->moves + s;
+    if (!in->moves_known[s]) {
         const int32_t *row = in->table + (Py_ssize_t)s * 256;
-        l[0] = l[1] = l[2] = l[3] = 0;
-        for (int b = 0; b < 256; b++)
-            if (row[b] == s) l[b >> 6] |= (uint64_t)1 << (b & 63);
-        in->loops_known[s] = 1;
+        int32_t best = 0, best_n = 0;
+        for (int b = 0; b < 256; b++) {  /* the majority target: a Boyer-Moore vote... */
+            if (!row[b]) continue;
+            if (best_n == 0) best = row[b];
+            best_n += row[b] == best ? 1 : -1;
+        }
+        memset(m, 0, sizeof(*m));
+        m->major = best;  /* ...any live target is correct, the most common is useful */
+        for (int b = 0; b < 256; b++) {
+            if (!row[b]) m->dies[b >> 6] |= (uint64_t)1 << (b & 63);
+            else if (row[b] == best) m->to_major[b >> 6] |= (uint64_t)1 << (b & 63);
+        }
+        in->moves_known[s] = 1;
     }
-    return l;
+    return m;
+}
+
+static inline int subset(const uint64_t *x, const uint64_t *y) {
+    return !(x[0] & ~y[0]) && !(x[1] & ~y[1]) && !(x[2] & ~y[2]) && !(x[3] & ~y[3]);
+}
+
+/*
+ * The chain below a node reached in state ``s`` (not accepting) with bytes ``x`` below and
+ * tokens at most ``span`` bytes deeper: returns J >= 1 such that a token m bytes below
+ * (1 <= m <= span) stays inside iff m < J (span + 1: all of them), or 0 if there is no
+ * chain (a set of bytes that does not move as one, or an accepting state on the way).
+ * ``s`` must be in range; the states read from the table are checked (-1: out of range).
+ */
+static Py_ssize_t chain(walk_in *in, int32_t s, const uint64_t *x, Py_ssize_t span) {
+    for (Py_ssize_t j = 1; j <= span; j++) {
+        if (--in->budget < 0) return 0;
+        const moves *m = moves_of(in, s);
+        if (subset(x, m->dies)) return j;
+        if (!m->major || !subset(x, m->to_major)) return 0;
+        int32_t t = m->major;
+        if (t < 0 || t >= in->n_states) return -1;
+        if (in->accepting[t]) return 0;
+        if (t == s) return span + 1;  /* a loop: every deeper token stays here */
+        s = t;
+    }
+    return span + 1;
 }
 
 /*
@@ -185,11 +234,20 @@ static int walk_loop(walk_in *in, const int32_t *starts, const int32_t *states,
                 return -1;
             }
             if (!in->accepting[s] && skip > i + 1) {
-                const uint64_t *l = loops_of(in, s), *b = in->below + i * 4;
-                if (!(b[0] & ~l[0]) && !(b[1] & ~l[1]) && !(b[2] & ~l[2]) && !(b[3] & ~l[3])) {
-                    /* every token below stays at s, inside: take rows [lo, hi) at once */
+                Py_ssize_t span = nd[NODE_DEEP] - d;
+                if (span < 1 || nd[NODE_DEEP] > in->max_depth) {
+                    *why = "a node's deepest token is out of range";
+                    return -1;
+                }
+                Py_ssize_t J = chain(in, s, in->below + i * 4, span);
+                if (J < 0) {
+                    *why = "the table holds a state out of range";
+                    return -1;
+                }
+                if (J > 0) {  /* a chain: take the rows whose tokens are alive at once */
                     if (ibuf_reserve(&out->rows, hi - lo)) return -2;
-                    for (int32_t r = lo; r < hi; r++) out->rows.data[out->rows.size++] = r;
+                    for (int32_t r = lo; r < hi; r++)
+                        if (in->lengths[r] - d < J) out->rows.data[out->rows.size++] = r;
                     i = skip;
                     continue;
                 }
@@ -209,31 +267,32 @@ static int walk_loop(walk_in *in, const int32_t *starts, const int32_t *states,
 }
 
 PyDoc_STRVAR(walk_doc,
-"walk(nodes, below, n_rows, table, accepting, starts, states, max_depth)\n"
+"walk(nodes, below, lengths, table, accepting, starts, states, max_depth)\n"
 "    -> (rows, split_lo, split_hi, split_pos)\n\n"
 "Walk the subtrees of the first-byte nodes ``starts`` (int32 [K], indices into ``nodes``)\n"
 "entered in DFA states ``states`` (int32 [K], alive) through ``table`` (int32 [S, 256],\n"
-"0 = dead) and ``accepting`` (bool [S]). ``nodes`` is the depth-first trie, int32 [N, 6]\n"
-"(byte, depth, end, lo, hi, tok) over ``n_rows`` token rows, ``below`` (uint64 [N, 4]) the\n"
-"bytes below each node; ``max_depth`` bounds the node depths.\n\n"
+"0 = dead) and ``accepting`` (bool [S]). ``nodes`` is the depth-first trie, int32 [N, 7]\n"
+"(byte, depth, end, lo, hi, tok, deep) over the token rows of ``lengths`` (int32 [T]),\n"
+"``below`` (uint64 [N, 4]) the bytes below each node; ``max_depth`` bounds the depths.\n\n"
 "Returns int32 arrays: the rows of the tokens that stay inside the terminal, ascending,\n"
 "and the splits: rows [split_lo, split_hi) may leave the terminal after split_pos bytes.\n"
 "Pure; releases the GIL. Raises TypeError (dtype/layout) or ValueError (out of range).");
 
 static PyObject *py_walk(PyObject *self, PyObject *args) {
-    PyObject *o_nodes, *o_below, *o_table, *o_acc, *o_starts, *o_states;
-    Py_ssize_t n_rows, max_depth;
-    if (!PyArg_ParseTuple(args, "OOnOOOOn", &o_nodes, &o_below, &n_rows, &o_table, &o_acc,
+    PyObject *o_nodes, *o_below, *o_lengths, *o_table, *o_acc, *o_starts, *o_states;
+    Py_ssize_t max_depth;
+    if (!PyArg_ParseTuple(args, "OOOOOOOn", &o_nodes, &o_below, &o_lengths, &o_table, &o_acc,
                           &o_starts, &o_states, &max_depth))
         return NULL;
-    PyArrayObject *nodes = NULL, *below = NULL, *table = NULL, *acc = NULL, *starts = NULL,
-                  *states = NULL;
+    PyArrayObject *nodes = NULL, *below = NULL, *lengths = NULL, *table = NULL, *acc = NULL,
+                  *starts = NULL, *states = NULL;
     PyObject *result = NULL;
     int32_t *st = NULL;
     walk_out out = {{0}};
     walk_in in = {0};
     if (!(nodes = as_array(o_nodes, NPY_INT32, 2, "nodes")) ||
         !(below = as_array(o_below, NPY_UINT64, 2, "below")) ||
+        !(lengths = as_array(o_lengths, NPY_INT32, 1, "lengths")) ||
         !(table = as_array(o_table, NPY_INT32, 2, "table")) ||
         !(acc = as_array(o_acc, NPY_BOOL, 1, "accepting")) ||
         !(starts = as_array(o_starts, NPY_INT32, 1, "starts")) ||
@@ -241,7 +300,7 @@ static PyObject *py_walk(PyObject *self, PyObject *args) {
         goto done;
     if (PyArray_DIM(nodes, 1) != NODE_COLS || PyArray_DIM(below, 1) != 4 ||
         PyArray_DIM(below, 0) != PyArray_DIM(nodes, 0)) {
-        PyErr_SetString(PyExc_ValueError, "nodes must be [N, 6] and below [N, 4]");
+        PyErr_SetString(PyExc_ValueError, "nodes must be [N, 7] and below [N, 4]");
         goto done;
     }
     if (PyArray_DIM(table, 1) != 256 || PyArray_DIM(acc, 0) != PyArray_DIM(table, 0) ||
@@ -253,12 +312,14 @@ static PyObject *py_walk(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "starts and states differ in length");
         goto done;
     }
-    if (max_depth < 1 || max_depth > (1 << 20) || n_rows < 0 || n_rows > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "max_depth or n_rows out of range");
+    Py_ssize_t n_rows = PyArray_DIM(lengths, 0);
+    if (max_depth < 1 || max_depth > (1 << 20) || n_rows > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "max_depth or the number of rows out of range");
         goto done;
     }
     in.nodes = (const int32_t *)PyArray_DATA(nodes);
     in.below = (const uint64_t *)PyArray_DATA(below);
+    in.lengths = (const int32_t *)PyArray_DATA(lengths);
     in.n_nodes = PyArray_DIM(nodes, 0);
     in.n_rows = n_rows;
     in.max_depth = max_depth;
@@ -266,9 +327,10 @@ static PyObject *py_walk(PyObject *self, PyObject *args) {
     in.accepting = (const npy_bool *)PyArray_DATA(acc);
     in.n_states = PyArray_DIM(table, 0);
     st = (int32_t *)malloc((size_t)(max_depth + 1) * sizeof(int32_t));
-    in.loops = (uint64_t *)malloc((size_t)in.n_states * 4 * sizeof(uint64_t));
-    in.loops_known = (uint8_t *)calloc((size_t)in.n_states, 1);
-    if (!st || !in.loops || !in.loops_known) {
+    in.moves = (moves *)malloc((size_t)in.n_states * sizeof(moves));
+    in.moves_known = (uint8_t *)calloc((size_t)in.n_states, 1);
+    in.budget = 8 * in.n_nodes + 4096;
+    if (!st || !in.moves || !in.moves_known) {
         PyErr_NoMemory();
         goto done;
     }
@@ -297,14 +359,15 @@ static PyObject *py_walk(PyObject *self, PyObject *args) {
     Py_XDECREF(e);
 done:
     free(st);
-    free(in.loops);
-    free(in.loops_known);
+    free(in.moves);
+    free(in.moves_known);
     free(out.rows.data);
     free(out.split_lo.data);
     free(out.split_hi.data);
     free(out.split_pos.data);
     Py_XDECREF(nodes);
     Py_XDECREF(below);
+    Py_XDECREF(lengths);
     Py_XDECREF(table);
     Py_XDECREF(acc);
     Py_XDECREF(starts);

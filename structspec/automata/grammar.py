@@ -447,16 +447,18 @@ def token_trie(vocab: Vocabulary) -> _TokenTrie:
 class _DfsTrie:
     """The same trie in depth-first order, for the native walk (``_native/trie_walk.c``).
 
-    ``nodes`` is int32 ``[N, 6]``: per node its last byte, depth, the end of its subtree (one
-    past its last descendant), its token rows ``[lo, hi)`` and the row of the token spelling
-    it exactly (``-1`` if none); ``below`` is the set of bytes anywhere below each node (a
-    walk takes a subtree whole when all of them loop on its state). ``first`` maps the
+    ``nodes`` is int32 ``[N, 7]``: per node its last byte, depth, the end of its subtree (one
+    past its last descendant), its token rows ``[lo, hi)``, the row of the token spelling
+    it exactly (``-1`` if none) and the length of the longest token below; ``below`` is the
+    set of bytes anywhere below each node (a walk takes a subtree whole when all of them
+    move its state alike, see the C file). ``first`` maps the
     level-1 nodes of :class:`_TokenTrie` to their rows in ``nodes``; ``text``/``offsets``
     hold the tokens' bytes in row order (remainders are slices of them).
     """
 
-    nodes: np.ndarray  # [N, 6] int32
+    nodes: np.ndarray  # [N, 7] int32
     below: np.ndarray  # [N, 4] uint64: bit b of the 256 is set when byte b occurs below
+    lengths: np.ndarray  # [T] int32 token lengths in row order
     first: np.ndarray  # [N_1] int32
     depth: int  # the deepest node
     text: np.ndarray  # [sum of lengths] uint8, the tokens in row order
@@ -501,9 +503,13 @@ def dfs_trie(vocab: Vocabulary) -> _DfsTrie:
     lo, hi = np.concatenate(trie.lo), np.concatenate(trie.hi)
     order = np.lexsort((depth, lo))  # [N] depth-first
     sorted_lo = lo[order]
+    # The longest token of each node's rows [lo, hi): the rows from one node of a level to
+    # the next beyond hi are shorter than the level, so a reduceat over lo is exact.
+    deep = np.concatenate([np.maximum.reduceat(trie.lengths, lvl_lo) for lvl_lo in trie.lo])
     nodes = np.stack([np.concatenate(trie.byte)[order], depth[order],
                       np.searchsorted(sorted_lo, hi[order], side="left"), sorted_lo,
-                      hi[order], np.concatenate(trie.token)[order]], axis=1).astype(np.int32)
+                      hi[order], np.concatenate(trie.token)[order], deep[order]],
+                     axis=1).astype(np.int32)
     where = np.empty(order.size, dtype=np.int64)
     where[order] = np.arange(order.size)
     below = np.concatenate(_bytes_below(trie))[order]
@@ -511,6 +517,7 @@ def dfs_trie(vocab: Vocabulary) -> _DfsTrie:
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(t) for t in texts])
     got = _DfsTrie(np.ascontiguousarray(nodes), np.ascontiguousarray(below),
+                   trie.lengths.astype(np.int32),
                    where[: trie.byte[0].size].astype(np.int32), len(trie.byte),
                    np.frombuffer(b"".join(texts), dtype=np.uint8), offsets)
     with _TABLES_LOCK:
@@ -539,7 +546,7 @@ def _walk_subtrees(trie: _TokenTrie, vocab: Vocabulary, table: np.ndarray,
     if mod is None:
         return _walk_levels(trie, vocab, table, accepting, cur, st)
     dfs = dfs_trie(vocab)
-    return mod.walk(dfs.nodes, dfs.below, trie.ids.size, table,  # type: ignore[attr-defined]
+    return mod.walk(dfs.nodes, dfs.below, dfs.lengths, table,  # type: ignore[attr-defined]
                     accepting, dfs.first[cur], st.astype(np.int32), dfs.depth)
 
 
