@@ -726,8 +726,8 @@ class DialectCompiler:
         dependencies (``needs``) in *S*.
         """
         comma = seq(self.ws(), self.lit(","), self.ws())
-        other = self.region_members(json_string_dfa(0, None), f["regions"], f["names"],
-                                    "free")
+        base = json_string_dfa(0, None) if f.get("escapes") else _keys_except(())
+        other = self.region_members(base, f["regions"], f["names"], f"free{f.get('escapes')}")
         lo = int(f.get("minProperties", 0))
         if not f["tracked"]:
             if other is None:

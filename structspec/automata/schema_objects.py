@@ -331,7 +331,10 @@ class ObjectLowering:
             marker = self.placeholder("|".join(_string_spellings(n) for n in tracked_names))
             for region in regions:
                 region["minus"] = [*region["minus"], marker["const"]]
-        free: dict[str, Any] = {"regions": regions, "names": names,
+        # A pattern's automaton spells the keys it matches one way (raw characters), so a
+        # key escaped otherwise would land in the wrong region: with patterns, keys are
+        # written without escapes (a narrowing).
+        free: dict[str, Any] = {"regions": regions, "names": names, "escapes": not patterns,
                                 "tracked": [[n, v] for n, v in tracked.items()],
                                 "needs": needs, "minProperties": min_p}
         if max_p is not None:
