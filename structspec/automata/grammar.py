@@ -565,6 +565,13 @@ class _Walk:
     cand_ids: np.ndarray  # [P] token ids
     cand_rem: np.ndarray  # [P] index into remainders
     remainders: tuple[bytes, ...]  # [R] distinct remainders
+    rem_first: np.ndarray | None = None  # [R] their first bytes (256: empty); None: not known
+
+
+def _first_bytes(remainders: tuple[bytes, ...]) -> np.ndarray:
+    """``[R]`` the first byte of each remainder, 256 for an empty one."""
+    return np.fromiter((r[0] if r else 256 for r in remainders), dtype=np.int64,
+                       count=len(remainders))
 
 
 _TAIL_ROWS = 192  # below this many live tokens a walk goes on token by token
@@ -738,11 +745,14 @@ def _finish_walk(trie: _TokenTrie, vocab: Vocabulary, rows: np.ndarray, split_lo
         text, offsets = dfs.text, dfs.offsets
         remainders = tuple(text[offsets[r] + p: offsets[r + 1]].tobytes()
                            for r, p in zip(rem_rows.tolist(), rem_pos.tolist(), strict=True))
-        return _Walk(words, cand, cand_rem, remainders)
+        start = offsets[rem_rows] + rem_pos  # [R]
+        first = np.where(start < offsets[rem_rows + 1],
+                         text[np.minimum(start, text.size - 1)] if text.size else 0, 256)
+        return _Walk(words, cand, cand_rem, remainders, first.astype(np.int64))
     words = TokenMask.from_ids(trie.ids[rows], trie.size).words
     empty = np.zeros(0, dtype=np.int64)
     if not split_lo.size:
-        return _Walk(words, empty, empty, ())
+        return _Walk(words, empty, empty, (), empty)
     is_inside = np.zeros(trie.ids.size, dtype=bool)
     is_inside[rows] = True
     counts = split_hi - split_lo
@@ -756,7 +766,9 @@ def _finish_walk(trie: _TokenTrie, vocab: Vocabulary, rows: np.ndarray, split_lo
     tokens = vocab.tokens
     for tid, pos in zip(cand.tolist(), pair_pos[keep].tolist(), strict=True):
         rem_idx.append(rem_ids.setdefault(tokens[tid][pos:], len(rem_ids)))
-    return _Walk(words, cand, np.asarray(rem_idx, dtype=np.int64), tuple(rem_ids))
+    remainders = tuple(rem_ids)
+    return _Walk(words, cand, np.asarray(rem_idx, dtype=np.int64), remainders,
+                 _first_bytes(remainders))
 
 
 # -- the runtime constraint ----------------------------------------------------------------------
@@ -781,6 +793,7 @@ class _Memo:
     follow: dict[int, int] = field(default_factory=dict)
     crossing: dict[tuple[int, int, int], np.ndarray] = field(default_factory=dict)
     token_words: dict[int, np.ndarray] = field(default_factory=dict)
+    live_first: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 class GrammarConstraint:
@@ -1070,12 +1083,38 @@ class GrammarConstraint:
             walk = self._walk(tid, q)
             if walk.cand_ids.size:
                 follow = self._follow(k)
-                legal = np.fromiter((self.step_bytes(follow, r) != 0 for r in walk.remainders),
-                                    dtype=bool, count=len(walk.remainders))  # [R]
+                first = walk.rem_first if walk.rem_first is not None \
+                    else _first_bytes(walk.remainders)  # a walk unpickled from an older cache
+                # Most remainders die at their first byte: only the others step the runtime.
+                legal = self._live_first(follow)[first]  # [R]
+                remainders, step = walk.remainders, self.step_bytes
+                for i in np.flatnonzero(legal).tolist():
+                    legal[i] = step(follow, remainders[i]) != 0
                 got = walk.cand_ids[legal[walk.cand_rem]]
             else:
                 got = walk.cand_ids
             self._memo.crossing[key] = got
+        return got
+
+    def _live_first(self, state: int) -> np.ndarray:
+        """``bool [257]``: the bytes that may come first in ``state`` (the tables' rows of its
+        configurations and, where a terminal may end, of what follows), and at 256 whether
+        ``state`` is alive (the empty text is legal). Memoized; the result is read-only."""
+        got = self._memo.live_first.get(state)
+        if got is None:
+            got = np.zeros(257, dtype=bool)
+            got[256] = state != 0
+            rows: set[tuple[int, int]] = set()
+            for tid, q, k in self._memo.states[state]:
+                if tid < 0:
+                    continue
+                rows.add((tid, q))
+                if self._acc[tid][q]:
+                    rows.update((nt, nq) for nt, nq, _ in self._complete(k) if nt >= 0)
+            for tid, q in rows:
+                got[:256] |= np.asarray(self._tables[tid][q]) != 0
+            got.setflags(write=False)
+            self._memo.live_first[state] = got
         return got
 
     def _token_words(self, state: int) -> np.ndarray:
