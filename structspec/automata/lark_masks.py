@@ -83,6 +83,7 @@ class _Group:
     """Tokens of one node that end inside one lexeme: their ids (or packed words)."""
 
     terms: int  # terminals the lexeme may still become
+    ti: int  # the index of ``terms`` in its node's ``terms``
     nl_q: int  # the newline terminal's DFA state in it, or -1
     effect: tuple[bool, int] | None  # (holds a \n, columns) when nl_q >= 0
     ids: np.ndarray
@@ -102,6 +103,7 @@ class _Cross:
 class _Node:
     inside: tuple[_Group, ...]
     cross: tuple[_Cross, ...]
+    terms: tuple[int, ...] = ()  # the distinct ``terms`` of ``inside``: one check each
 
 
 class MaskBuilder:
@@ -116,6 +118,7 @@ class MaskBuilder:
         self._top: dict[int, _Node] = {}
         self._child: dict[tuple[int, int], _Node] = {}
         self._rests: list[tuple[np.ndarray, np.ndarray]] = []
+        self._rest_ids: dict[bytes, int] = {}
         self._results: dict[tuple[int, int], tuple[np.ndarray, int, int, int]] = {}
         self._kills: dict[int, np.ndarray | None] = {}
         self._masks: dict[tuple, tuple[TokenMask, int, int, int]] = {}
@@ -125,10 +128,6 @@ class MaskBuilder:
         # where a result under key -1 holds for every stack with those top states.
         self._shapes: dict[tuple, list[tuple[int, int]]] = {}
         self._sigs: dict[tuple, dict] = {}
-        tt, tab = self.tt, rt.tab_len
-        pos = np.arange(tt.data.shape[1])[None, :]
-        self._cols = np.where(tt.data == 32, 1, np.where(tt.data == 9, tab, 0)) \
-            * (pos < tt.lengths[:, None])  # [T, Lmax]
 
     # -- lexing trees (parser-independent) ------------------------------------------------
 
@@ -141,7 +140,8 @@ class MaskBuilder:
         is_nl = (data == 10) & seg
         has = is_nl.any(axis=1)
         last = np.where(has, data.shape[1] - 1 - np.argmax(is_nl[:, ::-1], axis=1), -1)
-        return has, (self._cols[rows] * (seg & (pos > last[:, None]))).sum(axis=1)
+        cols = np.where(data == 32, 1, np.where(data == 9, self.rt.tab_len, 0))  # [R, Lmax]
+        return has, (cols * (seg & (pos > last[:, None]))).sum(axis=1)
 
     def _split_nl(self, end: int, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray
                   ) -> list[tuple[tuple[bool, int] | None, np.ndarray]]:
@@ -159,25 +159,49 @@ class MaskBuilder:
               cr_ends: np.ndarray, cr_lo: np.ndarray, words: bool) -> _Node:
         rt, tt = self.rt, self.tt
         del rows, offs
-        inside: list[_Group] = []
+        # Groups that the evaluation cannot tell apart (the same terminals, and the same
+        # newline state and effect where they matter) are merged: one test each.
+        merged: dict[tuple[int, int, tuple[bool, int] | None], list[np.ndarray]] = {}
         for end, idx in groups_of(in_ends):
             r, lo = in_rows[idx], in_lo[idx]
             q = rt.lex.component(end, rt.nl) if rt.nl >= 0 else 0
+            terms = rt.lex.terms(end)
             for eff, sub in self._split_nl(end, r, lo, tt.lengths[r]):
-                ids = tt.ids[r[sub]]
-                w = TokenMask.from_ids(ids, self.size).words \
-                    if words and ids.size >= _WORDS_MIN else None
-                inside.append(_Group(rt.lex.terms(end), q if eff is not None else -1, eff,
-                                     ids, w))
+                merged.setdefault((terms, q if eff is not None else -1, eff), []).append(
+                    r[sub])
+        inside: list[_Group] = []
+        distinct: dict[int, int] = {}
+        for (terms, q, eff), parts in merged.items():
+            ids = tt.ids[np.concatenate(parts) if len(parts) > 1 else parts[0]]
+            w = TokenMask.from_ids(ids, self.size).words \
+                if words and ids.size >= _WORDS_MIN else None
+            inside.append(_Group(terms, distinct.setdefault(terms, len(distinct)), q, eff,
+                                 ids, w))
         cross: list[_Cross] = []
         for end, idx in groups_of(cr_ends):
             r, ks, lo = cr_rows[idx], cr_ks[idx], cr_lo[idx]
             for eff, sub in self._split_nl(end, r, lo, ks):
-                with self._lock:
-                    key = len(self._rests)
-                    self._rests.append((r[sub], ks[sub]))
+                key = self._rest_key(r[sub], ks[sub])
                 cross.append(_Cross(key, end, eff))
-        return _Node(tuple(inside), tuple(cross))
+        return _Node(tuple(inside), tuple(cross), tuple(distinct))
+
+    def _rest_key(self, rows: np.ndarray, ks: np.ndarray) -> int:
+        """The registry id of the rests ``(rows, ks)`` (token rows, where each rest
+        begins), interned by content: equal rests crossing out of different lexing trees
+        (``[(`` after ``return`` and after ``=``) share one id, hence one child node per
+        start state and one memo of results."""
+        order = np.argsort(rows, kind="stable")
+        rows, ks = rows[order], ks[order]
+        content = rows.astype(np.int64).tobytes() + ks.astype(np.int64).tobytes()
+        key = self._rest_ids.get(content)
+        if key is None:
+            with self._lock:
+                key = self._rest_ids.get(content)
+                if key is None:
+                    key = len(self._rests)
+                    self._rests.append((rows, ks))
+                    self._rest_ids[content] = key
+        return key
 
     def top_node(self, lx: int) -> _Node:
         """The node of lexer state ``lx``: every token walked from it."""
@@ -222,12 +246,14 @@ class MaskBuilder:
         pk = 0
         nl_check = rt.nl >= 0 and stack >= 0
         viable_low, nl_ok_low = rt.viable_low, rt.nl_ok_low
-        for g in node.inside:
-            ok, lo, k = viable_low(g.terms, stack, paren)
+        checks = [viable_low(t, stack, paren) for t in node.terms]
+        for _, lo, k in checks:
             if lo < low:
                 low = lo
             if k > pk:
                 pk = k
+        for g in node.inside:
+            ok = checks[g.ti][0]
             if not ok and g.nl_q >= 0 and g.effect is not None and nl_check:
                 pk = pk or 1
                 if paren == 0:
