@@ -185,6 +185,8 @@ class ArrayLowering:
         lo, hi = int(out.get("minItems", 0)), out.get("maxItems")
         if hi is not None and hi <= 1:
             return out
+        if hi is not None and hi <= len(prefix):  # no item beyond the tuple
+            rest = None
         groups: list[list[Any]] = []  # JSON-equal values share one index
 
         def index(value: Any) -> int:

@@ -20,6 +20,19 @@ _IGNORED = {"title", "description", "examples", "default", "$comment", "deprecat
 _LOWER_BOUNDS = {"minLength", "minItems", "minProperties", "minimum"}
 _UPPER_BOUNDS = {"maxLength", "maxItems", "maxProperties", "maximum"}
 _TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
+#: Keywords that assert something in some draft (and the lowering's internal ones); any other
+#: keyword is an annotation, which two parts may give different values (the first is kept).
+_ASSERTIONS = frozenset({
+    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum",
+    "exclusiveMinimum", "maxLength", "minLength", "pattern", "format", "items",
+    "additionalItems", "prefixItems", "maxItems", "minItems", "uniqueItems", "contains",
+    "minContains", "maxContains", "maxProperties", "minProperties", "required", "properties",
+    "patternProperties", "additionalProperties", "dependencies", "dependentRequired",
+    "dependentSchemas", "propertyNames", "if", "then", "else", "allOf", "anyOf", "oneOf", "not",
+    "$ref", "$dynamicRef", "$recursiveRef", "unevaluatedItems", "unevaluatedProperties",
+    "extends", "disallow", "divisibleBy", "id",
+    "x-structspec-non-integer", "x-structspec-not-multiple",
+})
 
 
 class MergeError(Exception):
@@ -143,7 +156,7 @@ def merge_pair(a: Any, b: Any) -> Any:
             out[key] = a[key]
         elif key not in a:
             out[key] = b[key]
-        elif _same(a[key], b[key]):
+        elif _same(a[key], b[key]) or key not in _ASSERTIONS:
             out[key] = a[key]
         elif key == "type":
             out[key] = _merge_types(a[key], b[key])
