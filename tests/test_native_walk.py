@@ -186,3 +186,33 @@ def test_native_rejects_bad_inputs(byte_vocab):
     with pytest.raises(ValueError):
         trie_walk.finish(trie.ids, 3, np.arange(5, dtype=np.int32), *[np.zeros(0, np.int32)] * 3,
                          dfs.text, dfs.offsets)  # ids beyond the size
+
+
+bitset = _native.load("bitset")
+
+
+@pytest.mark.skipif(bitset is None, reason="native kernels not built")
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 300).flatmap(
+    lambda n: st.tuples(st.just(n), st.lists(st.integers(0, max(n - 1, 0)), max_size=60)
+                        if n else st.just([]))))
+def test_native_packing_equals_numpy(case):
+    from structspec.automata.base import TokenMask
+
+    size, ids = case
+    native = TokenMask.from_ids(np.asarray(ids, dtype=np.int64), size)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STRUCTSPEC_NATIVE", "off")
+        twin = TokenMask.from_ids(np.asarray(ids, dtype=np.int64), size)
+    assert np.array_equal(native.words, twin.words)
+    assert native.ids().tolist() == sorted(set(ids))
+
+
+@pytest.mark.skipif(bitset is None, reason="native kernels not built")
+def test_native_packing_rejects_bad_ids():
+    with pytest.raises(ValueError):
+        bitset.pack_ids(np.array([5], dtype=np.int64), 5)
+    with pytest.raises(ValueError):
+        bitset.pack_ids(np.array([-1], dtype=np.int64), 5)
+    with pytest.raises(TypeError):
+        bitset.pack_ids(np.array([1], dtype=np.int32), 5)

@@ -19,6 +19,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from structspec import _native
+
 State = Hashable
 
 
@@ -41,9 +43,15 @@ class TokenMask:
 
     @classmethod
     def from_ids(cls, ids: Iterable[int], size: int) -> TokenMask:
-        """The mask allowing exactly ``ids`` (each in ``range(size)``)."""
+        """The mask allowing exactly ``ids`` (each in ``range(size)``).
+
+        Packed by the native ``bitset`` kernel where it is built, else with NumPy (the twin:
+        the same words)."""
         arr = ids.astype(np.int64, copy=False) if isinstance(ids, np.ndarray) \
             else np.fromiter(ids, dtype=np.int64)
+        native = _native.load("bitset")
+        if native is not None and arr.ndim == 1:
+            return cls(native.pack_ids(np.ascontiguousarray(arr), size), size)
         bits = np.zeros(((size + 31) // 32) * 32, dtype=bool)
         if arr.size:
             if arr.min() < 0 or arr.max() >= size:
