@@ -221,9 +221,10 @@ class LarkConstraint:
 
     def _final(self, state: int) -> bool:
         """``stop="line"``: the completion has just ended a line and the text (+ suffix)
-        parses — the completion stops here (nothing but EOS may follow)."""
-        return self.stop == "line" and bool(self._rt.key(state)[5]) \
-            and self.is_accepting(state)
+        parses — the completion stops here (nothing but EOS may follow). Never the
+        initial state: a prefix that ends a line does not end the (empty) completion."""
+        return self.stop == "line" and state != self._initial \
+            and bool(self._rt.key(state)[5]) and self.is_accepting(state)
 
     def _stop_ok(self, state: int) -> bool:
         if self.stop == "eof":

@@ -1,0 +1,369 @@
+"""Fill-in-the-middle stopping points ``stop="statement"`` and ``stop="block"``
+(:mod:`structspec.automata.lark_stops`): golden completions per shipped grammar, random walks
+whose every accepting state makes prefix + completion + suffix parse (Python's own
+``ast.parse``; lark's parser for JavaScript and SQL) and ends at a statement or block
+boundary at the cursor's level (checked on Python's AST), typed errors, and generation.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import io
+import tokenize
+
+import pytest
+from conftest import make_byte_vocab
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from structspec import compile_grammar
+from structspec.errors import GenerationError, GrammarError
+from structspec.grammars import grammar_path
+
+EOS = 0
+
+
+@pytest.fixture(scope="module")
+def bytes_only():
+    return make_byte_vocab([])
+
+
+@pytest.fixture(scope="module")
+def grammars(bytes_only):
+    return {n: compile_grammar(grammar_path(n), bytes_only) for n in ("python", "javascript",
+                                                                        "sql")}
+
+
+def status(view, text: str) -> str:
+    """Walk ``text`` byte by byte: ``"final"`` (accepting, only EOS may follow),
+    ``"accepting"``, ``"no"`` (legal, not accepting) or ``"dead"`` (refused on the way)."""
+    s = view.initial
+    for b in text.encode():
+        s = view.advance(s, b + 1)
+        if s is None:
+            return "dead"
+    if not view.is_accepting(s):
+        return "no"
+    allowed = view.allowed(s).ids().tolist()
+    return "final" if allowed == [EOS] else "accepting"
+
+
+PY_DEF = "def f(x):\n    "
+GOLDEN = [
+    # python, statement: the statement the completion writes ends it
+    ("python", PY_DEF, "\n    return y\n", "statement", "y = x + 1", "accepting"),
+    ("python", PY_DEF, "\n    return y\n", "statement", "y = x + 1\n", "final"),
+    ("python", PY_DEF, "\n    return y\n", "statement", "y = x +", "no"),
+    ("python", PY_DEF, "\n    return y\n", "statement", "y = x + 1\n    z", "dead"),
+    ("python", PY_DEF, "    return y\n", "statement", "y = x + 1\n", "final"),
+    # a compound statement may end at each line its block can close; the model chooses
+    ("python", PY_DEF, "\n    return y\n", "statement", "if x:\n        y = 1\n", "accepting"),
+    ("python", PY_DEF, "\n    return y\n", "statement", "if x:", "no"),  # swallows `return`
+    ("python", "import os\n", "\nprint(1)\n", "statement", "x = 1\n", "final"),
+    ("python", "import os\n", "\nprint(1)\n", "statement", "def g():\n    return 1\n",
+     "accepting"),
+    # the suffix goes on with the statement holding the cursor: any end that parses
+    ("python", "print(", ")\n", "statement", "x", "accepting"),
+    ("python", "print(", ")\n", "statement", "x, y", "accepting"),
+    # ... but not a statement the completion began (eof would take `yprint(1)`)
+    ("python", "x = 1\n", "print(1)\n", "statement", "y", "no"),
+    ("python", "x = 1\n", "print(1)\n", "statement", "y\n", "final"),
+    ("python", "x = 1\n", "print(1)\n", "statement", "\n", "no"),  # only layout
+    # python, block: the suffix dedents right after the completion
+    ("python", PY_DEF, "\n\nprint(f(1))\n", "block", "return x", "accepting"),
+    ("python", PY_DEF, "\n\nprint(f(1))\n", "block", "y = x\n    return y\n", "accepting"),
+    ("python", PY_DEF, "\n\nprint(f(1))\n", "block", "return x\nz = 1", "no"),  # ran past
+    ("python", "def f(x):\n    if x:\n        ", "\n    return 2\n", "block", "return 1",
+     "accepting"),
+    ("python", "def f(x):\n    if x:\n        ", "\n    return 2\n", "block",
+     "return 1\n    y = 2", "no"),
+    ("python", PY_DEF, "    return y\n", "block", "y = 1\n", "accepting"),  # suffix goes on
+    ("python", "x = 1\n", "y = 2\n", "block", "z = 3\n", "accepting"),  # no block: eof
+    # javascript
+    ("javascript", "function f(x) {\n  ", "\n}\nf(1);\n", "statement", "let y = x + 1;",
+     "final"),
+    ("javascript", "function f(x) {\n  ", "\n}\nf(1);\n", "statement", "let y = x + 1", "no"),
+    ("javascript", "function f(x) {\n  ", "\n}\nf(1);\n", "statement", "if (x) { y(); }",
+     "accepting"),  # an `else` may follow
+    ("javascript", "function f(x) {\n  ", "\n}\nf(1);\n", "statement",
+     "if (x) { y(); } else { z(); }", "final"),
+    ("javascript", "class A {\n  ", "\n}\n", "statement", "m() { return 1; }", "final"),
+    ("javascript", "function f(x) {\n  ", "\nf(1);\n", "block", "return x;\n}", "final"),
+    ("javascript", "function f(x) {\n  ", "\nf(1);\n", "block", "return x;", "no"),
+    ("javascript", "function f(x) {\n  if (x) {\n    ", "\n  }\n  return 2;\n}\n", "block",
+     "y();", "accepting"),
+    ("javascript", "function f(x) {\n  if (x) {\n    ", "\n  return 2;\n}\n", "block",
+     "y();\n  }", "final"),
+    # sql: the statement ends at its `;` (or where the suffix's `;` follows)
+    ("sql", "SELECT 1;\n", "\nSELECT 2;", "statement", "SELECT a FROM t", "no"),
+    ("sql", "SELECT 1;\n", "\nSELECT 2;", "statement", "SELECT a FROM t;", "final"),
+    ("sql", "SELECT 1;\n", ";\nSELECT 2;", "statement", "SELECT a FROM t", "accepting"),
+    ("sql", "SELECT 1;\n", "", "statement", "SELECT a FROM t WHERE b = 1", "accepting"),
+]
+
+
+@pytest.mark.parametrize(("name", "prefix", "suffix", "stop", "completion", "expect"), GOLDEN)
+def test_golden_stopping_points(grammars, name, prefix, suffix, stop, completion, expect):
+    view = grammars[name].with_suffix(suffix, prefix=prefix, stop=stop)
+    assert status(view, completion) == expect
+
+
+def test_a_completion_of_layout_only_is_never_a_statement(grammars):
+    view = grammars["python"].with_suffix("\nprint(1)\n", prefix="x = 1", stop="statement")
+    assert not view.is_accepting(view.initial)
+    assert status(view, "\n") == "no"
+    assert status(view, " + 2") == "accepting"
+    assert status(view, " + 2\n") == "final"  # the cursor's statement ends with the newline
+
+
+def test_line_and_eof_views_are_unchanged(grammars):
+    py = grammars["python"]
+    eof = py.with_suffix("print(1)\n", prefix="x = 1\n", stop="eof")
+    assert status(eof, "y") == "accepting"  # `yprint(1)`
+    line = py.with_suffix("print(1)\n", prefix="x = 1\n", stop="line")
+    assert status(line, "y") == "no" and status(line, "y\n") == "final"
+
+
+def test_errors_name_the_stop_and_the_rules(grammars, bytes_only):
+    json = compile_grammar(grammar_path("json"), bytes_only)
+    with pytest.raises(GrammarError, match=r"stop='statement' needs the grammar's statement"):
+        json.with_suffix("", stop="statement")
+    with pytest.raises(GrammarError, match=r"stop='block'.*stop_block="):
+        grammars["sql"].with_suffix("", stop="block")
+    with pytest.raises(GrammarError, match=r"'nope' is not a rule"):
+        grammars["python"].with_suffix("", stop="statement", stop_rules="stmt,nope")
+    with pytest.raises(ValueError, match=r"stop must be one of eof, line, statement, block"):
+        grammars["python"].with_suffix("", stop="blok")
+    with pytest.raises(ValueError, match=r"stop_rules needs stop='statement' or 'block'"):
+        grammars["python"].with_suffix("", stop="line", stop_rules="stmt")
+    # explicit rules, and a header of the grammar's own
+    text = ('// structspec: stop_statement=stmt\nstart: stmt+\nstmt: NAME "=" NAME ";"\n'
+            'NAME: /[a-z]/\n')
+    own = compile_grammar(text, bytes_only).with_suffix("b=c;", stop="statement")
+    assert status(own, "a=b;") == "final" and status(own, "a=b") == "no"
+    with pytest.raises(GrammarError, match="stop_terminators: 'NOPE' is not a terminal"):
+        compile_grammar("// structspec: stop_terminators=NOPE\n" + text.split("\n", 1)[1],
+                        bytes_only).with_suffix("", stop="statement", stop_rules="stmt")
+
+
+def test_views_keep_the_protocol_on_a_grammar_without_ignore(bytes_only):
+    """allowed(s) == {t : advance(s, t)} on every reachable state (dead-end pruning on: the
+    grammar has no %ignore), EOS exactly where accepting."""
+    text = 'start: stmt+\nstmt: NAME "=" NAME ";" | "{" stmt+ "}"\nNAME: /[a-z]/\n'
+    c = compile_grammar(text, bytes_only)
+    for stop, rules in (("statement", "stmt"), ("block", "stmt")):
+        view = c.with_suffix("c=d;}", prefix="{a=b;", stop=stop, stop_rules=rules)
+        seen, todo = set(), [view.initial]
+        while todo and len(seen) < 80:
+            s = todo.pop(0)
+            if s in seen:
+                continue
+            seen.add(s)
+            allowed = set(view.allowed(s).ids().tolist())
+            legal = {t for t in range(len(bytes_only)) if view.advance(s, t) is not None}
+            assert allowed == legal
+            assert (EOS in allowed) == view.is_accepting(s)
+            todo.extend(view.advance(s, t) for t in allowed - {EOS})
+        assert any(view.is_accepting(s) for s in seen)
+
+
+# -- random walks ------------------------------------------------------------------------
+
+PY_PIECES = ["x", "y", " = ", "1", " + ", "(", ")", ", ", "\n", "    ", "\n    ",
+             "\n        ", "if x:", "else:", "return ", "pass", "f(", "#c", " "]
+JS_PIECES = ["x", "y", " = ", "1", " + ", "(", ")", ", ", ";", "\n", "  ", "{", "}",
+             "if (x) ", " else ", "return ", "let ", "f(", "// c\n", " "]
+SQL_PIECES = ["SELECT ", "a", "b", " FROM ", "t", " WHERE ", " = ", "1", ";", "\n", " ",
+              ", ", "(", ")", " AND ", "*"]
+
+
+def _vocab(pieces):
+    return make_byte_vocab(pieces)
+
+
+@pytest.fixture(scope="module")
+def piece_vocabs():
+    return {"python": _vocab(PY_PIECES), "javascript": _vocab(JS_PIECES),
+            "sql": _vocab(SQL_PIECES)}
+
+
+def _walk(view, vocab, data, steps):
+    """Random allowed tokens (multi-byte pieces four times as likely as bytes; printable
+    ASCII, tabs and newlines only); yields (completion bytes, state) after each."""
+    s, out = view.initial, b""
+    n_bytes = 257
+    for _ in range(steps):  # printable ASCII, tabs and newlines: the oracles' offsets
+        ids = [t for t in view.allowed(s).ids().tolist() if t != EOS and all(
+            32 <= b < 127 or b in (9, 10) for b in vocab.tokens[t])]
+        if not ids:
+            return
+        pieces = [t for t in ids if t >= n_bytes]
+        pick = pieces if pieces and data.draw(st.integers(0, 4)) else ids
+        t = pick[data.draw(st.integers(0, len(pick) - 1))]
+        s = view.advance(s, t)
+        assert s is not None
+        out += vocab.tokens[t]
+        yield out, s
+
+
+def _offset(text: str, line: int, col: int) -> int:
+    """The offset of (line, column) in ASCII ``text`` (as ``ast`` and ``tokenize`` give)."""
+    return sum(len(x) + 1 for x in text.split("\n")[:line - 1]) + col
+
+
+_LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+           tokenize.ENDMARKER}
+
+
+def _code_around(src: str, cut: int) -> tuple[int, int]:
+    """The end of the last code token before ``cut`` and the start of the first one at or
+    after it (comments, newlines and indentation are layout)."""
+    lo, hi = 0, len(src)
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type in _LAYOUT:
+            continue
+        start = _offset(src, *tok.start)
+        if start < cut:
+            lo = _offset(src, *tok.end)
+        else:
+            hi = min(hi, start)
+    return lo, hi
+
+
+def _straddles(body, src, lo, hi):
+    """Statements of ``body`` that begin before ``lo`` and end after ``hi`` (byte offsets)."""
+    return [n for n in body if _offset(src, n.lineno, n.col_offset) < lo
+            and _offset(src, n.end_lineno, n.end_col_offset) > hi]
+
+
+def _py_parse(src: str, mid: str) -> ast.Module | None:
+    """``ast.parse(src)`` (the soundness check), ``None`` where Python refuses what
+    python.lark does not check: ``=`` targets (``1 = x``, ``x = f(), = y``) and tabs
+    mixed with spaces (docs/lark_grammars.md)."""
+    try:
+        return ast.parse(src)
+    except SyntaxError as exc:
+        if "assign" in str(exc) or "'=='" in str(exc) or isinstance(exc, TabError):
+            return None
+        raise AssertionError(repr(mid)) from exc
+
+
+PY_CASES = [  # (prefix, suffix, which body holds the cursor: a path of indices)
+    (PY_DEF, "\n    return y\n", (0,)),
+    ("x = 1\n", "\nprint(x)\n", ()),
+    ("class A:\n    def m(self):\n        ", "\n        return 1\n", (0, 0)),
+]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.sampled_from(PY_CASES), st.data())
+def test_python_statement_walks_end_at_statement_boundaries(piece_vocabs, case, data):
+    prefix, suffix, path = case
+    vocab = piece_vocabs["python"]
+    c = compile_grammar(grammar_path("python"), vocab)
+    view = c.with_suffix(suffix, prefix=prefix, stop="statement")
+    for out, s in _walk(view, vocab, data, 24):
+        if not view.is_accepting(s):
+            continue
+        mid = out.decode()
+        src = prefix + mid + suffix
+        tree = _py_parse(src, mid)
+        if tree is None:
+            return
+        body = tree.body
+        for i in path:
+            body = body[i].body
+        lo, hi = _code_around(src, len(prefix + mid))
+        assert not _straddles(body, src, lo, hi), (prefix, mid, suffix)
+        if view.allowed(s).ids().tolist() == [EOS]:
+            # final at a statement's newline (its lexeme may hold the next indentation)
+            assert mid.rstrip(" \t").endswith(("\n", "\r")), repr(mid)
+            break
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_python_block_walks_close_the_block_at_the_end(piece_vocabs, data):
+    prefix, suffix = "def f(x):\n    ", "\n\nprint(f(1))\n"
+    vocab = piece_vocabs["python"]
+    view = compile_grammar(grammar_path("python"), vocab).with_suffix(
+        suffix, prefix=prefix, stop="block")
+    for out, s in _walk(view, vocab, data, 24):
+        if view.is_accepting(s):
+            mid = out.decode()
+            src = prefix + mid + suffix
+            tree = _py_parse(src, mid)
+            if tree is None:
+                return
+            func = tree.body[0]
+            assert isinstance(func, ast.FunctionDef)  # the completion stayed in the block
+            lo, hi = _code_around(src, len(prefix + mid))
+            assert lo <= _offset(src, func.end_lineno, func.end_col_offset) <= hi, repr(mid)
+
+
+LARK_CASES = [
+    ("javascript", "function f(x) {\n  ", "\n}\nf(1);\n", "statement"),
+    ("javascript", "function f(x) {\n  ", "\nf(1);\n", "block"),
+    ("javascript", "let a = ", ";\n", "statement"),
+    ("sql", "SELECT 1;\n", "\nSELECT 2;", "statement"),
+    ("sql", "SELECT a FROM t WHERE ", ";", "statement"),
+]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.sampled_from(LARK_CASES), st.data())
+def test_javascript_and_sql_walks_parse_where_they_accept(piece_vocabs, case, data):
+    name, prefix, suffix, stop = case
+    vocab = piece_vocabs[name]
+    c = compile_grammar(grammar_path(name), vocab)
+    view = c.with_suffix(suffix, prefix=prefix, stop=stop)
+    for out, s in _walk(view, vocab, data, 20):
+        if view.is_accepting(s):
+            c.grammar.lark.parse(prefix + out.decode() + suffix)
+            if view.allowed(s).ids().tolist() == [EOS]:
+                break
+
+
+# -- generation ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_model):
+    from structspec.api import Generator
+    from structspec.models import LoadedModel
+
+    own = LoadedModel(copy.deepcopy(tiny_model.model), tiny_model.tokenizer, tiny_model.name,
+                      tiny_model.eos_token_ids)
+    return Generator(own)
+
+
+def _run(gen, **kwargs):
+    try:
+        r = gen.run(**kwargs)
+        return r.text, r.token_ids, True
+    except GenerationError as exc:
+        return exc.text, exc.token_ids, False
+
+
+@pytest.mark.parametrize("stop", ["statement", "block"])
+def test_generation_with_construct_stops_is_the_same_with_speculation(gen, stop):
+    prefix, suffix = "def add(a, b):\n    total = a +", "\n    return total\n\nprint(1)\n"
+    kw = dict(prompt=prefix, grammar="python", grammar_prefix=prefix, grammar_suffix=suffix,
+              stop=stop, max_new_tokens=12, chat=False)
+    plain = _run(gen, speculative=False, **kw)
+    fast = _run(gen, **kw)
+    assert plain == fast
+    text, _, complete = plain
+    if complete:
+        ast.parse(prefix + text + suffix)
+
+
+def test_generator_rejects_a_stop_the_grammar_has_no_rules_for(gen):
+    with pytest.raises(GrammarError, match="stop='block'"):
+        gen.run("SELECT", grammar="sql", grammar_suffix=";", stop="block", chat=False)
+    with pytest.raises(ValueError, match="stop must be one of"):
+        gen.run("x", grammar="python", stop="blocks", chat=False)
