@@ -62,6 +62,7 @@ class ObjectLowering:
 
     # Provided by _Lowering.
     extra_properties: bool
+    validator_keywords: frozenset[str]
     placeholders: dict[str, str]
     lower: Any
     refuse: Any
@@ -354,7 +355,10 @@ class ObjectLowering:
             rest["dependencies"] = kept
         parts: list[Any] = [{**rest, "type": "object"}]
         for trigger, sub in deps.items():
-            absent = {"propertyNames": {"not": {"const": trigger}}}
+            # (spelled so that the draft's validator knows it: draft 4 has no propertyNames)
+            absent = {"propertyNames": {"not": {"enum": [trigger]}}} \
+                if "propertyNames" in self.validator_keywords \
+                else {"properties": {trigger: {"not": {}}}}
             if sub is False:
                 parts.append(absent)
                 continue
