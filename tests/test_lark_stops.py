@@ -66,8 +66,16 @@ GOLDEN = [
     # the suffix goes on with the statement holding the cursor: any end that parses
     ("python", "print(", ")\n", "statement", "x", "accepting"),
     ("python", "print(", ")\n", "statement", "x, y", "accepting"),
-    # ... but not a statement the completion began (eof would take `yprint(1)`)
+    # ... but not inside a token (eof would take `yprint(1)`), nor a statement the
+    # completion began that the suffix finishes on the same line
     ("python", "x = 1\n", "print(1)\n", "statement", "y", "no"),
+    ("python", "x = 1\n", "1)\n", "statement", "print(", "no"),
+    ("python", "x = 1\n", "1)\n", "eof", "print(", "accepting"),
+    # line-based infilling: the head of a compound statement whose body the suffix holds
+    ("python", "def f(xs):\n", "        print(x)\n    return 1\n", "statement",
+     "    for x in xs:\n", "accepting"),
+    ("python", "def f(xs):\n", "\n        print(x)\n    return 1\n", "statement",
+     "    for x in xs:", "accepting"),
     ("python", "x = 1\n", "print(1)\n", "statement", "y\n", "final"),
     ("python", "x = 1\n", "print(1)\n", "statement", "\n", "no"),  # only layout
     # python, block: the suffix dedents right after the completion

@@ -18,11 +18,19 @@ see :func:`construct_rules`), read off the LALR parse of P + C + S:
 
 Let N be the first stop-rule node at the cursor's level (height ``<= anchor``, or
 ``anchor + 1`` for statements) reduced at or after C's end. C is accepting iff C holds a
-non-layout byte, P + C + S parses, and: N ends at C's end (modulo layout); or N contains the
-cursor and ends further into S (the suffix completes the statement or block the cursor is
-in: any end that parses will do); or there is no N at all (the cursor is in no such
-construct, e.g. ``block`` at the top level: any end that parses). Not accepting: C began a
-statement that S finishes, or (``block``) C ran past the end of the cursor's block.
+non-layout byte, C does not end inside a token (``fo`` + ``o()``), P + C + S parses, and:
+
+- N ends at C's end (modulo layout; SQL's ``;`` as C's last token also ends its statement,
+  see ``construct_terminators``); or
+- N ends further into S and contains the cursor (the suffix completes the statement or
+  block the cursor is in: ``print(`` + C + ``)``), or C and S meet at a line break (C wrote
+  the head of a compound statement whose body S holds, as line-based infilling does:
+  ``for x in xs:\\n`` + the indented body); or
+- there is no N at all (the cursor is in no such construct, e.g. ``block`` at the top
+  level): any end that parses.
+
+Not accepting: C began a statement that S finishes on the same line (``foo(`` + ``1)``),
+or (``block``) C ran past the end of the block holding the cursor.
 
 C is *final* (nothing but EOS may follow) where it is accepting and its end is certain:
 every way the pending lexeme can end and every terminal the parser can take next reduce N
@@ -49,12 +57,15 @@ if TYPE_CHECKING:
 
 CONSTRUCT_STOPS = ("statement", "block")
 
-Key = tuple[int, int, bool, bool, bool, bool]
-"""A view state: (runtime state, anchor, pre, moved, solid, left).
+Key = tuple[int, int, bool, bool, bool, bool, bool]
+"""A view state: (runtime state, anchor, pre, moved, solid, left, tail_nl).
 
 ``pre``: the lexeme pending at the cursor has not ended yet; ``moved``: C is not empty;
 ``solid``: a non-layout lexeme holding bytes of C has ended; ``left`` (``block``): the
-block holding the cursor ended inside C."""
+block holding the cursor ended inside C; ``tail_nl``: C's last bytes after its last
+non-blank one hold a ``\\n``."""
+
+_BLANK = frozenset(b" \t\r\f")
 
 _Reds = tuple[tuple[bool, int], ...]  # per reduction: (its rule is a stop rule, its height)
 
@@ -131,6 +142,8 @@ class ConstructStops:
         self.plus = 0 if self.block else 1  # a statement C began counts; a block must hold C
         self.rules = rules
         self.suffix = suffix
+        blank = len(suffix) - len(suffix.lstrip(bytes(_BLANK) + b"\n"))
+        self.suffix_nl = b"\n" in suffix[:blank]  # S starts on a new line
         g = rt.g
         self.layout = frozenset(g.ignore) | ({rt.nl} if rt.nl >= 0 else set())
         self.layout_bits = sum(1 << i for i in self.layout)
@@ -246,13 +259,13 @@ class ConstructStops:
         """The view state of runtime state ``rs``, the cursor being there."""
         lx, _, stack, _, _, _ = self.rt.key(rs)
         anchor = self.rt.stacks.depth(stack) if stack != FREE else 0
-        return (rs, anchor, not self.rt.lex.is_start(lx), False, False, False)
+        return (rs, anchor, not self.rt.lex.is_start(lx), False, False, False, False)
 
     def step(self, key: Key, data: bytes) -> Key | None:
         """The view state after ``data`` (``None``: the runtime refuses it). Pure."""
         rt = self.rt
         lex = rt.lex
-        rs, anchor, pre, moved, solid, left = key
+        rs, anchor, pre, moved, solid, left, tail_nl = key
         for b in data:
             lx = rt.key(rs)[0]
             if lex.is_start(lx):
@@ -277,14 +290,19 @@ class ConstructStops:
             if not rs:
                 return None
             moved = True
-        return (rs, anchor, pre, moved, solid, left)
+            if b == 10:
+                tail_nl = True
+            elif b not in _BLANK:
+                tail_nl = False
+        return (rs, anchor, pre, moved, solid, left, tail_nl)
 
     def accepting(self, key: Key) -> bool:
         """Whether C ends at the stopping point (module doc); the caller has checked that
         P + C + S parses."""
-        rs, anchor, pre, moved, solid, left = key
+        rs, anchor, pre, moved, solid, left, tail_nl = key
         if not moved or left:
             return False
+        broke = tail_nl or self.suffix_nl  # C and S meet at a line break
         rt, lex, data = self.rt, self.rt.lex, self.suffix
         window, first, i, n = True, True, 0, len(data)
         s = rs
@@ -308,14 +326,14 @@ class ConstructStops:
                     if not solid:
                         return False  # C is all layout
                     if not layout and i > 0:
-                        window = False  # T1 ran on into S: C ended inside a token
+                        return False  # T1 ran on into S: C ended inside a token
                 for hit, h in reds:
                     if hit and h <= anchor + self.plus:
                         if layout or not first:
-                            return window or h <= anchor
+                            return window or h <= anchor or broke
                         # T1 is C's last token, not layout: the node ended before it
                         if t in self.terminators:
-                            return window  # ... and T1 is its terminator (SQL's `;`)
+                            return True  # ... and T1 is its terminator (SQL's `;`)
                         if self.block and before and h <= anchor and not pre:
                             return False  # C ran past the end of the cursor's block
                     anchor = min(anchor, h)
@@ -330,7 +348,7 @@ class ConstructStops:
                     reds2 = self.eof_reductions(st, paren, lv)
                     for hit, h in reds2 or ():
                         if hit and h <= anchor + self.plus:
-                            return window or h <= anchor
+                            return window or h <= anchor or broke
                         anchor = min(anchor, h)
                     return True  # no construct holds the cursor: any end that parses
             if i == n:  # pragma: no cover - the branch above returns at the end
@@ -346,7 +364,7 @@ class ConstructStops:
         node at the cursor's level there. Conservative (``False`` when unsure); asked of
         accepting states only (C holds a non-layout byte)."""
         rt = self.rt
-        rs, anchor, pre, _, _, _ = key
+        rs, anchor, pre = key[:3]
         lx, _, stack, paren, levels, _ = rt.key(rs)
         if stack == FREE or rt.lex.is_start(lx):
             return False
