@@ -348,32 +348,34 @@ class LarkRuntime:
         ck = (stack, terms)
         got = self._viable_low.get(ck)
         if got is None:
-            stacks = self.stacks
-            top = stacks.top(stack)
-            low = stacks.depth(stack)
-            sig = self._viable_sig.setdefault(terms, {})
-            hit = stacks.find_signature(sig, stack)
-            if hit is not None:
-                got = (hit[0], low - hit[1] + 1)
-            elif terms & self._shift_bits(top):  # shifted at once: reads the top only
-                got = (True, low)
-            else:
-                got = (False, low)
-                todo = terms & self._cand_bits(top)
-                index = self.g.parser_index
-                while todo:
-                    bit = todo & -todo
-                    res, lo = stacks.takes_low(stack, index[bit.bit_length() - 1])
-                    if res:
-                        got = (True, min(stacks.depth(stack), lo))
-                        break
-                    low = min(low, lo)
-                    got = (False, low)
-                    todo ^= bit
-            if hit is None:
-                stacks.store_signature(sig, stack, got[1], got[0])
-            self._viable_low[ck] = got
+            got = self._viable_low[ck] = self._viable_compute(terms, stack)
         return got[0], got[1], pk
+
+    def _viable_compute(self, terms: int, stack: int) -> tuple[bool, int]:
+        """``viable_low``'s answer and lowest height read for a parser stack (no memo)."""
+        stacks = self.stacks
+        top = stacks.top(stack)
+        low = stacks.depth(stack)
+        if terms & self._shift_bits(top):  # shifted at once: reads the top only
+            return True, low
+        sig = self._viable_sig.setdefault(terms, {})
+        hit = stacks.find_signature(sig, stack)
+        if hit is not None:
+            return hit[0], low - hit[1] + 1
+        got = (False, low)
+        todo = terms & self._cand_bits(top)
+        index = self.g.parser_index
+        while todo:
+            bit = todo & -todo
+            res, lo = stacks.takes_low(stack, index[bit.bit_length() - 1])
+            if res:
+                got = (True, min(stacks.depth(stack), lo))
+                break
+            low = min(low, lo)
+            got = (False, low)
+            todo ^= bit
+        stacks.store_signature(sig, stack, got[1], got[0])
+        return got
 
     def _cand_bits(self, top: int) -> int:
         got = self._cbits.get(top)
