@@ -73,7 +73,7 @@ def grammar_options(name: str) -> dict[str, str]:
     path = grammar_path(name)
     with path.open(encoding="utf-8") as f:
         first = f.readline().strip()
-    options = {"start": "start", **STOP_RULES.get(path.stem, {})}
+    options = {"start": "start"}
     options.update(_parse_header(first, path.name))
     return options
 
@@ -91,15 +91,15 @@ def _parse_header(first: str, where: str) -> dict[str, str]:
 
 
 def header_options(text: str) -> dict[str, str]:
-    """The options of grammar *text*: its ``// structspec:`` first line, over the defaults
-    of the shipped grammar it is (when its text is a shipped grammar's, see
+    """The options of grammar *text*: its ``// structspec:`` first line, over the stop
+    rules of the shipped grammar it is (when its text is a shipped grammar's, see
     ``STOP_RULES``). Pure.
 
     Raises:
         GrammarError: a malformed ``// structspec:`` line.
     """
     name = _shipped_texts().get(text)
-    options = grammar_options(name) if name else {}
+    options = dict(STOP_RULES.get(name, {})) if name else {}
     first = text.lstrip("\ufeff").split("\n", 1)[0].strip()
     options.update(_parse_header(first, "the grammar"))
     return options
