@@ -462,6 +462,7 @@ class _DfsTrie:
     first: np.ndarray  # [N_1] int32
     depth: int  # the deepest node
     text: np.ndarray  # [sum of lengths] uint8, the tokens in row order
+    text_bytes: bytes  # the same bytes (remainders are sliced from it)
     offsets: np.ndarray  # [T + 1] int64: row r spells text[offsets[r]:offsets[r + 1]]
 
 
@@ -516,10 +517,11 @@ def dfs_trie(vocab: Vocabulary) -> _DfsTrie:
     texts = [vocab.tokens[i] for i in trie.ids.tolist()]
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(t) for t in texts])
+    joined = b"".join(texts)
     got = _DfsTrie(np.ascontiguousarray(nodes), np.ascontiguousarray(below),
                    trie.lengths.astype(np.int32),
                    where[: trie.byte[0].size].astype(np.int32), len(trie.byte),
-                   np.frombuffer(b"".join(texts), dtype=np.uint8), offsets)
+                   np.frombuffer(joined, dtype=np.uint8), joined, offsets)
     with _TABLES_LOCK:
         got = _DFS_TRIES.setdefault(vocab.fingerprint, got)
     return got
@@ -742,13 +744,12 @@ def _finish_walk(trie: _TokenTrie, vocab: Vocabulary, rows: np.ndarray, split_lo
             trie.ids, trie.size, rows.astype(np.int32, copy=False),
             split_lo.astype(np.int32, copy=False), split_hi.astype(np.int32, copy=False),
             split_pos.astype(np.int32, copy=False), dfs.text, dfs.offsets)
-        text, offsets = dfs.text, dfs.offsets
-        remainders = tuple(text[offsets[r] + p: offsets[r + 1]].tobytes()
-                           for r, p in zip(rem_rows.tolist(), rem_pos.tolist(), strict=True))
-        start = offsets[rem_rows] + rem_pos  # [R]
-        first = np.where(start < offsets[rem_rows + 1],
-                         text[np.minimum(start, text.size - 1)] if text.size else 0, 256)
-        return _Walk(words, cand, cand_rem, remainders, first.astype(np.int64))
+        if not cand.size:
+            return _Walk(words, cand, cand_rem, (), cand_rem)
+        text, offsets = dfs.text_bytes, dfs.offsets
+        remainders = tuple(text[a:b] for a, b in zip((offsets[rem_rows] + rem_pos).tolist(),
+                                                       offsets[rem_rows + 1].tolist(), strict=True))
+        return _Walk(words, cand, cand_rem, remainders, _first_bytes(remainders))
     words = TokenMask.from_ids(trie.ids[rows], trie.size).words
     empty = np.zeros(0, dtype=np.int64)
     if not split_lo.size:
