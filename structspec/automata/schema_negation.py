@@ -41,6 +41,7 @@ NON_INTEGER = "x-structspec-non-integer"
 #: Internal keyword: "an integer that is not a multiple of this integer" (with
 #: ``NON_INTEGER`` numbers, the complement of an integer ``multipleOf``).
 NOT_MULTIPLE = "x-structspec-not-multiple"
+_INTERNAL = frozenset({NON_INTEGER, NOT_MULTIPLE})
 
 
 def public_schema(node: Any) -> Any:
@@ -116,7 +117,7 @@ def negate(schema: Any, deref: Callable[[Any], Any], depth: int = 0,
     if not isinstance(schema, dict):
         raise NegationError("not", f"not a schema: {schema!r}")
     node = {k: v for k, v in schema.items()
-            if k not in _IGNORED and (known is None or k in known)}
+            if k not in _IGNORED and (known is None or k in known or k in _INTERNAL)}
     if not node:
         return False
     if "$ref" in node:  # the target and the siblings both apply: either may fail
@@ -192,12 +193,47 @@ def _negate_keyword(key: str, value: Any, node: dict[str, Any],
     if key in ("then", "else"):  # negated with their `if` (alone: no effect)
         return False
     if key == "items" and not isinstance(value, list) and "prefixItems" not in node:
-        sub = negate(value, deref, depth + 1, known)
-        if sub is False:
-            return False
-        raise NegationError("items", "an array with some item outside a schema needs "
-                            "'contains', which is not supported")
+        sub = negate(value, deref, depth + 1, known)  # some item outside the schema
+        return False if sub is False else {"type": "array", "contains": sub}
+    if key == "contains":
+        return _negate_contains(value, node)
+    if key in ("minContains", "maxContains"):  # negated with their `contains`
+        return False
+    if key == NON_INTEGER:  # numbers that break "no integer": the integers
+        return {"type": "integer"} if value is True else False
+    if key == NOT_MULTIPLE:  # integers that break "not a multiple of k"
+        return {"type": "integer", "multipleOf": value}
+    if key in ("dependentRequired", "dependencies"):
+        return _any_of([_negate_dependency(t, deps, deref, depth, known)
+                        for t, deps in value.items()])
+    if key == "dependentSchemas":
+        return _any_of([_negate_dependency(t, sub, deref, depth, known)
+                        for t, sub in value.items()])
     raise NegationError(key, f"no exact complement is known for {key!r}")
+
+
+def _negate_contains(value: Any, node: dict[str, Any]) -> Any:
+    """Arrays whose count of items matching ``value`` is outside
+    ``minContains``..``maxContains``: fewer (``maxContains: min - 1``) or more."""
+    lo = int(node.get("minContains", 1))
+    hi = node.get("maxContains")
+    parts: list[Any] = []
+    if lo > 0:
+        parts.append({"type": "array", "contains": value, "minContains": 0,
+                      "maxContains": lo - 1})
+    if hi is not None:
+        parts.append({"type": "array", "contains": value, "minContains": int(hi) + 1})
+    return _any_of(parts)
+
+
+def _negate_dependency(trigger: str, dependency: Any, deref: Callable[[Any], Any], depth: int,
+                       known: frozenset[str] | None) -> Any:
+    """Objects with key ``trigger`` that break its dependency: a listed key absent, or the
+    dependent schema failed."""
+    present = {"type": "object", "required": [trigger]}
+    if isinstance(dependency, list):
+        return _any_of([{**present, "properties": {d: {"not": {}}}} for d in dependency])
+    return _all_of([present, negate(dependency, deref, depth + 1, known)])
 
 
 def if_then_else(cond: Any, then: Any, other: Any, deref: Callable[[Any], Any],
