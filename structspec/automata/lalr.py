@@ -12,7 +12,8 @@ acceptable" is answered by running those reductions on the interned stack (memoi
 
 Each simulation also reports the lowest stack height it read (``feed_low``,
 ``takes_low``): its result is the same on every stack whose states agree from there up.
-``store_signature``/``find_signature`` keep values in tries keyed by those top states.
+``store_signature``/``find_signature`` keep values keyed by those top states
+(:class:`Signatures`).
 """
 
 from __future__ import annotations
@@ -88,6 +89,21 @@ class ParseTables:
         return cls(tuple(names), tuple(actions), tuple(gotos), tuple(rule_len),
                    tuple(rule_lhs), int(parse_table.start_states[start]),
                    int(parse_table.end_states[start]))
+
+
+class Signatures:
+    """Values kept under the top states of the stacks they were computed from (see
+    ``ParserStacks.store_signature``): ``entries`` maps the states read, top first, to
+    ``(value, depth)``; ``depths`` are the depths present, ascending. A flat dict of int
+    tuples rather than a trie of nested dicts: the interpreter's cyclic GC tracks no
+    container per stack state (tuples of ints it untracks), so the memo adds little to
+    its collections. Grows only; growth is locked by the stacks."""
+
+    __slots__ = ("depths", "entries")
+
+    def __init__(self) -> None:
+        self.entries: dict[tuple[int, ...], tuple] = {}
+        self.depths: tuple[int, ...] = ()
 
 
 class ParserStacks:
@@ -230,37 +246,47 @@ class ParserStacks:
             self._takes[key] = got
         return got
 
-    def find_signature(self, trie: dict, stack: int) -> tuple | None:
-        """A value kept in ``trie`` by ``store_signature`` for a stack whose states agree
+    def find_signature(self, sigs: Signatures, stack: int) -> tuple | None:
+        """A value kept in ``sigs`` by ``store_signature`` for a stack whose states agree
         with ``stack``'s from the top down as far as that value's computation read, as
-        ``(value, depth read)``; None if there is none."""
-        nodes = self._nodes
-        node = trie
-        s = stack
-        while True:
-            got = node.get(-1)
+        ``(value, depth read)`` (the shallowest such); None if there is none."""
+        if not sigs.depths:
+            return None
+        nodes, entries = self._nodes, sigs.entries
+        key: tuple[int, ...] = ()
+        s, d = stack, 0
+        for want in sigs.depths:  # ascending
+            while d < want:
+                if s < 0:
+                    return None
+                s, st, _ = nodes[s]
+                key += (st,)
+                d += 1
+            got = entries.get(key)
             if got is not None:
                 return got
-            if s < 0:
-                return None
-            s, st, _ = nodes[s]
-            node = node.get(st)
-            if node is None:
-                return None
+        return None
 
-    def store_signature(self, trie: dict, stack: int, low: int, value: object) -> tuple:
+    def store_signature(self, sigs: Signatures, stack: int, low: int, value: object
+                        ) -> tuple:
         """Keep ``value``, computed from ``stack``'s states at heights ``low`` and up
-        (``low`` above the top: none), in ``trie`` (nested dicts keyed by states from the
-        top; the value under key -1). Returns the kept ``(value, depth read)`` (an earlier
-        one on the same path wins)."""
+        (``low`` above the top: none), in ``sigs`` under those states (top first).
+        Returns the kept ``(value, depth read)`` (an earlier one for the same states
+        wins)."""
         depth = max(0, self._nodes[stack][2] - low + 1) if stack >= 0 else 0
         nodes = self._nodes
-        node = trie
+        key: tuple[int, ...] = ()
         s = stack
         for _ in range(depth):
             s, st, _ = nodes[s]
-            node = node.setdefault(st, {})
-        return node.setdefault(-1, (value, depth))
+            key += (st,)
+        got = sigs.entries.get(key)
+        if got is None:
+            with self._lock:
+                got = sigs.entries.setdefault(key, (value, depth))
+                if depth not in sigs.depths:
+                    sigs.depths = tuple(sorted((*sigs.depths, depth)))
+        return got
 
     def accepts_end(self, stack: int) -> bool:
         """Whether the input may end here (``$END`` reduces to lark's end state)."""
@@ -286,4 +312,4 @@ class ParserStacks:
         return list(self.tables.actions[self._nodes[stack][1]])
 
 
-__all__ = ["END", "ParseTables", "ParserStacks"]
+__all__ = ["END", "ParseTables", "ParserStacks", "Signatures"]

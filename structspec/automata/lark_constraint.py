@@ -31,7 +31,7 @@ import numpy as np
 
 from structspec.automata.base import TokenMask
 from structspec.automata.grammar import token_table
-from structspec.automata.lalr import ParserStacks
+from structspec.automata.lalr import ParserStacks, Signatures
 from structspec.automata.lark_masks import MaskBuilder
 from structspec.automata.lexer import ContextualLexer
 
@@ -88,7 +88,7 @@ class LarkRuntime:
         self._ends: dict[int, tuple[int, int, int, int]] = {}
         self._viable: dict[tuple[int, int, tuple[int, ...]], int] = {}
         self._viable_low: dict[tuple[int, int], tuple[bool, int]] = {}
-        self._viable_sig: dict[int, dict] = {}  # per terms: a signature trie (lalr.py)
+        self._viable_sig: dict[int, Signatures] = {}  # per terms (lalr.py)
         self._newlines: dict[tuple[int, tuple[int, ...], int],
                              tuple[int, tuple[int, ...], int, int]] = {}
         self._nl_ok: dict[tuple[int, int, int, tuple[int, ...]], tuple[bool, int, int]] = {}
@@ -358,7 +358,9 @@ class LarkRuntime:
         low = stacks.depth(stack)
         if terms & self._shift_bits(top):  # shifted at once: reads the top only
             return True, low
-        sig = self._viable_sig.setdefault(terms, {})
+        sig = self._viable_sig.get(terms)
+        if sig is None:
+            sig = self._viable_sig.setdefault(terms, Signatures())
         hit = stacks.find_signature(sig, stack)
         if hit is not None:
             return hit[0], low - hit[1] + 1

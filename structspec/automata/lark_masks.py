@@ -26,7 +26,7 @@ state's mask, limited to those first bytes.
 context: a few top states of the LALR stack (reductions pop a bounded number), a few top
 indentation levels (dedents), and the bracket depth only as ``paren > j`` tests. Every
 parser step reports how deep it read (``ParserStacks.feed_low``, ``LarkRuntime.*_low``),
-so each result is kept in a trie under exactly the top states, top levels and
+so each result is kept under exactly the top states, top levels and
 ``min(paren, k)`` it depended on, and any later context that agrees there reuses it — a
 new statement in another function, at another depth, hits the results of the first. A
 true "some terminal can be taken" needs only its witness's reads; newline indentations
@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from structspec.automata.base import TokenMask
+from structspec.automata.lalr import Signatures
 from structspec.automata.lexer import CROSS, INSIDE
 
 FREE = -2  # the tolerant mode's stack value (lark_constraint.FREE)
@@ -124,10 +125,10 @@ class MaskBuilder:
         self._masks: dict[tuple, tuple[TokenMask, int, int, int]] = {}
         # Signatures. Per base (group, or -1 for whole masks; lexer state, indent, free):
         # the shapes (top levels read, k) seen; per (base, shape, those levels,
-        # min(paren, k)): a trie of nested dicts keyed by the stack's states from the top,
-        # where a result under key -1 holds for every stack with those top states.
+        # min(paren, k)): the results keyed by the stack's states read, from the top
+        # (lalr.Signatures); each holds for every stack with those top states.
         self._shapes: dict[tuple, list[tuple[int, int]]] = {}
-        self._sigs: dict[tuple, dict] = {}
+        self._sigs: dict[tuple, Signatures] = {}
 
     # -- lexing trees (parser-independent) ------------------------------------------------
 
@@ -327,8 +328,8 @@ class MaskBuilder:
     def _lookup(self, base: tuple, stack: int, paren: int, levels: tuple[int, ...]
                 ) -> tuple | None:
         """A result kept for ``base`` whose reads agree with this context: for each shape
-        ``(levels read, k)`` seen under ``base``, the trie of that shape's top levels and
-        ``min(paren, k)``, walked along the stack's states from the top."""
+        ``(levels read, k)`` seen under ``base``, the signatures of that shape's top
+        levels and ``min(paren, k)``, matched against the stack's states from the top."""
         for n_lv, k in self._shapes.get(base, ()):
             sig = self._sigs.get((base, n_lv, k, levels[len(levels) - n_lv:] if n_lv else (),
                                   min(paren, k)))
@@ -349,8 +350,10 @@ class MaskBuilder:
             with self._lock:
                 if (n_lv, k) not in shapes:
                     shapes.append((n_lv, k))
-        sig = self._sigs.setdefault((base, n_lv, k, levels[len(levels) - n_lv:]
-                                     if n_lv else (), min(paren, k)), {})
+        sk = (base, n_lv, k, levels[len(levels) - n_lv:] if n_lv else (), min(paren, k))
+        sig = self._sigs.get(sk)
+        if sig is None:
+            sig = self._sigs.setdefault(sk, Signatures())
         value, depth = self.rt.stacks.store_signature(sig, stack, low, value)
         return value, depth, n_lv, k
 
