@@ -37,12 +37,13 @@ def grammars(bytes_only):
 
 def status(view, text: str) -> str:
     """Walk ``text`` byte by byte: ``"final"`` (accepting, only EOS may follow),
-    ``"accepting"``, ``"no"`` (legal, not accepting) or ``"dead"`` (refused on the way)."""
+    ``"accepting"``, ``"no"`` (legal, not accepting) or ``"dead"`` (not in a mask on the
+    way: refused, or dropped as a dead end)."""
     s = view.initial
     for b in text.encode():
-        s = view.advance(s, b + 1)
-        if s is None:
+        if b + 1 not in view.allowed(s):  # refused, or dropped as a dead end
             return "dead"
+        s = view.advance(s, b + 1)
     if not view.is_accepting(s):
         return "no"
     allowed = view.allowed(s).ids().tolist()
@@ -81,11 +82,12 @@ GOLDEN = [
     # python, block: the suffix dedents right after the completion
     ("python", PY_DEF, "\n\nprint(f(1))\n", "block", "return x", "accepting"),
     ("python", PY_DEF, "\n\nprint(f(1))\n", "block", "y = x\n    return y\n", "accepting"),
-    ("python", PY_DEF, "\n\nprint(f(1))\n", "block", "return x\nz = 1", "no"),  # ran past
+    # a line dedented out of the block: refused at its first code byte
+    ("python", PY_DEF, "\n\nprint(f(1))\n", "block", "return x\nz = 1", "dead"),
     ("python", "def f(x):\n    if x:\n        ", "\n    return 2\n", "block", "return 1",
      "accepting"),
     ("python", "def f(x):\n    if x:\n        ", "\n    return 2\n", "block",
-     "return 1\n    y = 2", "no"),
+     "return 1\n    y = 2", "dead"),
     ("python", PY_DEF, "    return y\n", "block", "y = 1\n", "accepting"),  # suffix goes on
     ("python", "x = 1\n", "y = 2\n", "block", "z = 3\n", "accepting"),  # no block: eof
     # javascript
@@ -131,6 +133,19 @@ def test_line_and_eof_views_are_unchanged(grammars):
     assert status(eof, "y") == "accepting"  # `yprint(1)`
     line = py.with_suffix("print(1)\n", prefix="x = 1\n", stop="line")
     assert status(line, "y") == "no" and status(line, "y\n") == "final"
+
+
+def test_block_masks_drop_lines_dedented_out_of_the_block(grammars, bytes_only):
+    view = grammars["python"].with_suffix("\n\nprint(f(1))\n", prefix=PY_DEF, stop="block")
+    s = view.state_after("y = x\n", state=view.initial)
+    allowed = set(view.allowed(s).ids().tolist())
+    assert EOS in allowed and ord(" ") + 1 in allowed and ord("#") + 1 in allowed
+    assert ord("z") + 1 not in allowed and view.advance(s, ord("z") + 1) is not None
+    s4 = view.state_after("    ", state=s)  # back at the block's level: code again
+    assert ord("z") + 1 in view.allowed(s4)
+    # nothing is dropped before C wrote code (the cursor's line may dedent), nor by eof
+    first = grammars["python"].with_suffix("\n", prefix="def f(x):\n    x = 1\n", stop="block")
+    assert ord("z") + 1 in first.allowed(first.initial)
 
 
 def test_errors_name_the_stop_and_the_rules(grammars, bytes_only):

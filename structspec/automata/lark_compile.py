@@ -130,7 +130,7 @@ class LarkConstraint:
                                      len(self._rt.vocab))
             self._allowed[state] = got
         if got is None:
-            got = self._rt.mask(self._rstate(state))
+            got = self._grammar_mask(state)
             if self._prune:
                 got = self._drop_dead_ends(state, got)
             if self.is_accepting(state) and self._eos:
@@ -155,6 +155,10 @@ class LarkConstraint:
     def _rstate(self, state: int) -> int:
         """The runtime state of ``state``."""
         return state
+
+    def _grammar_mask(self, state: int) -> TokenMask:
+        """The tokens the grammar allows in ``state`` (before dead-end pruning)."""
+        return self._rt.mask(state)
 
     def _step_view(self, state: int, data: bytes) -> int:
         """The state after ``data`` (0: illegal)."""
@@ -369,6 +373,16 @@ class _ConstructView(LarkConstraint):
 
     def _rstate(self, state: int) -> int:
         return self._keys[state][0]
+
+    def _grammar_mask(self, state: int) -> TokenMask:
+        """The runtime's mask, less the tokens that dedent out of the cursor's block
+        (``ConstructStops.dedent_drop``)."""
+        mask = self._rt.mask(self._rstate(state))
+        drop = self._stops.dedent_drop(self._keys[state])
+        if drop is None:
+            return mask
+        keep = mask.to_bool()[:len(drop)] & ~drop
+        return TokenMask.from_ids(np.flatnonzero(keep), mask.size)
 
     def _step_view(self, state: int, data: bytes) -> int:
         return self._intern(self._stops.step(self._keys[state], data))

@@ -43,7 +43,10 @@ Tolerant (parser-free) states have no parse: there every stop acts as ``"eof"``.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from structspec.automata.lalr import END
 from structspec.automata.lark_constraint import FREE
@@ -415,6 +418,54 @@ class ConstructStops:
                     return False
         return True
 
+    # -- dead ends: a line dedented out of the block (indentation grammars) ------------------
+
+    def dedent_drop(self, key: Key) -> np.ndarray | None:
+        """``block`` on an indentation grammar, at the start of a line (the newline lexeme
+        pending, after C wrote code): a bool array over the vocabulary of the tokens whose
+        first code byte ends that line's indentation at a level whose dedent closes the
+        block holding the cursor. Every continuation after one of them runs past the
+        block (never accepting), so masks drop them. Exact for that first lexeme end; a
+        dedent later inside a multi-line token is not looked for. ``None``: none here."""
+        rt = self.rt
+        rs, anchor, pre, _, solid, _, _ = key
+        if not self.block or rt.nl < 0 or pre or not solid:
+            return None
+        lx, ind, stack, paren, levels, _ = rt.key(rs)
+        if paren > 0 or ind < 0 or stack == FREE or rt.lex.terms(lx) != 1 << rt.nl:
+            return None
+        dooms = [x for x in levels[:-1] if self._doomed_after(stack, levels, x, anchor)]
+        if not dooms:
+            return None
+        nl_w, w_after, w_all, code = _indent_table(rt.vocab.tokens, rt.tab_len)
+        final = np.where(nl_w, w_after, ind + w_all)  # [V] the column of the first code byte
+        return code & np.isin(final, dooms)  # [V]
+
+    def _doomed_after(self, stack: int, levels: tuple[int, ...], indent: int, anchor: int
+                      ) -> bool:
+        """Whether a newline at ``indent`` columns, then any terminal the parser takes,
+        closes the block holding the cursor (a stop-rule node at height ``<= anchor``)."""
+        rt = self.rt
+        reds, after = self._feed_all(stack, self._newline_terms(levels, indent) or [])
+        if after < 0 or self._hits(reds, anchor):
+            return after >= 0
+        anchor = self._lowered(reds, anchor)
+        lv = tuple(x for x in levels if x <= indent)
+        for p in rt.stacks.tables.actions[rt.stacks.top(after)]:
+            if p in self.indenter:
+                continue
+            if p == self.end:
+                got = self.eof_reductions(after, 0, lv)
+                if got is None:
+                    continue
+            elif rt.stacks.feed(after, p) < 0:
+                continue
+            else:
+                got = self.reductions(after, p)
+            if not self._hits(got, anchor):
+                return False
+        return True
+
     def _hits(self, reds: _Reds, anchor: int) -> bool:
         for hit, h in reds:
             if hit and h <= anchor + self.plus:
@@ -436,6 +487,41 @@ class ConstructStops:
             got = not any(lex.step(lx, b) and not lex.absorbs(lx, b) for b in range(256))
             self._closed[lx] = got
         return got
+
+
+_CODE_STOP = frozenset(b" \t\n\r\f#\\")  # bytes that do not end a newline lexeme for sure
+_TABLES: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
+_TABLES_LOCK = threading.Lock()
+
+
+def _indent_table(tokens: tuple[bytes, ...], tab_len: int) -> tuple[np.ndarray, ...]:
+    """Per token (``[V]`` arrays): whether its leading run of spaces, tabs and newlines
+    holds a newline; the run's width after its last newline; the whole run's width
+    (spaces 1, tabs ``tab_len``: the indenter's count); and whether a code byte (not blank,
+    ``#`` or ``\\``) follows the run. Cached per vocabulary."""
+    ck = (id(tokens), tab_len)
+    got = _TABLES.get(ck)
+    if got is None or got[-1] is not tokens:
+        n = len(tokens)
+        nl_w = np.zeros(n, dtype=bool)
+        w_after = np.zeros(n, dtype=np.int64)
+        w_all = np.zeros(n, dtype=np.int64)
+        code = np.zeros(n, dtype=bool)
+        for i, tok in enumerate(tokens):
+            run = len(tok) - len(tok.lstrip(b" \t\n"))
+            lead = tok[:run]
+            cut = lead.rfind(b"\n")
+            after = lead[cut + 1:]
+            nl_w[i] = cut >= 0
+            w_after[i] = after.count(b" ") + tab_len * after.count(b"\t")
+            w_all[i] = lead.count(b" ") + tab_len * lead.count(b"\t")
+            code[i] = run < len(tok) and tok[run] not in _CODE_STOP
+        got = (nl_w, w_after, w_all, code, tokens)
+        with _TABLES_LOCK:
+            if len(_TABLES) >= 4:
+                _TABLES.clear()
+            _TABLES[ck] = got
+    return got[:4]
 
 
 __all__ = ["CONSTRUCT_STOPS", "ConstructStops", "construct_rules", "construct_terminators"]
