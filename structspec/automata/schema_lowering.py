@@ -13,6 +13,7 @@ import json
 import math
 import re
 import secrets
+import sys
 from typing import Any
 from urllib.parse import unquote
 
@@ -390,6 +391,7 @@ class _Lowering(ObjectLowering, ArrayLowering):
         key = "anyOf" if "anyOf" in kws else "oneOf"
         branches = node[key]
         siblings = {k: v for k, v in node.items() if k in kws and k != key}
+        common = dict(siblings)
         if siblings:  # each branch is intersected with the siblings
             try:
                 branches = [merge_all([siblings, b], self.deref) for b in branches]
@@ -406,7 +408,7 @@ class _Lowering(ObjectLowering, ArrayLowering):
             try:
                 if len(branches) > MAX_ONEOF_NEGATED:
                     raise NegationError("oneOf", f"more than {MAX_ONEOF_NEGATED} branches")
-                branches = exactly_one(branches, self.deref, self.known)
+                branches = self.exactly_one(branches, node[key], common)
             except NegationError as exc:
                 self.refuse("oneOf", ptr, "cannot prove the branches disjoint (different "
                             "types, different const/enum values, or a required property with "
@@ -417,6 +419,23 @@ class _Lowering(ObjectLowering, ArrayLowering):
         if not kept:
             return self.nothing(ptr, f"no branch of {key} accepts a value")
         return kept[0] if len(kept) == 1 else {"anyOf": kept}
+
+    def exactly_one(self, merged: list[Any], raw: list[Any], common: dict[str, Any]) -> Any:
+        """``oneOf`` as "branch *i* and no other" over the branches merged with their
+        siblings; where one of those has no exact complement, over the branches as written,
+        the siblings merged in afterwards (``S ∧ oneOf(B)`` is ``∨ S ∧ Bi ∧ ¬Bj (j ≠ i)``:
+        the siblings need no complement then)."""
+        try:
+            return exactly_one(merged, self.deref, self.known)
+        except NegationError:
+            if not common:
+                raise
+            first = sys.exc_info()[1]
+        try:
+            parts = exactly_one(self.objects_only(list(raw)), self.deref, self.known)
+            return [merge_all([common, b], self.deref) for b in parts]
+        except (NegationError, MergeError):
+            raise first from None
 
     # -- oneOf disjointness
 

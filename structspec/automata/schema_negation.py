@@ -176,6 +176,11 @@ def _negate_keyword(key: str, value: Any, node: dict[str, Any],
         return _any_of([negate(b, deref, depth + 1, known) for b in value])
     if key == "not":
         return value
+    if key == "oneOf" and len(value) <= 8:  # none of the branches, or two of them
+        negated = [negate(b, deref, depth + 1, known) for b in value]
+        pairs = [_all_of([value[i], value[j]])
+                 for i in range(len(value)) for j in range(i + 1, len(value))]
+        return _any_of([_all_of(negated), *pairs])
     if key == "multipleOf" and float(value).is_integer() and value >= 1:
         # non-integers are multiples of no integer; integers: the other residues
         return _any_of([{"type": "number", NON_INTEGER: True},
