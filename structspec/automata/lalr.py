@@ -12,7 +12,7 @@ acceptable" is answered by running those reductions on the interned stack (memoi
 
 Each simulation also reports the lowest stack height it read (``feed_low``,
 ``takes_low``): its result is the same on every stack whose states agree from there up.
-``store_signature``/``find_signature`` keep values keyed by those top states
+``store_signature``/``find_signature`` keep values in tries keyed by those top states
 (:class:`Signatures`).
 """
 
@@ -93,17 +93,17 @@ class ParseTables:
 
 class Signatures:
     """Values kept under the top states of the stacks they were computed from (see
-    ``ParserStacks.store_signature``): ``entries`` maps the states read, top first, to
-    ``(value, depth)``; ``depths`` are the depths present, ascending. A flat dict of int
-    tuples rather than a trie of nested dicts: the interpreter's cyclic GC tracks no
-    container per stack state (tuples of ints it untracks), so the memo adds little to
-    its collections. Grows only; growth is locked by the stacks."""
+    ``ParserStacks.store_signature``): a trie over the states from the top, stored flat —
+    ``child[node * n_states + state]`` is the node below ``node`` along ``state`` (node 0
+    is the root), ``value[node]`` the ``(value, depth)`` kept there. Ints rather than
+    nested dicts: the interpreter's cyclic GC tracks no container per trie node, so the
+    memo adds little to its collections. Grows only; growth is locked by the stacks."""
 
-    __slots__ = ("depths", "entries")
+    __slots__ = ("child", "value")
 
     def __init__(self) -> None:
-        self.entries: dict[tuple[int, ...], tuple] = {}
-        self.depths: tuple[int, ...] = ()
+        self.child: dict[int, int] = {}
+        self.value: dict[int, tuple] = {}
 
 
 class ParserStacks:
@@ -121,6 +121,7 @@ class ParserStacks:
         self._takes: dict[tuple[int, int], tuple[bool, int]] = {}
         self._end: dict[int, bool] = {}
         self._lock = threading.Lock()
+        self._n_states = len(tables.actions)  # LALR states: trie keys node * n + state
 
     def top(self, stack: int) -> int:
         """The LALR state on top of ``stack``."""
@@ -250,22 +251,19 @@ class ParserStacks:
         """A value kept in ``sigs`` by ``store_signature`` for a stack whose states agree
         with ``stack``'s from the top down as far as that value's computation read, as
         ``(value, depth read)`` (the shallowest such); None if there is none."""
-        if not sigs.depths:
-            return None
-        nodes, entries = self._nodes, sigs.entries
-        key: tuple[int, ...] = ()
-        s, d = stack, 0
-        for want in sigs.depths:  # ascending
-            while d < want:
-                if s < 0:
-                    return None
-                s, st, _ = nodes[s]
-                key += (st,)
-                d += 1
-            got = entries.get(key)
+        nodes, child, value, m = self._nodes, sigs.child, sigs.value, self._n_states
+        node = 0
+        s = stack
+        while True:
+            got = value.get(node)
             if got is not None:
                 return got
-        return None
+            if s < 0:
+                return None
+            s, st, _ = nodes[s]
+            node = child.get(node * m + st)
+            if node is None:
+                return None
 
     def store_signature(self, sigs: Signatures, stack: int, low: int, value: object
                         ) -> tuple:
@@ -274,19 +272,17 @@ class ParserStacks:
         Returns the kept ``(value, depth read)`` (an earlier one for the same states
         wins)."""
         depth = max(0, self._nodes[stack][2] - low + 1) if stack >= 0 else 0
-        nodes = self._nodes
-        key: tuple[int, ...] = ()
-        s = stack
-        for _ in range(depth):
-            s, st, _ = nodes[s]
-            key += (st,)
-        got = sigs.entries.get(key)
-        if got is None:
-            with self._lock:
-                got = sigs.entries.setdefault(key, (value, depth))
-                if depth not in sigs.depths:
-                    sigs.depths = tuple(sorted((*sigs.depths, depth)))
-        return got
+        nodes, child, m = self._nodes, sigs.child, self._n_states
+        with self._lock:
+            node = 0
+            s = stack
+            for _ in range(depth):
+                s, st, _ = nodes[s]
+                nxt = child.get(node * m + st)
+                if nxt is None:
+                    nxt = child[node * m + st] = len(child) + 1
+                node = nxt
+            return sigs.value.setdefault(node, (value, depth))
 
     def accepts_end(self, stack: int) -> bool:
         """Whether the input may end here (``$END`` reduces to lark's end state)."""
