@@ -20,6 +20,7 @@ from structspec.spec.drafters import (
     extract_literals,
     forced_tokens,
     make_drafters,
+    rank_literals,
 )
 from structspec.spec.tree import TreeBuilder
 
@@ -137,6 +138,51 @@ def test_extract_literals_orders_numbers_first():
                             'via math.factorial')
     assert lits[:2] == ["3", "10.5"]
     assert "New York" in lits and "Ana Lopez" in lits and "math.factorial" in lits
+
+
+def test_extract_literals_skips_schema_structure():
+    text = ('Area of a circle of radius 4 in cm. Schema: {"type":"object","properties":'
+            '{"radius":{"type":"integer","description":"The radius, e.g. \'big\'."},'
+            '"unit":{"enum":["cm","in"]}},"required":["radius"]}')
+    lits = extract_literals(text)
+    assert lits[0] == "4" and "cm" in lits and "in" in lits
+    for structure in ("type", "object", "integer", "radius", "properties", "The radius, e.g."):
+        assert not any(lit.startswith(structure) for lit in lits), (structure, lits)
+
+
+def test_rank_literals_continues_in_request_order():
+    lits = ["2", "6", "5", "cm"]
+    assert rank_literals(lits, "")[:4] == ["2", "6", "5", "cm"]
+    # After "a":2 the next value is likelier the request's next one; written ones go last.
+    assert rank_literals(lits, '{"a":2,"b":') == ["6", "5", "cm", "2", "1"]
+    assert rank_literals(lits, '{"a":6,"b":')[:3] == ["5", "cm", "2"]
+    assert rank_literals(lits, '{"u":"', text_first=True)[0] == "cm"
+
+
+def test_nested_drafting_reaches_the_next_value(setup):
+    tok, vocab, constraints = setup
+    c = constraints["call"]
+    from structspec.automata.base import walk
+
+    prompt_ids = tok.encode(PROMPT, add_special_tokens=False)
+    out = tok.encode('{"name":"get_weather","arguments":{"city":"New York',
+                     add_special_tokens=False)
+    state = walk(c, out)
+    ctx = _context(tok, vocab, c, prompt_ids, out)
+    builder = TreeBuilder(c, out[-1], state, max_depth=16, max_nodes=24, max_branches=4,
+                          eos_ids=vocab.eos_token_ids)
+    build_tree(ctx, builder, make_drafters(["values", "closers"]))
+    tree = builder.freeze()
+    texts = {vocab.decode(tree.path_tokens(i)) for i in range(len(tree)) if not tree.children[i]}
+    # A closer, the forced key, then a value of the request: one branch.
+    assert any(t.startswith(b'","days":3') for t in texts), texts
+    ctx.options = {"nested_rounds": 0}
+    builder = TreeBuilder(c, out[-1], state, max_depth=16, max_nodes=24, max_branches=4,
+                          eos_ids=vocab.eos_token_ids)
+    build_tree(ctx, builder, make_drafters(["values", "closers"]))
+    tree = builder.freeze()
+    texts = {vocab.decode(tree.path_tokens(i)) for i in range(len(tree)) if not tree.children[i]}
+    assert not any(t.startswith(b'","days":3') for t in texts), texts
 
 
 def test_values_and_lookup_draft_from_the_request(setup):

@@ -183,17 +183,32 @@ class NgramIndex:
 
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
 _QUOTED = re.compile(r"\"([^\"\\\n]{1,80})\"|'([^'\\\n]{1,80})'")
+_KEY = re.compile(r"\"([^\"\\\n]{1,80})\"\s*:")
+#: Prose inside a schema: the values of these keys are read, not copied.
+_PROSE = re.compile(r"\"(?:description|title|\$comment)\"\s*:\s*\"(?:[^\"\\]|\\.)*\"")
 _NAME = re.compile(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*|\b[A-Za-z_]\w*[._]\w[\w.]*")
+#: JSON Schema type names: values in a schema shown in the prompt, seldom in an answer.
+_TYPE_NAMES = frozenset({"object", "string", "integer", "number", "boolean", "array", "null"})
+#: Values a model writes without the request naming them, tried after the request's own.
+DEFAULT_VALUES = ("1",)
 
 
 def extract_literals(text: str, limit: int = 64) -> list[str]:
     """Values a request mentions, in priority order: numbers, quoted strings, capitalized
-    names and dotted/underscored identifiers; deduplicated, at most ``limit``."""
+    names and dotted/underscored identifiers; deduplicated, at most ``limit``. Quoted
+    strings used as keys anywhere in ``text`` (a JSON Schema's keywords and property names)
+    and JSON type names are left out: they are structure, not values."""
+    keys = {m.group(1) for m in _KEY.finditer(text)}
+    prose = [m.span() for m in _PROSE.finditer(text)]
     found: list[str] = []
     for m in _NUMBER.finditer(text):
         found.append(m.group(0))
     for m in _QUOTED.finditer(text):
-        found.append(m.group(1) or m.group(2))
+        value = m.group(1) or m.group(2)
+        if value in keys or value in _TYPE_NAMES or (
+                m.group(1) and any(a <= m.start() < b for a, b in prose)):
+            continue
+        found.append(value)
     for m in _NAME.finditer(text):
         found.append(m.group(0))
     out: list[str] = []
@@ -206,6 +221,35 @@ def extract_literals(text: str, limit: int = 64) -> list[str]:
             if len(out) >= limit:
                 break
     return out
+
+
+def rank_literals(literals: Sequence[str], written: str, *, text_first: bool = False
+                  ) -> list[str]:
+    """The order in which to try ``literals`` after output ``written``: requests tend to
+    list values in the order a call uses them, so first the ones not written yet that come
+    after the latest one written, then the other unwritten ones, then those already written
+    (outputs repeat values), then :data:`DEFAULT_VALUES`; with ``text_first`` (a slot that
+    takes text) the ones that are not numbers go first, in that order. Pure."""
+    if text_first:
+        numbers = [lit for lit in literals if _NUMBER.fullmatch(lit)]
+        words = [lit for lit in literals if not _NUMBER.fullmatch(lit)]
+        return (rank_literals(words, written)[: len(words)]
+                + rank_literals(numbers, written))
+    last, last_pos = -1, -1
+    unwritten: list[int] = []
+    repeated: list[str] = []
+    for i, lit in enumerate(literals):
+        pos = written.rfind(lit)
+        if pos < 0:
+            unwritten.append(i)
+            continue
+        repeated.append(lit)
+        if pos + len(lit) > last_pos:
+            last, last_pos = i, pos + len(lit)
+    after = [literals[i] for i in unwritten if i > last]
+    before = [literals[i] for i in unwritten if i < last]
+    ranked = after + before + repeated
+    return ranked + [d for d in DEFAULT_VALUES if d not in ranked]
 
 
 # -- context, protocol, registry -------------------------------------------------------------
@@ -427,7 +471,9 @@ class ValuesDrafter:
         # After a word, a literal needs a space first (free text, code); after a quote,
         # bracket or space it does not (JSON values).
         spaced = bool(prev) and (prev[-1:].isalnum() or prev[-1:] in (b",", b".", b")"))
-        for literal in ctx.literals:
+        text_slot = any(i in mask for i in ctx.vocab.ids_for(b"a"))
+        written = tail.decode("utf-8", errors="replace")
+        for literal in rank_literals(ctx.literals, written, text_first=text_slot):
             if opened >= max_branches:
                 break
             raw = (b" " if spaced else b"") + literal.encode("utf-8")
@@ -440,6 +486,8 @@ class ValuesDrafter:
                     opened += 1
                     extend_forced(ctx, builder, end, max_tokens=4)
                     break
+            if builder.branches >= builder.max_branches or builder.room(frontier) <= 0:
+                break
 
 
 def _remainders(literal: bytes, tail: bytes) -> list[bytes]:
@@ -620,15 +668,61 @@ for _cls in (ClosersDrafter, SplitsDrafter, LookupDrafter, ValuesDrafter, Altern
     register_drafter(_cls.name, _cls)
 
 
+#: Drafters that also continue past the ends of other branches (see :func:`build_tree`):
+#: after a value, the punctuation that closes it; after a closer and the next key, a value.
+NESTED = ("values", "closers")
+
+
 def build_tree(ctx: DraftContext, builder: TreeBuilder, drafters: Sequence[Drafter],
                *, forced: bool = True, active: Callable[[str], bool] | None = None) -> int:
     """Grow ``builder``: the forced chain from the root (uncounted), then each drafter at
-    its end (those ``active`` allows). Returns the frontier node (the chain's end). Mutates
-    ``builder``."""
+    its end (those ``active`` allows), then up to ``nested_rounds`` rounds (option, default
+    2) in which the :data:`NESTED` drafters continue from the open ends of the previous
+    round's branches, ``nested_branches`` (default 1) new branches per end and drafter.
+    Structured output alternates free values and forced punctuation (``"a":1,"b":6,"c":5}}``):
+    one tree can then carry a value, its closer, the next key and the next value. Returns the
+    frontier node (the chain's end). Mutates ``builder``."""
     frontier = extend_forced(ctx, builder, 0, counted=False) if forced else 0
+    first_speculative = len(builder)
     for drafter in drafters:
         if builder.room(frontier) <= 0 or builder.branches >= builder.max_branches:
             break
         if active is None or active(drafter.name):
             drafter.propose(ctx, builder, frontier)
+    nested = [d for d in drafters
+              if d.name in NESTED and (active is None or active(d.name))]
+    rounds = int(ctx.options.get("nested_rounds", 2))
+    per_end = int(ctx.options.get("nested_branches", 1))
+    max_ends = int(ctx.options.get("nested_ends", 4))
+    start = first_speculative
+    for _ in range(rounds if nested and per_end > 0 else 0):
+        ends = [i for i in range(start, len(builder)) if not builder.num_children(i)]
+        start = len(builder)
+        opened = 0
+        for end in ends:
+            if opened >= max_ends or builder.room(end) <= 0:
+                continue
+            end = extend_forced(ctx, builder, end, max_tokens=8)  # the rest of a key
+            if not _open_end(ctx, builder.states[end]):
+                continue
+            opened += 1
+            for drafter in nested:
+                if builder.room(end) <= 0:
+                    break
+                cap = builder.max_branches
+                builder.max_branches = builder.branches + per_end
+                try:
+                    drafter.propose(ctx, builder, end)
+                finally:
+                    builder.max_branches = cap
+        if builder.room(frontier) <= 0:
+            break
     return frontier
+
+
+def _open_end(ctx: DraftContext, state: State) -> bool:
+    """Whether a branch may continue from ``state`` with a choice (more than one token, or
+    one token where the output could also end)."""
+    c = ctx.constraint
+    n = c.allowed(state).count()
+    return n > 1 and not (c.is_accepting(state) and n <= 1 + len(ctx.vocab.eos_token_ids))
