@@ -135,13 +135,14 @@ class MaskBuilder:
     def _effects(self, rows: np.ndarray, lo: np.ndarray,
                  hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per row: whether bytes ``[lo, hi)`` hold a ``\\n``; the columns after the last."""
-        data = self.tt.data[rows]  # [R, Lmax]
-        pos = np.arange(data.shape[1])[None, :]
+        width = int(hi.max()) if hi.size else 0  # bytes past every hi do not matter
+        data = self.tt.data[rows, :width]  # [R, W]
+        pos = np.arange(width)[None, :]
         seg = (pos >= lo[:, None]) & (pos < hi[:, None])
         is_nl = (data == 10) & seg
         has = is_nl.any(axis=1)
         last = np.where(has, data.shape[1] - 1 - np.argmax(is_nl[:, ::-1], axis=1), -1)
-        cols = np.where(data == 32, 1, np.where(data == 9, self.rt.tab_len, 0))  # [R, Lmax]
+        cols = np.where(data == 32, 1, np.where(data == 9, self.rt.tab_len, 0))  # [R, W]
         return has, (cols * (seg & (pos > last[:, None]))).sum(axis=1)
 
     def _split_nl(self, end: int, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray

@@ -278,13 +278,21 @@ class ContextualLexer:
         pos = offs.copy()
         ends = np.array(states, dtype=np.int32)
         status = np.zeros(rows.size, dtype=np.int8)
+        idx = None  # after the first round: the rows still pending, walked on their own
         while rows.size:
             with self._lock:  # growth swaps the three arrays together
                 expanded, table, winner = self._expanded, self._table, self.winner_arr
-            if not native.walk(table, expanded, winner, tt.data, tt.lengths, rows, offs, pos,
-                               ends, status):
+            if idx is None:
+                pending = native.walk(table, expanded, winner, tt.data, tt.lengths, rows,
+                                      offs, pos, ends, status)
+            else:
+                sub = [a[idx] for a in (rows, offs, pos, ends, status)]
+                pending = native.walk(table, expanded, winner, tt.data, tt.lengths, *sub)
+                pos[idx], ends[idx], status[idx] = sub[2], sub[3], sub[4]
+            if not pending:
                 break
-            self.expand(ends[status == PENDING])
+            idx = np.flatnonzero(status == PENDING)
+            self.expand(ends[idx])
         return status, pos, ends
 
     def _walk_rows_numpy(self, tt: _TokenTable, rows: np.ndarray, offs: np.ndarray,
