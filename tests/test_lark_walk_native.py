@@ -60,6 +60,10 @@ def test_walk_rows_native_equals_numpy(python_grammar, smollm_vocab, text: bytes
     for a, b in zip(got, want):
         assert a.dtype == b.dtype and (a == b).all()
     assert set(np.unique(got[0]).tolist()) <= {1, 2, 3}
+    dead = np.zeros(rows.size, dtype=np.int32)  # the dead state: every row dies at once
+    for a, b in zip(rt.lex.walk_rows(tt, rows, offs, dead),
+                    rt.lex._walk_rows_numpy(tt, rows, offs, dead)):
+        assert (a == b).all()
 
 
 @needs_kernel
@@ -107,10 +111,15 @@ def test_kernel_validates_its_inputs() -> None:
     pending, status, pos, st = run([0, 1])
     assert pending == 0
     assert status.tolist() == [1, 3] and pos.tolist() == [2, 0] and st.tolist() == [1, 1]
+    # the dead state (a start state with no terminal): every row dies at once
+    pending, status, pos, st = run([0, 1], states=np.zeros(2, dtype=np.int32))
+    assert status.tolist() == [3, 3] and pos.tolist() == [0, 0]
     with pytest.raises(ValueError, match="token row"):
         run([2])
     with pytest.raises(ValueError, match="state"):
         run([0], states=np.array([5], dtype=np.int32))
+    with pytest.raises(ValueError, match="state"):
+        run([0], states=np.array([-1], dtype=np.int32))
     with pytest.raises(TypeError):
         walk(table.astype(np.int64), expanded, winner, data, lengths,
              *(np.zeros(1, dtype=np.int64),) * 3, np.ones(1, np.int32), np.zeros(1, np.int8))

@@ -85,8 +85,8 @@ static Py_ssize_t walk_loop(const walk_args *a, const char **why) {
         int32_t s = a->state[i];
         int8_t result = PENDING;
         for (;;) {
-            if (s <= 0 || s >= a->n_table || s >= a->n_winner) {
-                *why = "a lexer state is dead or out of range";
+            if (s < 0 || s >= a->n_table || s >= a->n_winner) {  /* 0 (dead) dies below */
+                *why = "a lexer state is out of range";
                 return -1;
             }
             if (p >= len) {
