@@ -58,6 +58,12 @@ HORIZON = 16
 NARROW = 64
 """A state with more legal tokens than this is never expanded by the dead-end search."""
 
+NEAR_BLOCK = 6
+"""``block`` views look for tokens that close the cursor's block behind code (``}``, a
+dedent inside a token) only where the parser stack is at most this many entries above the
+cursor's: deeper, such a token closes an inner construct first (the search is skipped, not
+wrong: pruning less is always sound)."""
+
 
 class LarkConstraint:
     """A token-level constraint for a Lark LALR(1) grammar (see :mod:`.lark_constraint`).
@@ -360,6 +366,7 @@ class _ConstructView(LarkConstraint):
         self._lock = threading.Lock()
         self._bytes1: dict[tuple[int, int], int] = {}
         self._final_memo: dict[int, bool] = {}
+        self._doomed_memo: dict[int, bool] = {}
         super().__init__(runtime, suffix, stop, 0)
         self._initial = self._intern(stops.start(start))
 
@@ -383,14 +390,36 @@ class _ConstructView(LarkConstraint):
         return self._keys[state][0]
 
     def _grammar_mask(self, state: int) -> TokenMask:
-        """The runtime's mask, less the tokens that dedent out of the cursor's block
-        (``ConstructStops.dedent_drop``)."""
+        """The runtime's mask, less (``block``) the tokens after which the block holding the
+        cursor is closed behind code of C: a line dedented out of it
+        (``ConstructStops.dedent_drop``), and, near the block's level, the candidate tokens
+        (``}``, a newline then code) whose successor ``_doomed`` says never accepts."""
         mask = self._rt.mask(self._rstate(state))
-        drop = self._stops.dedent_drop(self._keys[state])
-        if drop is None:
+        stops = self._stops
+        cands = stops.candidates()
+        if cands is None:
             return mask
-        keep = mask.to_bool()[:len(drop)] & ~drop
-        return TokenMask.from_ids(np.flatnonzero(keep), mask.size)
+        drop = stops.dedent_drop(self._keys[state])
+        words = mask.words & ~drop.words if drop is not None else mask.words
+        rs, anchor = self._keys[state][:2]
+        stack = self._rt.key(rs)[2]
+        if stack >= 0 and self._rt.stacks.depth(stack) <= anchor + NEAR_BLOCK:
+            near = _word_ids(words & cands.words)
+            dead = [t for t in near if (nxt := self._step_token(state, t)) and self._doomed(nxt)]
+            if dead:
+                words = words & ~TokenMask.from_ids(dead, mask.size).words
+        return mask if words is mask.words else TokenMask(words, mask.size)
+
+    def _doomed(self, state: int) -> bool:
+        """Whether no continuation from ``state`` accepts, as ``ConstructStops`` can tell."""
+        got = self._doomed_memo.get(state)
+        if got is None:
+            key = self._keys[state]
+            got = self._stops.doomed(key)
+            if got is None:  # a closer ends C: dead if the block surely ends and S misfits
+                got = not self.is_accepting(state) and self._stops.certain(key)
+            self._doomed_memo[state] = got
+        return got
 
     def _step_view(self, state: int, data: bytes) -> int:
         return self._intern(self._stops.step(self._keys[state], data))
@@ -417,6 +446,19 @@ class _ConstructView(LarkConstraint):
     def state_count(self) -> int:
         """How many view states have been interned so far."""
         return len(self._keys)
+
+
+def _word_ids(words: np.ndarray) -> list[int]:
+    """The ids set in a packed bitset (``TokenMask.words``), reading only its non-zero
+    words (cheap when few are set)."""
+    out = []
+    for w in np.flatnonzero(words).tolist():
+        bits = int(words[w])
+        while bits:
+            low = bits & -bits
+            out.append(32 * w + low.bit_length() - 1)
+            bits ^= low
+    return out
 
 
 def _context(data: bytes, i: int) -> str:

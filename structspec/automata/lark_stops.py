@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from structspec.automata.base import TokenMask
 from structspec.automata.lalr import END
 from structspec.automata.lark_constraint import FREE
 from structspec.errors import GrammarError
@@ -157,6 +158,9 @@ class ConstructStops:
         self._reds: dict[tuple[int, int], _Reds] = {}
         self._ends: dict[int, tuple[int, _Reds, int] | None] = {}
         self._closed: dict[int, bool] = {}
+        self._closers: frozenset[int] | None = None
+        self._cands: TokenMask | None = None
+        self._dedent_masks: dict[tuple[int, tuple[int, ...]], TokenMask] = {}
 
     # -- the parser, with reductions reported ----------------------------------------------
 
@@ -420,13 +424,13 @@ class ConstructStops:
 
     # -- dead ends: a line dedented out of the block (indentation grammars) ------------------
 
-    def dedent_drop(self, key: Key) -> np.ndarray | None:
+    def dedent_drop(self, key: Key) -> TokenMask | None:
         """``block`` on an indentation grammar, at the start of a line (the newline lexeme
-        pending, after C wrote code): a bool array over the vocabulary of the tokens whose
-        first code byte ends that line's indentation at a level whose dedent closes the
-        block holding the cursor. Every continuation after one of them runs past the
-        block (never accepting), so masks drop them. Exact for that first lexeme end; a
-        dedent later inside a multi-line token is not looked for. ``None``: none here."""
+        pending, after C wrote code): the tokens whose first code byte ends that line's
+        indentation at a level whose dedent closes the block holding the cursor. Every
+        continuation after one of them runs past the block (never accepting), so masks drop
+        them. Exact for that first lexeme end (a dedent inside a multi-line token is the
+        ``candidates`` scan's). ``None``: none here. Memoized per indentation."""
         rt = self.rt
         rs, anchor, pre, _, solid, _, _ = key
         if not self.block or rt.nl < 0 or pre or not solid:
@@ -434,12 +438,95 @@ class ConstructStops:
         lx, ind, stack, paren, levels, _ = rt.key(rs)
         if paren > 0 or ind < 0 or stack == FREE or rt.lex.terms(lx) != 1 << rt.nl:
             return None
-        dooms = [x for x in levels[:-1] if self._doomed_after(stack, levels, x, anchor)]
+        dooms = tuple(x for x in levels[:-1] if self._doomed_after(stack, levels, x, anchor))
         if not dooms:
             return None
-        nl_w, w_after, w_all, code = _indent_table(rt.vocab.tokens, rt.tab_len)
-        final = np.where(nl_w, w_after, ind + w_all)  # [V] the column of the first code byte
-        return code & np.isin(final, dooms)  # [V]
+        ck = (ind, dooms)
+        got = self._dedent_masks.get(ck)
+        if got is None:
+            nl_w, w_after, w_all, code = _indent_table(rt.vocab.tokens, rt.tab_len)
+            final = np.where(nl_w, w_after, ind + w_all)  # [V] column of the first code byte
+            got = TokenMask.from_ids(np.flatnonzero(code & np.isin(final, dooms)),
+                                     len(rt.vocab))
+            self._dedent_masks[ck] = got
+        return got
+
+    def doomed(self, key: Key) -> bool | None:
+        """``block``: whether the view state ``key`` can never accept again because the
+        block holding the cursor is closed behind C's code: C already ran past it
+        (``left``), or whatever the token C is in the middle of turns out to be, feeding it
+        closes the block (``x = 1\\nz`` dedented out of it). ``None``: not decided here —
+        C's pending token is a closer (``}``) that ends the block right after it
+        (``closer_pending``; the caller checks that and acceptance). Conservative."""
+        rs, anchor, pre, _, solid, left, _ = key
+        if left:
+            return True
+        if pre or not solid or not self.block:
+            return False
+        rt = self.rt
+        lx, _, stack, _, _, _ = rt.key(rs)
+        if stack == FREE or rt.lex.is_start(lx):
+            return False
+        terms = rt.lex.terms(lx)
+        if terms & self.layout_bits:
+            return False
+        taken = False
+        for i in range(terms.bit_length()):
+            p = rt.g.parser_index[i] if terms >> i & 1 else -1
+            if p < 0 or rt.stacks.feed(stack, p) < 0:
+                continue
+            taken = True
+            if not self._hits(self.reductions(stack, p), anchor):
+                return None if self.closer_pending(key) else False
+        return taken
+
+    def closer_pending(self, key: Key) -> bool:
+        """Whether C ends with a token that cannot grow and closes a block (``}``), in a
+        grammar without an indenter (there, layout after C changes nothing: if P + C + S
+        does not parse and the block's end is certain, no continuation accepts)."""
+        rt = self.rt
+        if rt.nl >= 0 or key[2] or not key[4]:
+            return False
+        lx = rt.key(key[0])[0]
+        if rt.lex.is_start(lx) or not self._closed_lexeme(lx):
+            return False
+        t = rt.lex.winner(lx)
+        return t >= 0 and rt.g.parser_index[t] in self.closers()
+
+    def closers(self) -> frozenset[int]:
+        """Parser terminals whose shift completes a stop-rule node (``}`` of ``block``)."""
+        got = self._closers
+        if got is None:
+            t = self.rt.stacks.tables
+            ck = (id(t), self.rules)
+            hit = _CLOSERS.get(ck)
+            if hit is None or hit[1] is not t:
+                hit = (frozenset(
+                    p for acts in t.actions for p, q in acts.items()
+                    if q >= 0 and any(c < 0 and t.rule_lhs[-c - 1] in self.rules
+                                      for c in t.actions[q].values())), t)
+                with _TABLES_LOCK:
+                    if len(_CLOSERS) >= 8:
+                        _CLOSERS.clear()
+                    _CLOSERS[ck] = hit
+            got = self._closers = hit[0]
+        return got
+
+    def candidates(self) -> TokenMask | None:
+        """The tokens that can close the cursor's block inside them: those
+        holding a closer's text (``}``) or, in an indentation grammar, a newline then a
+        code byte. ``None`` for statement views. Cached per vocabulary."""
+        if not self.block:
+            return None
+        if self._cands is None:
+            rt = self.rt
+            closers = self.closers()
+            lits = tuple(sorted({lit for i, term in enumerate(rt.g.terminals)
+                                 if rt.g.parser_index[i] in closers
+                                 and (lit := term.dfa.literal())}))
+            table = _candidate_table(rt.vocab.tokens, lits, rt.nl >= 0)
+            self._cands = TokenMask.from_ids(np.flatnonzero(table), len(rt.vocab))
+        return self._cands
 
     def _doomed_after(self, stack: int, levels: tuple[int, ...], indent: int, anchor: int
                       ) -> bool:
@@ -522,6 +609,32 @@ def _indent_table(tokens: tuple[bytes, ...], tab_len: int) -> tuple[np.ndarray, 
                 _TABLES.clear()
             _TABLES[ck] = got
     return got[:4]
+
+
+_CLOSERS: dict[tuple[int, frozenset[str]], tuple[frozenset[int], object]] = {}
+_CANDIDATES: dict[tuple[int, tuple[bytes, ...], bool], tuple[np.ndarray, tuple]] = {}
+
+
+def _candidate_table(tokens: tuple[bytes, ...], lits: tuple[bytes, ...], indented: bool
+                     ) -> np.ndarray:
+    """``[V]`` bool: tokens holding one of ``lits``, or (``indented``) a ``\\n`` followed
+    by blanks and a code byte. Cached per vocabulary."""
+    ck = (id(tokens), lits, indented)
+    got = _CANDIDATES.get(ck)
+    if got is None or got[1] is not tokens:
+        out = np.zeros(len(tokens), dtype=bool)
+        for i, tok in enumerate(tokens):
+            if any(lit in tok for lit in lits):
+                out[i] = True
+            elif indented and b"\n" in tok:
+                rest = tok[tok.index(b"\n"):].lstrip(b" \t\n")
+                out[i] = bool(rest) and rest[0] not in _CODE_STOP
+        got = (out, tokens)
+        with _TABLES_LOCK:
+            if len(_CANDIDATES) >= 8:
+                _CANDIDATES.clear()
+            _CANDIDATES[ck] = got
+    return got[0]
 
 
 __all__ = ["CONSTRUCT_STOPS", "ConstructStops", "construct_rules", "construct_terminators"]
