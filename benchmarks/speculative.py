@@ -54,6 +54,7 @@ from structspec.sampling import SamplingParams  # noqa: E402
 from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
 from structspec.spec.cost import AcceptanceModel, device_cost_curve  # noqa: E402
 from structspec.spec.fastlinear import pack_linears, packing_available  # noqa: E402
+from structspec.spec.prefix import PrefixCache  # noqa: E402
 
 BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
 CODE_DATA = ROOT.parent / "shared" / "data" / "code" / "HumanEval-SingleLineInfilling.jsonl"
@@ -113,14 +114,15 @@ def load_tasks(kind: str, n: int, gen: Generator) -> list[dict]:
 
 
 def _run(gen: Generator, task: dict, config: SpecConfig, max_new: int,
-         acceptance: AcceptanceModel | None = None):
+         acceptance: AcceptanceModel | None = None, prefixes: PrefixCache | None = None):
     """(token ids, stats, seconds); a GenerationError's partial output counts too."""
     t0 = time.perf_counter()
     try:
         out = speculative_decode(gen.loaded.model, gen.vocab, task["prompt_ids"],
                                  task["constraint"], max_new_tokens=max_new,
                                  sampling=SamplingParams(), config=config,
-                                 tokenizer=gen.loaded.tokenizer, acceptance=acceptance)
+                                 tokenizer=gen.loaded.tokenizer, acceptance=acceptance,
+                                 prefix_cache=prefixes)
         return out.token_ids, out.stats, time.perf_counter() - t0, True
     except GenerationError as exc:  # speculative_decode attaches its stats to the error
         return exc.token_ids, getattr(exc, "stats", None), time.perf_counter() - t0, False
@@ -173,12 +175,19 @@ class _Peers:
         return out
 
 
-def _prefill_seconds(model, ids: list[int], repeats: int = 2) -> float:
+def _prefill_seconds(model, ids: list[int], repeats: int = 2,
+                     prefixes: PrefixCache | None = None) -> float:
+    """The prompt's prefill, from the stored header on when ``prefixes`` has one."""
+    from transformers import DynamicCache
+
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         with torch.inference_mode():
-            model(input_ids=torch.tensor([ids], device=model.device), logits_to_keep=1)
+            cache = DynamicCache(config=model.config)
+            start = prefixes.restore(ids, cache) if prefixes is not None else 0
+            model(input_ids=torch.tensor([ids[start:]], device=model.device), cache=cache,
+                  use_cache=True, logits_to_keep=1)
         if model.device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
@@ -203,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh-acceptance", action="store_true",
                     help="start every request from the prior (default: acceptance statistics "
                          "carry over between requests, as in a Generator)")
+    ap.add_argument("--no-prefix-cache", action="store_true",
+                    help="prefill every prompt whole (default: each mode keeps a PrefixCache, "
+                         "as a Generator does, so the shared chat header is prefilled once)")
     ap.add_argument("--device", default="cpu", help="torch device (cuda: bfloat16 weights)")
     ap.add_argument("--no-peers", action="store_true",
                     help="skip Hugging Face generate (plain, and with xgrammar for JSON)")
@@ -236,14 +248,23 @@ def main(argv: list[str] | None = None) -> int:
           f"load={os.getloadavg()[0]:.2f} task={args.task} n={len(tasks)}")
     peers = None if args.no_peers else _Peers(gen)
     shared = None if args.fresh_acceptance else AcceptanceModel()
-    _run(gen, tasks[0], spec_cfg, 8, shared)  # warm-up
+    # Warm-up: one whole request per mode, so that per-process one-time work (vocabulary
+    # indexes, the token trie) is not billed to the first task measured.
+    # Each mode has its own prefix cache (they learn the header from two different prompts).
+    base_pc = None if args.no_prefix_cache else PrefixCache()
+    spec_pc = None if args.no_prefix_cache else PrefixCache()
+    _run(gen, tasks[-1], base_cfg, 8, None, base_pc)
+    _run(gen, tasks[-1], spec_cfg, 8, None, spec_pc)
+    _run(gen, tasks[0], base_cfg, args.max_new_tokens, None, base_pc)
+    _run(gen, tasks[0], spec_cfg, args.max_new_tokens, shared, spec_pc)
     if peers is not None:
         peers.run(tasks[0], 4)
     rows = []
     for task in tasks:
-        prefill = _prefill_seconds(gen.loaded.model, task["prompt_ids"])
-        b_runs = [_run(gen, task, base_cfg, args.max_new_tokens) for _ in range(args.repeats)]
-        s_runs = [_run(gen, task, spec_cfg, args.max_new_tokens, shared)
+        prefill = _prefill_seconds(gen.loaded.model, task["prompt_ids"], prefixes=base_pc)
+        b_runs = [_run(gen, task, base_cfg, args.max_new_tokens, None, base_pc)
+                  for _ in range(args.repeats)]
+        s_runs = [_run(gen, task, spec_cfg, args.max_new_tokens, shared, spec_pc)
                   for _ in range(args.repeats)]
         b_ids, b_stats, _, b_ok = b_runs[0]
         s_ids, s_stats, _, _ = s_runs[0]
@@ -297,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
         "task": args.task, "n": len(rows), "packed": packed, "threads": torch.get_num_threads(),
         "load": round(os.getloadavg()[0], 2),
         "cost_model": spec_cfg.cost_model, "draft_model": args.draft_model,
+        "prefix_cache": not args.no_prefix_cache,
+        "prefix_reused_tokens": {"baseline": base_pc.reused_tokens if base_pc else 0,
+                                 "speculative": spec_pc.reused_tokens if spec_pc else 0},
         "identical": sum(r["identical"] for r in rows),
         "speedup_median": round(statistics.median(r["speedup"] for r in rows), 3),
         "speedup_e2e_median": round(statistics.median(r["speedup_e2e"] for r in rows), 3),

@@ -35,6 +35,7 @@ from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, UnsupportedModelError, speculative_decode
 from structspec.spec.cost import AcceptanceModel
 from structspec.spec.fastlinear import pack_linears, packing_available
+from structspec.spec.prefix import PrefixCache
 from structspec.vocab import Vocabulary
 
 DEFAULT_SYSTEM = "You are a precise assistant. Answer with JSON only."
@@ -156,6 +157,7 @@ class Generator:
         self._lock = threading.Lock()
         self._acceptance: dict[str, AcceptanceModel] = {}
         self._acceptance_lock = threading.Lock()
+        self._prefixes = PrefixCache()  # the chat header's KV, shared by both decode paths
 
     # -- building blocks ------------------------------------------------------------------
 
@@ -406,6 +408,7 @@ class Generator:
                     self.loaded.model, self.vocab, ids, constraint,
                     max_new_tokens=max_new_tokens, sampling=sampling, config=spec,
                     tokenizer=self.loaded.tokenizer, acceptance=acceptance,
+                    prefix_cache=self._prefixes,
                 )
             except UnsupportedModelError:
                 pass
@@ -413,7 +416,8 @@ class Generator:
                 with self._acceptance_lock:
                     self._acceptance[kind] = acceptance
         return decode(self.loaded.model, self.vocab, ids, constraint,
-                      max_new_tokens=max_new_tokens, sampling=sampling)
+                      max_new_tokens=max_new_tokens, sampling=sampling,
+                      prefix_cache=self._prefixes)
 
     def generate(self, prompt: str, **kwargs: Any) -> Any:
         """Like :meth:`run`, but return only ``Result.value``."""

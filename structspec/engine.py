@@ -128,6 +128,7 @@ def decode(
     *,
     max_new_tokens: int,
     sampling: SamplingParams,
+    prefix_cache: Any = None,
 ) -> DecodeOutput:
     """Generate under ``constraint`` with a KV cache, one token per forward pass.
 
@@ -138,6 +139,8 @@ def decode(
         constraint: the compiled constraint.
         max_new_tokens: at most this many tokens are generated.
         sampling: greedy or sampling parameters.
+        prefix_cache: a :class:`~structspec.spec.prefix.PrefixCache` to start the KV cache
+            from (the prompt's stored beginning is not prefilled again) and to teach.
 
     Returns:
         The generated ids; ``complete`` is True (an incomplete output raises).
@@ -159,9 +162,12 @@ def decode(
     start = time.perf_counter()
 
     cache = DynamicCache(config=model.config)
-    input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # [1, P]
+    reused = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
+    input_ids = torch.tensor([prompt_ids[reused:]], dtype=torch.long, device=device)  # [1, P']
     logits = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1).logits
     stats.forward_passes += 1
+    if prefix_cache is not None:
+        prefix_cache.learn(prompt_ids, cache)
     stats.prefill_seconds = time.perf_counter() - start
 
     state: State = constraint.initial

@@ -54,6 +54,7 @@ from structspec.spec.drafters import (
     learn_choice,
     make_drafters,
 )
+from structspec.spec.prefix import PrefixCache
 from structspec.spec.schedule import DrafterGate, Scheduler
 from structspec.spec.tree import DraftTree, TreeBuilder
 from structspec.spec.verify import check_tree_support, keep_path, verify_tree
@@ -282,6 +283,7 @@ def speculative_decode(
     config: SpecConfig | None = None,
     tokenizer: Any = None,
     acceptance: AcceptanceModel | None = None,
+    prefix_cache: PrefixCache | None = None,
 ) -> DecodeOutput:
     """Generate under ``constraint`` with speculative decoding over draft trees.
 
@@ -303,6 +305,8 @@ def speculative_decode(
             depth; :class:`~structspec.spec.cost.AcceptanceModel`) — pass one kept across
             requests of a kind so that short requests size their trees from experience;
             ``None``: a fresh one (the prior). Not shared between concurrent decodes.
+        prefix_cache: a :class:`~structspec.spec.prefix.PrefixCache` to start the KV cache
+            from (the prompt's stored beginning is not prefilled again) and to teach.
 
     Returns:
         A :class:`~structspec.engine.DecodeOutput` whose ``stats`` is a :class:`SpecStats`.
@@ -331,8 +335,8 @@ def speculative_decode(
     cache = DynamicCache(config=model.config)
     if config.enabled:
         check_tree_support(model, cache)
-    past_len = 0
-    prefix = list(prompt_ids[:-1])  # prefilled in the first verification pass
+    past_len = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
+    prefix = list(prompt_ids[past_len:-1])  # prefilled in the first verification pass
 
     draft_model = None
     if config.enabled and config.draft_model is not None:
@@ -386,7 +390,7 @@ def speculative_decode(
             raise dead_end(vocab, out)
 
         t0 = time.perf_counter()
-        first = past_len == 0
+        first = stats.forward_passes == 0
         built, tree, frontier_depth = _draft(ctx, drafters, scheduler, gate, config, root,
                                              state, eos, remaining=max_new_tokens - len(out),
                                              first=first)
@@ -407,6 +411,8 @@ def speculative_decode(
         t3 = time.perf_counter()
         keep_path(cache, past_len, acc.path)
         past_len += len(acc.path)
+        if first and prefix_cache is not None:
+            prefix_cache.learn(prompt_ids, cache)
         t4 = time.perf_counter()
         stats.draft_seconds += t1 - t0
         stats.verify_seconds += (t2 - t1) + (t4 - t3)
