@@ -146,6 +146,24 @@ GOLDEN: list[tuple[str, Any, list[str], list[str]]] = [
      ['{"name":"F","styleName":"E","type":"s"}', '{"name":"F","styleUrl":"E","type":"s"}'],
      ['{"name":"F","styleName":"E","styleUrl":"u","type":"s"}', '{"name":"F","type":"s"}',
       '{"name":"F","styleName":"E","type":"s","x":1}']),
+    ("oneOf-closed-objects", {
+        "properties": {"subject": {"oneOf": [{"$ref": "#/$defs/first"},
+                                             {"$ref": "#/$defs/second"}]}},
+        "$defs": {"first": {"type": "object", "additionalProperties": False, "properties": {
+            "discriminator": {"const": "first"}, "first": {"type": "boolean"}}},
+            "second": {"type": "object", "additionalProperties": False, "properties": {
+                "discriminator": {"const": "second"}, "second": {"type": "boolean"}}}}},
+     ['{"subject":{"discriminator":"first","first":true}}', '{"subject":{"second":true}}',
+      '{"subject":{"first":false}}'],
+     ['{"subject":{}}', '{"subject":{"first":true,"second":true}}', '{"subject":{"x":1}}']),
+    ("not-additionalProperties", {
+        "type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False,
+        "not": {"properties": {"a": {}}, "additionalProperties": {"type": "integer"}}},
+     ['{"b":"x"}', '{"a":1,"b":null}'], ["{}", '{"a":1}', '{"b":1}']),
+    ("oneOf-internal-keyword-beside-anyOf", {"oneOf": [
+        {"type": ["integer", "string", "null", "boolean", "object", "array"]},
+        {"type": "number", "anyOf": [{"minimum": 5}, {"maximum": -5}]}]},
+     ["6.5", "-7.5", '"a"'], ["6", "1.5", "-8"]),
     ("not-not-integer", {"not": {"not": {"type": "integer"}}}, ["1", "-3"], ["1.5", '"a"']),
     ("allOf-different-annotations", {"allOf": [{"help": "a", "type": "integer"},
                                                {"help": "b", "@type": "x", "minimum": 2}]},

@@ -21,6 +21,7 @@ from structspec.automata.limits import check_time
 from structspec.automata.schema_arrays import ArrayLowering
 from structspec.automata.schema_merge import MergeError, merge_all
 from structspec.automata.schema_negation import (
+    INTERNAL,
     NON_INTEGER,
     NOT_MULTIPLE,
     NegationError,
@@ -82,7 +83,7 @@ _FAMILY = {
 _KNOWN = frozenset(_FAMILY) | {
     "type", "enum", "const", "$ref", "anyOf", "oneOf", "allOf", "not", "if", "then", "else",
     "$dynamicRef", "$recursiveRef", "$id",
-}
+} | INTERNAL  # (the internal keywords of negations count: e.g. merged beside an anyOf)
 _ABSENT: Any = object()
 #: ``oneOf`` branches that are not provably disjoint are made exact by negating each other
 #: branch; beyond this many the grammar grows too much.
@@ -270,7 +271,8 @@ class _Lowering(ObjectLowering, ArrayLowering):
             return _any_value()
         if node is False:
             return self.nothing(ptr, "the schema is false")
-        kws = {k for k in node if k not in ANNOTATIONS and not k.startswith("x-")}
+        kws = {k for k in node if k not in ANNOTATIONS
+               and (not k.startswith("x-") or k in INTERNAL)}
         for id_kw in self.id_keywords & kws:
             kws.discard(id_kw)
             ident = node[id_kw]

@@ -31,7 +31,7 @@ _ASSERTIONS = frozenset({
     "dependentSchemas", "propertyNames", "if", "then", "else", "allOf", "anyOf", "oneOf", "not",
     "$ref", "$dynamicRef", "$recursiveRef", "unevaluatedItems", "unevaluatedProperties",
     "extends", "disallow", "divisibleBy", "id",
-    "x-structspec-non-integer", "x-structspec-not-multiple",
+    "x-structspec-non-integer", "x-structspec-not-multiple", "x-structspec-some-extra",
 })
 
 

@@ -41,7 +41,10 @@ NON_INTEGER = "x-structspec-non-integer"
 #: Internal keyword: "an integer that is not a multiple of this integer" (with
 #: ``NON_INTEGER`` numbers, the complement of an integer ``multipleOf``).
 NOT_MULTIPLE = "x-structspec-not-multiple"
-_INTERNAL = frozenset({NON_INTEGER, NOT_MULTIPLE})
+#: Internal keyword: "an object with a key outside ``exclude`` and ``patterns`` whose value
+#: matches ``value``" (the complement of ``additionalProperties``).
+SOME_EXTRA = "x-structspec-some-extra"
+INTERNAL = frozenset({NON_INTEGER, NOT_MULTIPLE, SOME_EXTRA})
 
 
 def public_schema(node: Any) -> Any:
@@ -53,9 +56,12 @@ def public_schema(node: Any) -> Any:
         return node if all(a is b for a, b in zip(out_list, node)) else out_list
     if not isinstance(node, dict):
         return node
-    out = {k: public_schema(v) for k, v in node.items()
-           if k not in (NON_INTEGER, NOT_MULTIPLE)}
+    out = {k: public_schema(v) for k, v in node.items() if k not in INTERNAL}
     extra = []
+    if SOME_EXTRA in node:
+        witness = node[SOME_EXTRA]
+        extra.append({"type": "object",
+                      "not": public_schema(_all_extras(witness, negated=False))})
     if node.get(NON_INTEGER) is True:
         extra.append({"not": {"type": "integer"}})
     if NOT_MULTIPLE in node:
@@ -117,7 +123,7 @@ def negate(schema: Any, deref: Callable[[Any], Any], depth: int = 0,
     if not isinstance(schema, dict):
         raise NegationError("not", f"not a schema: {schema!r}")
     node = {k: v for k, v in schema.items()
-            if k not in _IGNORED and (known is None or k in known or k in _INTERNAL)}
+            if k not in _IGNORED and (known is None or k in known or k in INTERNAL)}
     if not node:
         return False
     if "$ref" in node:  # the target and the siblings both apply: either may fail
@@ -208,6 +214,15 @@ def _negate_keyword(key: str, value: Any, node: dict[str, Any],
         return {"type": "integer"} if value is True else False
     if key == NOT_MULTIPLE:  # integers that break "not a multiple of k"
         return {"type": "integer", "multipleOf": value}
+    if key == "additionalProperties":  # some key beyond the others, its value outside
+        sub = negate(value, deref, depth + 1, known)
+        if sub is False:
+            return False
+        return {"type": "object", SOME_EXTRA: {
+            "exclude": list(node.get("properties", {})),
+            "patterns": list(node.get("patternProperties", {})), "value": sub}}
+    if key == SOME_EXTRA:  # every key beyond the others has a value outside
+        return _all_extras(value, negated=True, deref=deref, depth=depth, known=known)
     if key in ("dependentRequired", "dependencies"):
         return _any_of([_negate_dependency(t, deps, deref, depth, known)
                         for t, deps in value.items()])
@@ -215,6 +230,18 @@ def _negate_keyword(key: str, value: Any, node: dict[str, Any],
         return _any_of([_negate_dependency(t, sub, deref, depth, known)
                         for t, sub in value.items()])
     raise NegationError(key, f"no exact complement is known for {key!r}")
+
+
+def _all_extras(witness: dict[str, Any], negated: bool, deref: Any = None, depth: int = 0,
+                known: frozenset[str] | None = None) -> dict[str, Any]:
+    """"Every key outside the witness's ``exclude``/``patterns`` has a value outside its
+    ``value`` schema" (``negated``: the complement of the value schema is taken; else the
+    schema whose failure the witness stands for: ``additionalProperties: not value``)."""
+    value = witness["value"]
+    rest = negate(value, deref, depth + 1, known) if negated else {"not": value}
+    return {"properties": {p: True for p in witness["exclude"]},
+            "patternProperties": {q: True for q in witness["patterns"]},
+            "additionalProperties": rest}
 
 
 def _negate_contains(value: Any, node: dict[str, Any]) -> Any:
@@ -270,5 +297,5 @@ def exactly_one(branches: list[Any], deref: Callable[[Any], Any],
             for i, b in enumerate(branches)]
 
 
-__all__ = ["NON_INTEGER", "NOT_MULTIPLE", "NegationError", "exactly_one", "if_then_else",
-           "negate", "public_schema"]
+__all__ = ["INTERNAL", "NON_INTEGER", "NOT_MULTIPLE", "SOME_EXTRA", "NegationError",
+           "exactly_one", "if_then_else", "negate", "public_schema"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from structspec.automata.schema_negation import SOME_EXTRA
 from structspec.automata.schema_regex import _Refuse, pattern_regex
 
 #: Keys ``dependentRequired`` may track on objects with arbitrary keys: the grammar has a rule
@@ -71,6 +72,8 @@ class ObjectLowering:
     is_valid: Any
 
     def lower_object(self, node: dict[str, Any], ptr: str) -> Any:
+        if SOME_EXTRA in node:
+            return self.lower_witness(node, ptr)
         dep_schemas = dict(node.get("dependentSchemas", {}))
         for key, value in node.get("dependencies", {}).items():  # drafts 4-7
             if not isinstance(value, list):
@@ -172,6 +175,31 @@ class ObjectLowering:
             # like a `false` property), so no extra key may spell one of them.
             out["x-exclude"] = list(dict.fromkeys([*props, *required, *lowered]))
         return out
+
+    def lower_witness(self, node: dict[str, Any], ptr: str) -> Any:
+        """An object with a key beyond a (negated) ``additionalProperties``' others whose
+        value is outside its schema (``SOME_EXTRA``, from :mod:`.schema_negation`): exact on
+        closed objects — ``additionalProperties: false``, no patterns — as an ``anyOf`` over
+        the named properties that can be that key; refused on others."""
+        witness = node[SOME_EXTRA]
+        rest = {k: v for k, v in node.items() if k != SOME_EXTRA}
+        props = rest.get("properties", {})
+        if rest.get("additionalProperties", True) is not False or rest.get("patternProperties"):
+            self.refuse("additionalProperties", ptr, "its complement (some key beyond the "
+                        "others with a value outside its schema) is exact only beside a closed "
+                        "object")
+            return self.lower_object(rest, ptr)
+        branches = []
+        for name, sub in props.items():
+            if name in witness["exclude"] or any(re.search(q, name)
+                                                 for q in witness["patterns"]):
+                continue
+            branches.append({**rest, "type": "object",
+                             "required": list(dict.fromkeys([*rest.get("required", []), name])),
+                             "properties": {**props, name: {"allOf": [sub, witness["value"]]}}})
+        if not branches:
+            return self.nothing(ptr, "no named property can be the key beyond the others")
+        return self.lower({"anyOf": branches}, ptr)
 
     # -- keys and their values
 
