@@ -164,6 +164,8 @@ GOLDEN: list[tuple[str, Any, list[str], list[str]]] = [
         {"type": ["integer", "string", "null", "boolean", "object", "array"]},
         {"type": "number", "anyOf": [{"minimum": 5}, {"maximum": -5}]}]},
      ["6.5", "-7.5", '"a"'], ["6", "1.5", "-8"]),
+    ("not-propertyNames-false", {"type": "object", "not": {"propertyNames": False}},
+     ['{"a":1}', '{"a":1,"b":2}'], ["{}", "1"]),
     ("not-not-integer", {"not": {"not": {"type": "integer"}}}, ["1", "-3"], ["1.5", '"a"']),
     ("allOf-different-annotations", {"allOf": [{"help": "a", "type": "integer"},
                                                {"help": "b", "@type": "x", "minimum": 2}]},

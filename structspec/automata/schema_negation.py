@@ -221,6 +221,9 @@ def _negate_keyword(key: str, value: Any, node: dict[str, Any],
         return {"type": "object", SOME_EXTRA: {
             "exclude": list(node.get("properties", {})),
             "patterns": list(node.get("patternProperties", {})), "value": sub}}
+    if key == "propertyNames" and deref(value) in (False, True, {}):
+        # some key fails the names schema: with `false`, any key at all
+        return {"type": "object", "minProperties": 1} if deref(value) is False else False
     if key == SOME_EXTRA:  # every key beyond the others has a value outside
         return _all_extras(value, negated=True, deref=deref, depth=depth, known=known)
     if key in ("dependentRequired", "dependencies"):
