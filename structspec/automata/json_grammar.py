@@ -726,8 +726,16 @@ class DialectCompiler:
         dependencies (``needs``) in *S*.
         """
         comma = seq(self.ws(), self.lit(","), self.ws())
-        base = json_string_dfa(0, None) if f.get("escapes") else _keys_except(())
-        other = self.region_members(base, f["regions"], f["names"], f"free{f.get('escapes')}")
+        regions = f["regions"]
+        if f.get("escapes") and f["names"] is True and len(regions) == 1 \
+                and not regions[0]["and"] and not regions[0]["minus"]:
+            # any key: the plain string terminal (shared with string values and their walks)
+            value = self.sub(regions[0]["value"])
+            other: Expr | None = ref(self.b.rule("free-member", seq(
+                self.string(0, None), self.ws(), self.lit(":"), self.ws(), value)))
+        else:
+            base = json_string_dfa(0, None) if f.get("escapes") else _keys_except(())
+            other = self.region_members(base, regions, f["names"], f"free{f.get('escapes')}")
         lo = int(f.get("minProperties", 0))
         if not f["tracked"]:
             if other is None:
