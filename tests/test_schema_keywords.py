@@ -290,3 +290,19 @@ def test_refused_beyond_the_limits(byte_vocab, schema, keyword):
     with pytest.raises(UnsupportedSchemaError) as info:
         compile_(schema, byte_vocab, **FREE)
     assert info.value.keyword == keyword
+
+
+# -- generation defaults ------------------------------------------------------------------------
+
+
+def test_default_mode_invents_no_keys_beside_named_properties(byte_vocab):
+    """``extra_properties=False`` (default): keys beyond the named ones are not generated,
+    with ``propertyNames`` or ``dependentSchemas`` as without; ``True`` admits them."""
+    for schema in ({"properties": {"a": {}}, "propertyNames": {"maxLength": 1}},
+                   {"properties": {"a": {}}, "dependentSchemas": {"a": {"required": ["b"]}}}):
+        default = compile_(schema, byte_vocab)
+        faithful = compile_(schema, byte_vocab, **FREE)
+        assert accepted(default, '{"a":1,"c":2}') is False
+        assert accepted(faithful, '{"a":1,"c":2}') is (schema.get("dependentSchemas") is None)
+        assert accepted(faithful, '{"a":1,"b":2,"c":3}')
+        assert accepted(default, "{}") and accepted(faithful, "{}")
