@@ -166,6 +166,11 @@ GOLDEN: list[tuple[str, Any, list[str], list[str]]] = [
      ["6.5", "-7.5", '"a"'], ["6", "1.5", "-8"]),
     ("not-propertyNames-false", {"type": "object", "not": {"propertyNames": False}},
      ['{"a":1}', '{"a":1,"b":2}'], ["{}", "1"]),
+    ("oneOf-enum-vs-pattern", {"oneOf": [
+        {"type": "array", "items": {"type": "integer"}},
+        {"type": "string", "pattern": "^#[0-9a-f]{3}$"},
+        {"enum": ["red", "#ff", "blue"]}]},
+     ['"#abc"', '"red"', "[1]", '"#ff"'], ['"#abcd"', '"green"', "1"]),
     ("not-not-integer", {"not": {"not": {"type": "integer"}}}, ["1", "-3"], ["1.5", '"a"']),
     ("allOf-different-annotations", {"allOf": [{"help": "a", "type": "integer"},
                                                {"help": "b", "@type": "x", "minimum": 2}]},

@@ -524,11 +524,19 @@ class _Lowering(ObjectLowering, ArrayLowering):
         """Whether no instance can validate against two of ``branches`` (a cheap proof)."""
         sigs = [(self.types_of(b), self.values_of(b), self.tags_of(b)) for b in branches]
         for i, (ta, va, ga) in enumerate(sigs):
-            for tb, vb, gb in sigs[i + 1:]:
+            for j, (tb, vb, gb) in enumerate(sigs[i + 1:], i + 1):
                 if ta is not None and tb is not None and not ta & tb:
                     continue
                 if va is not None and vb is not None and not any(
                         _json_equal(x, y) for x in va for y in vb):
+                    continue
+                # a branch of listed values none of which the other accepts (the validator
+                # decides each value: exact)
+                if va is not None and len(va) <= _MAX_ENUMERATED and not any(
+                        self.is_valid(branches[j], x) for x in va):
+                    continue
+                if vb is not None and len(vb) <= _MAX_ENUMERATED and not any(
+                        self.is_valid(branches[i], x) for x in vb):
                     continue
                 if any(not any(_json_equal(x, y) for x in ga[k] for y in gb[k])
                        for k in ga.keys() & gb.keys()):
