@@ -20,6 +20,10 @@ every invalid one refused), ``compile_error`` (the engine declined the schema), 
 so — a mask that disagrees with ``advance``)
 or ``timeout`` (``--timeout`` seconds per schema and engine, compile included).
 
+Mask times are wall time (``perf_counter``) as MaskBench reports them; the tables add each
+mask's thread CPU time (``thread_time``), which does not count waits for a core and so stays
+comparable on a shared, loaded machine.
+
 Every engine runs in its own worker process (spawned once, respawned after a kill): the
 worker checks the deadline between steps, and the parent kills it when compile or a step hangs
 in native code. Engines run one after the other with one thread each (``RAYON_NUM_THREADS=1``,
@@ -117,22 +121,26 @@ class _Inconsistent(Exception):
 
 
 def _walk(engine: Any, compiled: Any, tokens: list[int], masks: list[float],
-          deadline: float) -> int | None:
+          deadline: float, cpu: list[float] | None = None) -> int | None:
     """Drive ``tokens`` then EOS; ``None`` if all accepted, else the refused step index
-    (``len(tokens)`` when only EOS was refused). Appends each mask time (µs) to ``masks``.
+    (``len(tokens)`` when only EOS was refused). Appends each mask time (µs) to ``masks``,
+    and its thread CPU time (µs) to ``cpu`` when given: on a shared machine the wall time
+    also counts the waits for a core, the CPU time does not.
 
     The mask decides, as in decoding. For a ``strict`` engine (structspec: the Constraint
     contract says ``t in allowed(s)`` iff ``advance(s, t) is not None``, and EOS is allowed iff
     accepting) a disagreement raises :class:`_Inconsistent`; peers promise no such thing
     (llguidance's mask leaves out some non-canonical tokens that ``consume_token`` takes)."""
-    clock = time.perf_counter_ns
+    clock, cpu_clock = time.perf_counter_ns, time.thread_time_ns
+    cpu = cpu if cpu is not None else []
     cursor = engine.start(compiled)
     for step, token in enumerate(tokens):
         if time.perf_counter() > deadline:
             raise _Timeout
-        t0 = clock()
+        c0, t0 = cpu_clock(), clock()
         mask = engine.mask(cursor)
         masks.append((clock() - t0) / 1000)
+        cpu.append((cpu_clock() - c0) / 1000)
         if not engine.allows(mask, token):
             if engine.strict and engine.advance(cursor, token) is not None:
                 raise _Inconsistent(f"step {step}: token {token} not in the mask but advance "
@@ -144,9 +152,10 @@ def _walk(engine: Any, compiled: Any, tokens: list[int], masks: list[float],
                 raise _Inconsistent(f"step {step}: token {token} in the mask but advance "
                                     "refused it")
             return step
-    t0 = clock()
+    c0, t0 = cpu_clock(), clock()
     mask = engine.mask(cursor)
     masks.append((clock() - t0) / 1000)
+    cpu.append((cpu_clock() - c0) / 1000)
     eos_ok = engine.allows(mask, engine.eos)
     if engine.strict and eos_ok != engine.accepting(cursor):
         raise _Inconsistent(f"at the end: EOS in mask={eos_ok}, accepting={not eos_ok}")
@@ -168,6 +177,7 @@ def evaluate(engine: Any, tokenizer: Any, task: dict[str, Any], budget_s: float)
     """Compile one schema and drive its instances; the per-schema record (see module doc)."""
     rec: dict[str, Any] = {"id": task["id"], "split": task["split"], "engine": engine.name,
                            "status": "", "detail": "", "ttfm_ms": None, "masks": [],
+                           "masks_cpu": [],
                            "validation_errors": [], "invalidation_errors": [], "tokens": 0}
     start = time.perf_counter()
     deadline = start + budget_s
@@ -192,7 +202,7 @@ def evaluate(engine: Any, tokenizer: Any, task: dict[str, Any], budget_s: float)
         for i, test in enumerate(task["tests"]):
             tokens = test["tokens"]
             rec["tokens"] += len(tokens)
-            refused_at = _walk(engine, compiled, tokens, masks, deadline)
+            refused_at = _walk(engine, compiled, tokens, masks, deadline, rec["masks_cpu"])
             if test["valid"] and refused_at is not None:
                 prefix = tokenizer.decode(tokens[:refused_at])[-60:]
                 token = (tokenizer.decode([tokens[refused_at]]) if refused_at < len(tokens)
@@ -324,6 +334,8 @@ def summarize(records: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]
              if r["status"] == "timeout" and r.get("ttfm_ms") is None]
     t = np.asarray(ttfm, dtype=float)
     m = np.concatenate([np.asarray(r["masks"], dtype=float) for r in records] or [np.zeros(0)])
+    c = np.concatenate([np.asarray(r.get("masks_cpu") or [], dtype=float) for r in records]
+                       or [np.zeros(0)])
     n = len(records)
     return {
         "schemas": n,
@@ -333,11 +345,14 @@ def summarize(records: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]
         "ttfm_ms": {"p50": _pct(t, 50), "p90": _pct(t, 90), "p99": _pct(t, 99)},
         "mask_us": {"count": int(m.size), "avg": float(m.mean()) if m.size else float("nan"),
                     "p50": _pct(m, 50), "p99": _pct(m, 99), "p99.9": _pct(m, 99.9)},
+        "mask_cpu_us": {"count": int(c.size), "avg": float(c.mean()) if c.size else float("nan"),
+                        "p50": _pct(c, 50), "p99": _pct(c, 99), "p99.9": _pct(c, 99.9)},
     }
 
 
 _HEADER = ("| engine | schemas | passing | compile err | validation err | invalidation err "
-           "| crash | timeout | TTFM p50 / p90 / p99 (ms) | mask avg / p50 / p99 / p99.9 (µs) |")
+           "| crash | timeout | TTFM p50 / p90 / p99 (ms) | mask avg / p50 / p99 / p99.9 (µs) "
+           "| mask CPU avg / p99 (µs) |")
 
 
 def _fmt(x: float, digits: int = 1) -> str:
@@ -346,21 +361,23 @@ def _fmt(x: float, digits: int = 1) -> str:
 
 def format_table(title: str, summaries: dict[str, dict[str, Any]]) -> str:
     """A Markdown table: one row per engine."""
-    lines = [f"### {title}", "", _HEADER, "|" + "---|" * 10]
+    lines = [f"### {title}", "", _HEADER, "|" + "---|" * 11]
     for engine, s in summaries.items():
         t, m = s["ttfm_ms"], s["mask_us"]
+        c = s.get("mask_cpu_us") or {"avg": float("nan"), "p99": float("nan")}
         lines.append(
             f"| {engine} | {s['schemas']} | {s['passing']} ({_fmt(s['passing_pct'])}%) "
             f"| {s['compile_error']} | {s['validation']} | {s['invalidation']} | {s['crash']} "
             f"| {s['timeout']} | {_fmt(t['p50'])} / {_fmt(t['p90'])} / {_fmt(t['p99'])} "
-            f"| {_fmt(m['avg'])} / {_fmt(m['p50'])} / {_fmt(m['p99'])} / {_fmt(m['p99.9'])} |")
+            f"| {_fmt(m['avg'])} / {_fmt(m['p50'])} / {_fmt(m['p99'])} / {_fmt(m['p99.9'])} "
+            f"| {_fmt(c['avg'])} / {_fmt(c['p99'])} |")
     return "\n".join(lines)
 
 
 def _slim(rec: dict[str, Any]) -> dict[str, Any]:
     """A record for ``--json-out``: the mask times reduced to count, sum and max."""
     masks = rec.get("masks") or []
-    out = {k: v for k, v in rec.items() if k != "masks"}
+    out = {k: v for k, v in rec.items() if k not in ("masks", "masks_cpu")}
     out["mask_count"] = len(masks)
     out["mask_us_sum"] = round(float(sum(masks)), 1)
     out["mask_us_max"] = round(float(max(masks)), 1) if masks else None
