@@ -115,6 +115,22 @@ class ObjectLowering:
                                           dep_schemas)
 
         req = set(required)
+        grown = True
+        while grown:  # a required trigger's dependencies are required: named here too
+            grown = False
+            for trigger, deps in dep_required.items():
+                if trigger not in req:
+                    continue
+                for name in deps:
+                    if name not in sources:
+                        value = self.key_value(name, patterns, extra, extra_ptr, ptr)
+                        if value is None:
+                            return self.nothing(ptr, f"required {trigger!r} needs {name!r}, "
+                                                "which is not an allowed property")
+                        sources[name] = value
+                    if name not in req:
+                        req.add(name)
+                        grown = True
         if "propertyNames" in node:
             for name in list(sources):
                 if not self.is_valid(node["propertyNames"], name):
@@ -173,7 +189,9 @@ class ObjectLowering:
             out["x-extra"] = extras
             # Every name the schema mentions is settled by its own rules (possibly "never",
             # like a `false` property), so no extra key may spell one of them.
-            out["x-exclude"] = list(dict.fromkeys([*props, *required, *lowered]))
+            # Nor a dependentRequired trigger: its dependencies are settled here, by name.
+            out["x-exclude"] = list(dict.fromkeys([*props, *required, *lowered,
+                                                   *dep_required]))
         return out
 
     def lower_witness(self, node: dict[str, Any], ptr: str) -> Any:
@@ -279,9 +297,10 @@ class ObjectLowering:
         count them (generating none of them is then a narrowing)."""
         if not self.extra_properties:
             return None
-        counted = ("minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
-                   "dependencies")
-        if any(k in node for k in counted):
+        # (dependentRequired: extra keys never spell a trigger, see lower_object)
+        counted = ("minProperties", "maxProperties", "dependentSchemas")
+        if any(k in node for k in counted) or any(
+                not isinstance(v, list) for v in node.get("dependencies", {}).values()):
             return None
         names = self.key_names(node, node_ptr)
         if names is None:
