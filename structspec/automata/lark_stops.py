@@ -38,6 +38,10 @@ there (``x = 1\\n`` in Python, ``return y;`` or a block's ``}`` in JavaScript). 
 block can always take another line, so ``block`` never forces the end there: EOS is
 allowed at each line where S closes the block, and the model chooses.
 
+Dead ends (``block``): states from which no continuation accepts because the block holding
+the cursor is closed behind code of C; the view's masks drop the tokens leading there
+(``dedent_drop``, ``doomed``; see ``docs/lark_grammars.md``, stopping points).
+
 Tolerant (parser-free) states have no parse: there every stop acts as ``"eof"``.
 """
 
@@ -358,8 +362,6 @@ class ConstructStops:
                             return window or h <= anchor or broke
                         anchor = min(anchor, h)
                     return True  # no construct holds the cursor: any end that parses
-            if i == n:  # pragma: no cover - the branch above returns at the end
-                return True
             s = rt.step_byte(s, data[i])
             if not s:
                 return False
