@@ -387,6 +387,17 @@ def test_javascript_and_sql_walks_parse_where_they_accept(piece_vocabs, case, da
                 break
 
 
+def test_cli_refuses_a_stop_the_grammar_has_no_rules_for_before_the_model(capsys):
+    from structspec.cli import main
+
+    assert main(["generate", "--grammar", "json", "--stop", "statement", "--prompt", "x"]) == 2
+    assert "--stop statement: stop='statement' needs the grammar's statement rules" in \
+        capsys.readouterr().err
+    assert main(["generate", "--grammar", "sql", "--stop", "block", "--prompt", "x"]) == 2
+    with pytest.raises(SystemExit):  # argparse: not a choice
+        main(["generate", "--grammar", "sql", "--stop", "blocks", "--prompt", "x"])
+
+
 # -- generation ---------------------------------------------------------------------------
 
 
