@@ -127,6 +127,16 @@ def test_a_completion_of_layout_only_is_never_a_statement(grammars):
     assert status(view, " + 2\n") == "final"  # the cursor's statement ends with the newline
 
 
+def test_no_prefix_tolerant_states_and_views_of_views(grammars):
+    py = grammars["python"]
+    plain = py.with_suffix("", stop="statement")  # the whole text is the completion
+    assert status(plain, "x = 1") == "accepting" and status(plain, "x = 1\n") == "final"
+    bad = py.with_suffix("\nprint(1)\n", prefix="x = )\n", tolerant=True, stop="statement")
+    assert bad.is_tolerant(bad.initial) and status(bad, "foo") == "accepting"  # as eof
+    again = plain.with_suffix("\nz = 3\n", prefix="y = 2\n", stop="statement")
+    assert status(again, "w = 1\n") == "final"
+
+
 def test_line_and_eof_views_are_unchanged(grammars):
     py = grammars["python"]
     eof = py.with_suffix("print(1)\n", prefix="x = 1\n", stop="eof")
