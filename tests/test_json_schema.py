@@ -377,8 +377,6 @@ UNSUPPORTED: list[tuple[Any, str, str]] = [
      "dependentSchemas", ""),
     ({"type": "object", "minProperties": 2}, "minProperties", ""),
     ({"type": "object", "properties": {"a": {}}, "minProperties": 2}, "minProperties", ""),
-    ({"type": "object", "properties": {"a": {}}, "required": ["a"],
-      "dependentRequired": {"a": ["zz"]}}, "dependentRequired", ""),
     ({"type": "array", "uniqueItems": True}, "uniqueItems", ""),
     ({"type": "array", "contains": {"type": "string", "pattern": "^a"}}, "contains", ""),
     ({"properties": {"a/b": {"items": {"not": {"format": "email"}}}}}, "not",

@@ -176,6 +176,11 @@ GOLDEN: list[tuple[str, Any, list[str], list[str]]] = [
         {"type": "string", "pattern": "^#[0-9a-f]{3}$"},
         {"enum": ["red", "#ff", "blue"]}]},
      ['"#abc"', '"red"', "[1]", '"#ff"'], ['"#abcd"', '"green"', "1"]),
+    ("allOf-patternProperties", {"allOf": [
+        {"properties": {"ab": {"type": "integer"}}, "patternProperties": {"^a": {"minimum": 1}}},
+        {"patternProperties": {"b$": {"maximum": 5}, "^a": {"type": "number"}}}]},
+     ['{"ab":3}', '{"ab":3,"ax":1.5,"xb":-1,"z":"s"}'],
+     ['{"ab":0}', '{"ab":6}', '{"ab":1.5}', '{"ax":"s"}', '{"xb":6}']),
     ("not-not-integer", {"not": {"not": {"type": "integer"}}}, ["1", "-3"], ["1.5", '"a"']),
     ("allOf-different-annotations", {"allOf": [{"help": "a", "type": "integer"},
                                                {"help": "b", "@type": "x", "minimum": 2}]},

@@ -226,11 +226,17 @@ def _merge_objects(a: dict[str, Any], b: dict[str, Any], out: dict[str, Any]) ->
                for k in ("properties", "additionalProperties", "patternProperties")):
         return
     if "patternProperties" in a or "patternProperties" in b:
-        if not _same(a.get("patternProperties"), b.get("patternProperties")) or \
-                "additionalProperties" in a or "additionalProperties" in b:
+        open_a = a.get("additionalProperties", True) in (True, {})
+        open_b = b.get("additionalProperties", True) in (True, {})
+        if not (open_a and open_b):
             raise MergeError("patternProperties",
                              "patternProperties cannot be merged with other properties here")
-        out["patternProperties"] = a.get("patternProperties", b.get("patternProperties"))
+        # Without additionalProperties, a key's value takes every matching pattern's schema
+        # of both parts (and both named schemas): the union of the patterns says just that.
+        patterns = dict(a.get("patternProperties", {}))
+        for pattern, sub in b.get("patternProperties", {}).items():
+            patterns[pattern] = _both(patterns[pattern], sub) if pattern in patterns else sub
+        out["patternProperties"] = patterns
     pa, pb = a.get("properties", {}), b.get("properties", {})
     xa, xb = a.get("additionalProperties", True), b.get("additionalProperties", True)
     props: dict[str, Any] = {}
