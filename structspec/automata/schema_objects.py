@@ -260,15 +260,21 @@ class ObjectLowering:
             self.refuse("patternProperties", ptr, f"more than {MAX_PATTERNS} patterns on one "
                         "object with arbitrary keys")
             return None
-        markers = []
+        # A key in a region matches its patterns (a subset of each: the pattern's automaton)
+        # and none of the others (minus a superset of each: `wide`, as the validator's
+        # Python `re` may read \d, `.` or `$` more widely than the automaton).
+        markers, wide_markers = [], []
         for pattern in patterns:
             try:
                 body = pattern_regex(pattern, quote=True, max_repeat=None, search=True)
+                wide = pattern_regex(pattern, quote=True, max_repeat=None, search=True,
+                                     wide=True)
             except _Refuse as exc:
                 self.refuse("patternProperties",
                             f"{ptr}/patternProperties/{_escape_pointer(pattern)}", str(exc))
                 return None
             markers.append(self.placeholder(f'"(?:{body})"')["const"])
+            wide_markers.append(self.placeholder(f'"(?:{wide})"')["const"])
         names = list(patterns)
         regions = []
         for mask in range(2 ** len(names)):
@@ -285,7 +291,8 @@ class ObjectLowering:
             if value is None:
                 continue
             regions.append({"and": [markers[i] for i in hit],
-                            "minus": [markers[i] for i in range(len(names)) if i not in hit],
+                            "minus": [wide_markers[i] for i in range(len(names))
+                                      if i not in hit],
                             "value": value})
         return regions
 

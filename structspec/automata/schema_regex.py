@@ -227,7 +227,8 @@ def python_pattern(pattern: str) -> str:
 
 
 def pattern_regex(pattern: str, *, quote: bool = True,
-                  max_repeat: int | None = None, search: bool = False) -> str:
+                  max_repeat: int | None = None, search: bool = False,
+                  wide: bool = False) -> str:
     """A regex over the *text inside the quotes* of a JSON string whose decoded value fully
     matches ``pattern``: a subset of the strings ``pattern`` accepts under both ECMA-262 and
     Python ``re.search`` semantics.
@@ -236,6 +237,11 @@ def pattern_regex(pattern: str, *, quote: bool = True,
     narrowing). Characters that JSON must escape are spelled as escapes; ``quote=False``
     leaves out ``"`` (see :meth:`_Lowering.lower_string`). Repetition upper bounds above
     ``max_repeat`` are narrowed to it (``None``: kept).
+
+    ``wide=True`` (with ``search=True``) gives a *superset* instead, in the same spelling: the
+    union of both readings of ``\\d``/``\\w``/``\\s`` and ``.``, a side anchored only where the
+    whole pattern starts (ends) with its anchor, and ``$`` also before a final newline (as
+    Python's ``re`` reads it) — for keys that must *not* match a pattern.
 
     Raises:
         _Refuse: look-arounds, back-references, word boundaries, inner anchors, possessive
@@ -247,18 +253,28 @@ def pattern_regex(pattern: str, *, quote: bool = True,
         raise _Refuse(f"the pattern does not parse: {exc}") from exc
     if parsed.state.flags & ~re.UNICODE:  # (?i), (?s), (?m), (?x)... at the top
         raise _Refuse("inline flags are not supported in patterns")
-    core = _rx_seq(list(parsed), True, True, (quote, max_repeat))
+    core = _rx_seq(list(parsed), True, True, (quote, max_repeat, wide))
     if not search:
         return core
+    anything = f"{_json_chars([(0, 0x10FFFF)])}*"
+    if wide:  # anchored only by a leading (trailing) anchor of the whole pattern
+        items = list(parsed)
+        starts = bool(items) and items[0][0] is _sre.AT and items[0][1] in (
+            _sre.AT_BEGINNING, _sre.AT_BEGINNING_STRING)
+        ends = bool(items) and items[-1][0] is _sre.AT and items[-1][1] in (
+            _sre.AT_END, _sre.AT_END_STRING)
+        newline = f"(?:{_json_chars([(10, 10)], quote)})?" \
+            if ends and items[-1][1] is _sre.AT_END else ""
+        return (f"{'' if starts else anything}(?:{core}){newline}"
+                f"{'' if ends else anything}")
     # Search semantics (``search=True``): an unanchored side may have any text around the
     # match. Only where the pattern has no anchor of that kind at all, so that an anchored
     # branch of an alternation is never widened (anchored patterns stay narrowed instead).
     start, end = _anchors(list(parsed))
-    anything = f"{_json_chars([(0, 0x10FFFF)])}*"
     return f"{'' if start else anything}(?:{core}){'' if end else anything}"
 
 
-_Opts = tuple[bool, "int | None"]  # (quote, max_repeat) of pattern_regex
+_Opts = tuple[bool, "int | None", bool]  # (quote, max_repeat, wide) of pattern_regex
 
 
 def _rx_seq(items: list[tuple[Any, Any]], at_start: bool, at_end: bool, opts: _Opts) -> str:
@@ -279,13 +295,13 @@ def _rx_seq(items: list[tuple[Any, Any]], at_start: bool, at_end: bool, opts: _O
 
 
 def _rx_item(op: Any, av: Any, at_start: bool, at_end: bool, opts: _Opts) -> str:
-    quote, max_repeat = opts
+    quote, max_repeat, wide = opts
     if op is _sre.LITERAL:
         return _json_chars([(av, av)], quote)
     if op is _sre.NOT_LITERAL:
         return _json_chars(_complement([(av, av)]), quote)
     if op is _sre.ANY:  # ECMA '.' excludes all line terminators, Python only '\n'
-        return _json_chars(_complement(_LINE_TERMINATORS), quote)
+        return _json_chars(_complement([(10, 10)] if wide else _LINE_TERMINATORS), quote)
     if op is _sre.IN:
         ecma: Ranges = []
         py: Ranges = []
@@ -305,9 +321,10 @@ def _rx_item(op: Any, av: Any, at_start: bool, at_end: bool, opts: _Opts) -> str
                 py += p
             else:
                 raise _Refuse(f"unsupported character class item {sub_op}")
+        both, either = _intersect(_norm(ecma), _norm(py)), _norm(ecma + py)
         if negate:
-            return _json_chars(_complement(ecma + py), quote)
-        return _json_chars(_intersect(_norm(ecma), _norm(py)), quote)
+            return _json_chars(_complement(both if wide else either), quote)
+        return _json_chars(either if wide else both, quote)
     if op is _sre.BRANCH:
         return "(?:" + "|".join(_rx_seq(list(b), at_start, at_end, opts) for b in av[1]) + ")"
     if op is _sre.SUBPATTERN:
