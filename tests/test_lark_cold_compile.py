@@ -117,7 +117,8 @@ def _canonical(t: dict) -> list:
             return order[target]
 
         acts = []
-        for term, code in sorted(t["actions"][s], key=lambda x: names[x[0]]):
+        row = t["actions"][s]  # flat: terminal, code, terminal, code, ...
+        for term, code in sorted(zip(row[::2], row[1::2]), key=lambda x: names[x[0]]):
             acts.append((names[term], ("shift", ref(code)) if code >= 0 else
                          ("reduce", t["rule_lhs"][-code - 1], t["rule_len"][-code - 1])))
         gotos = [(k, ref(v)) for k, v in sorted(t["gotos"][s].items())]

@@ -232,7 +232,7 @@ def _analyze(text: str, start: str, postlex: IndenterSpec | None,
     tables = ParseTables.from_lark(table, start, [t["name"] for t in terms])
     return {"terminals": terms, "ignore": sorted(ignore), "tables": {
         "terminals": list(tables.terminals),
-        "actions": [sorted(row.items()) for row in tables.actions],
+        "actions": [[x for kv in sorted(row.items()) for x in kv] for row in tables.actions],
         "gotos": [dict(sorted(row.items())) for row in tables.gotos],
         "rule_len": list(tables.rule_len), "rule_lhs": list(tables.rule_lhs),
         "start_state": tables.start_state, "end_state": tables.end_state}}
@@ -240,7 +240,7 @@ def _analyze(text: str, start: str, postlex: IndenterSpec | None,
 
 def _tables(data: dict[str, Any]) -> ParseTables:
     return ParseTables(tuple(data["terminals"]),
-                       tuple({int(k): int(v) for k, v in row} for row in data["actions"]),
+                       tuple(dict(zip(row[::2], row[1::2])) for row in data["actions"]),
                        tuple(data["gotos"]), tuple(data["rule_len"]), tuple(data["rule_lhs"]),
                        int(data["start_state"]), int(data["end_state"]))
 
@@ -265,7 +265,7 @@ def write_shipped_analysis(grammar_file: Path) -> Path:
     it (``python -m structspec.automata.lark_grammar NAME``). Returns the path."""
     text, import_paths = _read(grammar_file)
     start, postlex = _options(text, None, "auto")
-    data = {"key": analysis_key(text, start, postlex),
+    data = {"key": analysis_key(text, start, postlex), "layout": LAYOUT,
             **_analyze(text, start, postlex, import_paths)}
     data["dfas"] = {"format": DFA_FORMAT, "terminals": {
         t["name"]: [encode_dfa(d) for d in eager_terminal_dfas(t)] for t in data["terminals"]}}
@@ -276,6 +276,12 @@ def write_shipped_analysis(grammar_file: Path) -> Path:
 
 
 # -- shipped terminal DFAs -----------------------------------------------------------------
+
+LAYOUT = 2
+"""Version of the shipped file's layout (2: each state's actions as one flat list
+``[terminal, code, terminal, code, ...]`` — one list per state, not one per action: a
+JSON parse of python.lark's tables then allocates ~2,000 containers instead of ~50,000,
+and seldom sets off a full pass of the cyclic GC inside a compile)."""
 
 DFA_FORMAT = 1
 """Version of :func:`encode_dfa`'s layout; shipped DFAs of another version are ignored."""
@@ -341,6 +347,8 @@ def _shipped(grammar: str | os.PathLike[str], text: str, start: str,
     try:
         data = json.loads(shipped_analysis_path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        return None
+    if data.get("layout") != LAYOUT:
         return None
     return data if data.get("key") == analysis_key(text, start, postlex) else None
 
