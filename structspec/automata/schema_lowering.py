@@ -24,6 +24,7 @@ from structspec.automata.schema_negation import (
     INTERNAL,
     NON_INTEGER,
     NOT_MULTIPLE,
+    NOT_PATTERN,
     NegationError,
     exactly_one,
     if_then_else,
@@ -665,6 +666,18 @@ class _Lowering(ObjectLowering, ArrayLowering):
                 regexes.append(f'"(?:{body})"')
             except _Refuse as exc:
                 self.refuse("pattern", ptr, str(exc))
+        not_patterns = []
+        for banned in node.get(NOT_PATTERN, ()):  # (from a negation) a superset, excluded
+            try:
+                wide = pattern_regex(banned, quote=True, max_repeat=None, search=True, wide=True)
+            except _Refuse as exc:
+                self.refuse("not", ptr, f"cannot exclude the pattern {banned!r}: {exc}")
+                continue
+            not_patterns.append(self.placeholder(f'"(?:{wide})"')["const"])
+        if not_patterns:  # within the spellings the pattern automata use
+            canonical = pattern_regex("", quote=True, max_repeat=None, search=True)
+            regexes.append(f'"(?:{canonical})"')
+            out["x-not-regex"] = not_patterns
         if fmt is not None:
             if fmt in FORMATS:
                 regexes.append(f'"(?:{FORMATS[fmt]})"')

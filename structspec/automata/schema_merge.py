@@ -32,6 +32,7 @@ _ASSERTIONS = frozenset({
     "$ref", "$dynamicRef", "$recursiveRef", "unevaluatedItems", "unevaluatedProperties",
     "extends", "disallow", "divisibleBy", "id",
     "x-structspec-non-integer", "x-structspec-not-multiple", "x-structspec-some-extra",
+    "x-structspec-not-pattern",
 })
 
 
@@ -160,7 +161,7 @@ def merge_pair(a: Any, b: Any) -> Any:
             out[key] = a[key]
         elif key == "type":
             out[key] = _merge_types(a[key], b[key])
-        elif key == "required":
+        elif key == "required" or key == "x-structspec-not-pattern":  # lists: all apply
             out[key] = list(dict.fromkeys([*a[key], *b[key]]))
         elif key == "enum":
             out[key] = [x for x in a[key] if any(_equal_values(x, y) for y in b[key])]

@@ -44,7 +44,11 @@ NOT_MULTIPLE = "x-structspec-not-multiple"
 #: Internal keyword: "an object with a key outside ``exclude`` and ``patterns`` whose value
 #: matches ``value``" (the complement of ``additionalProperties``).
 SOME_EXTRA = "x-structspec-some-extra"
-INTERNAL = frozenset({NON_INTEGER, NOT_MULTIPLE, SOME_EXTRA})
+#: Internal keyword: "a string matching none of these patterns" — generated as the
+#: canonical spellings minus a *superset* of each pattern (a narrowing, so it has no exact
+#: complement itself).
+NOT_PATTERN = "x-structspec-not-pattern"
+INTERNAL = frozenset({NON_INTEGER, NOT_MULTIPLE, SOME_EXTRA, NOT_PATTERN})
 
 
 def public_schema(node: Any) -> Any:
@@ -58,6 +62,7 @@ def public_schema(node: Any) -> Any:
         return node
     out = {k: public_schema(v) for k, v in node.items() if k not in INTERNAL}
     extra = []
+    extra += [{"not": {"pattern": p}} for p in node.get(NOT_PATTERN, ())]
     if SOME_EXTRA in node:
         witness = node[SOME_EXTRA]
         extra.append({"type": "object",
@@ -221,6 +226,8 @@ def _negate_keyword(key: str, value: Any, node: dict[str, Any],
         return {"type": "object", SOME_EXTRA: {
             "exclude": list(node.get("properties", {})),
             "patterns": list(node.get("patternProperties", {})), "value": sub}}
+    if key == "pattern":  # strings that do not match (narrowed: see NOT_PATTERN)
+        return {"type": "string", NOT_PATTERN: [value]}
     if key == "propertyNames" and deref(value) in (False, True, {}):
         # some key fails the names schema: with `false`, any key at all
         return {"type": "object", "minProperties": 1} if deref(value) is False else False
@@ -300,5 +307,6 @@ def exactly_one(branches: list[Any], deref: Callable[[Any], Any],
             for i, b in enumerate(branches)]
 
 
-__all__ = ["INTERNAL", "NON_INTEGER", "NOT_MULTIPLE", "SOME_EXTRA", "NegationError",
+__all__ = ["INTERNAL", "NON_INTEGER", "NOT_MULTIPLE", "NOT_PATTERN", "SOME_EXTRA",
+           "NegationError",
            "exactly_one", "if_then_else", "negate", "public_schema"]
