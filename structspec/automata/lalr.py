@@ -174,29 +174,44 @@ class ParserStacks:
         key = (stack, terminal)
         got = self._feed.get(key)
         if got is None:
+            # The reductions run on a scratch list of states pushed over the part of the
+            # stack not popped yet (as in takes_low); only the final stack is interned.
             t = self.tables
-            actions, nodes = t.actions, self._nodes
-            s = stack
+            actions, nodes, gotos = t.actions, self._nodes, t.gotos
+            rule_len, rule_lhs = t.rule_len, t.rule_lhs
+            base = stack
             low = nodes[stack][2]
+            pushed: list[int] = []
+            top = nodes[stack][1]
             while True:
-                code = actions[nodes[s][1]].get(terminal)
+                code = actions[top].get(terminal)
                 if code is None:
                     res = -1
                     break
                 if code >= 0:
+                    s = base
+                    for st in pushed:
+                        s = self._push(s, st)
                     res = self._push(s, code)
                     break
                 rule = -code - 1
-                for _ in range(t.rule_len[rule]):
-                    s = nodes[s][0]
-                h = nodes[s][2]
-                if h < low:
-                    low = h
-                nxt = t.gotos[nodes[s][1]].get(t.rule_lhs[rule])
-                if nxt is None:  # pragma: no cover - lark's tables always have the goto
+                n = rule_len[rule]
+                if n <= len(pushed):
+                    if n:
+                        del pushed[-n:]
+                else:
+                    for _ in range(n - len(pushed)):
+                        base = nodes[base][0]
+                    pushed.clear()
+                    h = nodes[base][2]
+                    if h < low:
+                        low = h
+                under = pushed[-1] if pushed else nodes[base][1]
+                top = gotos[under].get(rule_lhs[rule])
+                if top is None:  # pragma: no cover - lark's tables always have the goto
                     res = -1
                     break
-                s = self._push(s, nxt)
+                pushed.append(top)
             got = (res, low)
             self._feed[key] = got
         return got
