@@ -7,6 +7,10 @@ reports. The lexer is ours (:mod:`.lexer`): each terminal's Python regex is rewr
 :mod:`.pyregex` and compiled by :mod:`.dfa`, so lexing is a DFA the constraint can walk a
 whole vocabulary through.
 
+The shipped grammars (``structspec/grammars/NAME.lark``) come with ``NAME.tables.json``:
+lark's analysis and every terminal's DFAs, precomputed (``write_shipped_analysis``), so a
+cold compile parses no regex and runs no LALR construction; a test keeps them current.
+
 Every lark failure becomes :class:`structspec.errors.GrammarError` with the line and
 column lark reports (or, for "undefined rule/terminal" messages that carry none, the first
 place the name occurs in the text).
