@@ -795,6 +795,7 @@ class _Memo:
     crossing: dict[tuple[int, int, int], np.ndarray] = field(default_factory=dict)
     token_words: dict[int, np.ndarray] = field(default_factory=dict)
     live_first: dict[int, np.ndarray] = field(default_factory=dict)
+    row_bits: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
 class GrammarConstraint:
@@ -1103,8 +1104,6 @@ class GrammarConstraint:
         ``state`` is alive (the empty text is legal). Memoized; the result is read-only."""
         got = self._memo.live_first.get(state)
         if got is None:
-            got = np.zeros(257, dtype=bool)
-            got[256] = state != 0
             rows: set[tuple[int, int]] = set()
             for tid, q, k in self._memo.states[state]:
                 if tid < 0:
@@ -1112,10 +1111,23 @@ class GrammarConstraint:
                 rows.add((tid, q))
                 if self._acc[tid][q]:
                     rows.update((nt, nq) for nt, nq, _ in self._complete(k) if nt >= 0)
+            bits = 1 << 256 if state != 0 else 0  # bit 256: alive
             for tid, q in rows:
-                got[:256] |= np.asarray(self._tables[tid][q]) != 0
+                bits |= self._row_bits(tid, q)
+            got = np.unpackbits(np.frombuffer(bits.to_bytes(33, "little"), dtype=np.uint8),
+                                bitorder="little")[:257].astype(bool)
             got.setflags(write=False)
             self._memo.live_first[state] = got
+        return got
+
+    def _row_bits(self, tid: int, q: int) -> int:
+        """The bytes with a transition from ``q`` in terminal ``tid``, as a 256-bit int
+        (memoized per constraint: follow states share their rows)."""
+        got = self._memo.row_bits.get((tid, q))
+        if got is None:
+            live = np.asarray(self._tables[tid][q]) != 0  # [256]
+            got = int.from_bytes(np.packbits(live, bitorder="little").tobytes(), "little")
+            self._memo.row_bits[(tid, q)] = got
         return got
 
     def _token_words(self, state: int) -> np.ndarray:
