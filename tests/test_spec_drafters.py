@@ -155,7 +155,7 @@ def test_rank_literals_continues_in_request_order():
     assert rank_literals(lits, "")[:4] == ["2", "6", "5", "cm"]
     # After "a":2 the next value is likelier the request's next one; written ones go last.
     assert rank_literals(lits, '{"a":2,"b":') == ["6", "5", "cm", "2", "1"]
-    assert rank_literals(lits, '{"a":6,"b":')[:3] == ["5", "cm", "2"]
+    assert rank_literals(lits, '{"a":6,"b":')[:4] == ["5", "cm", "2", "6"]
     assert rank_literals(lits, '{"u":"', text_first=True)[0] == "cm"
 
 

@@ -91,6 +91,9 @@ class SpecConfig:
         alternatives_max: the ``alternatives`` drafter branches where at most this many
             tokens are allowed.
         values_max: at most this many branches from the ``values`` drafter per step.
+        nested_rounds: rounds in which the ``values`` and ``closers`` drafters continue past
+            the ends of other branches (value, closer, next key, next value in one tree;
+            :func:`~structspec.spec.drafters.build_tree`); ``0`` drafts at the frontier only.
         draft_model: a small causal LM with the target's tokenizer, as the ``draft_model``
             drafter (added first to ``drafters`` when absent): a
             :class:`~structspec.spec.draft_model.DraftModel`, a
@@ -122,6 +125,7 @@ class SpecConfig:
     topk: int = 2
     alternatives_max: int = 8
     values_max: int = 4
+    nested_rounds: int = 2
     draft_model: Any = None
     draft_model_topk: int = 2
     draft_model_branch_levels: int = 2
@@ -131,7 +135,7 @@ class SpecConfig:
 
     def __post_init__(self) -> None:
         for name in ("draft_length", "num_speculations", "max_nodes", "window", "probe_every",
-                     "lookup_max_n", "topk", "alternatives_max", "values_max",
+                     "lookup_max_n", "topk", "alternatives_max", "values_max", "nested_rounds",
                      "draft_model_topk", "draft_model_branch_levels"):
             value = getattr(self, name)
             if value is None and name in ("num_speculations", "max_nodes"):
@@ -162,6 +166,7 @@ class SpecConfig:
         """Per-drafter knobs, as drafters read them from the context."""
         return {"lookup_max_n": self.lookup_max_n, "topk": self.topk,
                 "alternatives_max": self.alternatives_max, "values_max": self.values_max,
+                "nested_rounds": self.nested_rounds,
                 "draft_model_topk": self.draft_model_topk,
                 "draft_model_branch_levels": self.draft_model_branch_levels}
 

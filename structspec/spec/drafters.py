@@ -227,9 +227,9 @@ def rank_literals(literals: Sequence[str], written: str, *, text_first: bool = F
                   ) -> list[str]:
     """The order in which to try ``literals`` after output ``written``: requests tend to
     list values in the order a call uses them, so first the ones not written yet that come
-    after the latest one written, then the other unwritten ones, then those already written
-    (outputs repeat values), then :data:`DEFAULT_VALUES`; with ``text_first`` (a slot that
-    takes text) the ones that are not numbers go first, in that order. Pure."""
+    after the latest one written, then all the others in request order (code repeats its
+    names), then :data:`DEFAULT_VALUES`; with ``text_first`` (a JSON string value) the ones
+    that are not numbers go first, in that order. Pure."""
     if text_first:
         numbers = [lit for lit in literals if _NUMBER.fullmatch(lit)]
         words = [lit for lit in literals if not _NUMBER.fullmatch(lit)]
@@ -237,18 +237,14 @@ def rank_literals(literals: Sequence[str], written: str, *, text_first: bool = F
                 + rank_literals(numbers, written))
     last, last_pos = -1, -1
     unwritten: list[int] = []
-    repeated: list[str] = []
     for i, lit in enumerate(literals):
         pos = written.rfind(lit)
         if pos < 0:
             unwritten.append(i)
-            continue
-        repeated.append(lit)
-        if pos + len(lit) > last_pos:
+        elif pos + len(lit) > last_pos:
             last, last_pos = i, pos + len(lit)
     after = [literals[i] for i in unwritten if i > last]
-    before = [literals[i] for i in unwritten if i < last]
-    ranked = after + before + repeated
+    ranked = after + [lit for lit in literals if lit not in after]
     return ranked + [d for d in DEFAULT_VALUES if d not in ranked]
 
 
@@ -471,7 +467,7 @@ class ValuesDrafter:
         # After a word, a literal needs a space first (free text, code); after a quote,
         # bracket or space it does not (JSON values).
         spaced = bool(prev) and (prev[-1:].isalnum() or prev[-1:] in (b",", b".", b")"))
-        text_slot = any(i in mask for i in ctx.vocab.ids_for(b"a"))
+        text_slot = tail.endswith((b'":"', b'": "'))  # a JSON string value starts here
         written = tail.decode("utf-8", errors="replace")
         for literal in rank_literals(ctx.literals, written, text_first=text_slot):
             if opened >= max_branches:
