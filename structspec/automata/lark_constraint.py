@@ -358,6 +358,9 @@ class LarkRuntime:
         low = stacks.depth(stack)
         if terms & self._shift_bits(top):  # shifted at once: reads the top only
             return True, low
+        todo = terms & self._cand_bits(top)
+        if not todo:  # no action for any of them: reads the top only
+            return False, low
         sig = self._viable_sig.get(terms)
         if sig is None:
             sig = self._viable_sig.setdefault(terms, Signatures())
@@ -365,7 +368,6 @@ class LarkRuntime:
         if hit is not None:
             return hit[0], low - hit[1] + 1
         got = (False, low)
-        todo = terms & self._cand_bits(top)
         index = self.g.parser_index
         while todo:
             bit = todo & -todo
