@@ -38,17 +38,18 @@ def test_outputs_are_unchanged_and_the_header_is_reused(tiny, name, speculative)
     model, tok, vocab, constraints = tiny
     prefixes = PrefixCache(min_tokens=8)
     header_len = len(tok.encode(HEADER, add_special_tokens=False))
-    for i, request in enumerate(REQUESTS):
+    for request in REQUESTS:
         ids = tok.encode(HEADER + request, add_special_tokens=False)
-        kwargs = dict(max_new_tokens=24, sampling=GREEDY)
-        if speculative:
-            run = lambda **k: speculative_decode(model, vocab, ids, constraints[name],  # noqa: E731
-                                                 tokenizer=tok, **kwargs, **k)
-        else:
-            run = lambda **k: decode(model, vocab, ids, constraints[name], **kwargs, **k)  # noqa: E731
-        fresh = run()
-        reused = run(prefix_cache=prefixes)
-        assert reused.token_ids == fresh.token_ids
+        outputs = []
+        for cache in (None, prefixes):
+            kwargs = dict(max_new_tokens=24, sampling=GREEDY, prefix_cache=cache)
+            if speculative:
+                out = speculative_decode(model, vocab, ids, constraints[name], tokenizer=tok,
+                                         **kwargs)
+            else:
+                out = decode(model, vocab, ids, constraints[name], **kwargs)
+            outputs.append(out.token_ids)
+        assert outputs[0] == outputs[1]
     # Learned from the first two (different) prompts; the repeated prompt is not stored whole.
     assert len(prefixes) == 1
     (key,) = prefixes._entries
