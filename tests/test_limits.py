@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -47,6 +48,35 @@ def test_many_properties_hit_the_time_budget_not_a_hang() -> None:
         compile_json_schema(schema, VOCAB, limits=Limits(max_seconds=0.3))
     # The budget is checked between steps (the metaschema check is one step): generous
     # bound, the point is "no hang" (unlimited, this schema takes over 30 s).
+    assert time.monotonic() - start < 20
+
+
+def _repository(system: str, typ: list, required: list[str]) -> dict:
+    url = {"type": "array", "items": {"type": "string", "minLength": 1}}
+    item = {"type": "object", "required": required,
+            "properties": {"alias": {"type": "string", "minLength": 1},
+                           "name": {"type": "string", "minLength": 1},
+                           "type": {"enum": typ}, "url": url, "gpgkey": url,
+                           "enabled": {"type": "boolean"}, "gpgcheck": {"type": "boolean"},
+                           "priority": {"type": "integer", "minimum": 1}}}
+    return {"properties": {
+        "_attributes": {"type": "object", "required": ["repository_system"],
+                        "properties": {"repository_system": {"enum": [system]}}},
+        "_elements": {"type": "array", "items": item}}}
+
+
+def test_oneof_merges_stay_within_the_time_budget() -> None:
+    # Shaped like a real MaskBench schema (Github_trivial o25751): exact oneOf complements
+    # multiply allOf merges; they must see the deadline (this once ran 54 s under a 10 s one).
+    schema = {"type": "object", "required": ["_elements"], "oneOf": [
+        _repository("zypp", ["yast2", "rpm-md", None],
+                    ["alias", "name", "url", "type", "enabled", "gpgcheck", "priority"]),
+        _repository("yum", ["rpm-md", None],
+                    ["alias", "name", "url", "type", "enabled", "gpgcheck", "gpgkey"])]}
+    start = time.monotonic()
+    with contextlib.suppress(ResourceLimitError, structspec.UnsupportedSchemaError):
+        compile_json_schema(schema, VOCAB, extra_properties=True,
+                            limits=Limits(max_seconds=1.0))
     assert time.monotonic() - start < 20
 
 

@@ -14,6 +14,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from structspec.automata.limits import check_time
+
 #: Keywords that only annotate; dropped by the merge.
 _IGNORED = {"title", "description", "examples", "default", "$comment", "deprecated",
             "readOnly", "writeOnly", "$schema", "$id", "$anchor", "$defs", "definitions"}
@@ -258,6 +260,8 @@ def merge_all(parts: list[Any], deref: Callable[[Any], Any], depth: int = 0) -> 
     """
     if depth > 32:
         raise MergeError("allOf", "allOf nests too deeply")
+    # Merges of negated oneOf branches can multiply; the time budget must see them.
+    check_time()
     merged: Any = True
     for part in parts:
         part = deref(part)
