@@ -747,9 +747,12 @@ def _finish_walk(trie: _TokenTrie, vocab: Vocabulary, rows: np.ndarray, split_lo
         if not cand.size:
             return _Walk(words, cand, cand_rem, (), cand_rem)
         text, offsets = dfs.text_bytes, dfs.offsets
-        remainders = tuple(text[a:b] for a, b in zip((offsets[rem_rows] + rem_pos).tolist(),
-                                                       offsets[rem_rows + 1].tolist(), strict=True))
-        return _Walk(words, cand, cand_rem, remainders, _first_bytes(remainders))
+        starts, ends = offsets[rem_rows] + rem_pos, offsets[rem_rows + 1]  # [R]
+        remainders = tuple(text[a:b] for a, b in zip(starts.tolist(), ends.tolist(),
+                                                       strict=True))
+        # First bytes read from the text array at once (256: an empty remainder).
+        first = np.where(starts < ends, dfs.text[np.minimum(starts, dfs.text.size - 1)], 256)
+        return _Walk(words, cand, cand_rem, remainders, first.astype(np.int64))
     words = TokenMask.from_ids(trie.ids[rows], trie.size).words
     empty = np.zeros(0, dtype=np.int64)
     if not split_lo.size:
@@ -796,6 +799,7 @@ class _Memo:
     token_words: dict[int, np.ndarray] = field(default_factory=dict)
     live_first: dict[int, np.ndarray] = field(default_factory=dict)
     row_bits: dict[tuple[int, int], int] = field(default_factory=dict)
+    stack_bits: dict[int, int] = field(default_factory=dict)
     closures: dict[tuple[int, int], tuple[tuple[tuple[int, int], ...], bool]] = field(
         default_factory=dict)
 
@@ -1130,20 +1134,38 @@ class GrammarConstraint:
         ``state`` is alive (the empty text is legal). Memoized; the result is read-only."""
         got = self._memo.live_first.get(state)
         if got is None:
+            # The rows of the configurations, and the first bytes of what follows once per
+            # distinct return stack (ambiguous states hold ~1,500 configurations over a few
+            # stacks: iterating each one's completions took most of their mask time).
             rows: set[tuple[int, int]] = set()
+            stacks: set[int] = set()
+            acc = self._acc
             for tid, q, k in self._memo.states[state]:
                 if tid < 0:
                     continue
                 rows.add((tid, q))
-                if self._acc[tid][q]:
-                    rows.update((nt, nq) for nt, nq, _ in self._complete(k) if nt >= 0)
+                if acc[tid][q]:
+                    stacks.add(k)
             bits = 1 << 256 if state != 0 else 0  # bit 256: alive
             for tid, q in rows:
                 bits |= self._row_bits(tid, q)
+            for k in stacks:
+                bits |= self._stack_bits(k)
             got = np.unpackbits(np.frombuffer(bits.to_bytes(33, "little"), dtype=np.uint8),
                                 bitorder="little")[:257].astype(bool)
             got.setflags(write=False)
             self._memo.live_first[state] = got
+        return got
+
+    def _stack_bits(self, k: int) -> int:
+        """The bytes that may come first once a terminal ends with return stack ``k`` (the
+        rows of its completions), as a 256-bit int; memoized per stack."""
+        got = self._memo.stack_bits.get(k)
+        if got is None:
+            got = 0
+            for nt, nq in {(nt, nq) for nt, nq, _ in self._complete(k) if nt >= 0}:
+                got |= self._row_bits(nt, nq)
+            self._memo.stack_bits[k] = got
         return got
 
     def _row_bits(self, tid: int, q: int) -> int:
