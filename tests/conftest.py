@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -109,6 +110,21 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"external test data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+def humaneval_programs(shared_data: Path, n: int) -> list[str]:
+    """The first ``n`` distinct HumanEval single-line infilling programs (prompt + canonical
+    solution + suffix), as real Python for the grammar tests."""
+    out: list[str] = []
+    path = shared_data / "code" / "HumanEval-SingleLineInfilling.jsonl"
+    for line in path.read_text().splitlines():
+        task = json.loads(line)
+        text = task["prompt"] + task["canonical_solution"] + task["suffix"]
+        if text not in out:
+            out.append(text)
+        if len(out) == n:
+            break
+    return out
 
 
 def pytest_configure(config):

@@ -10,28 +10,15 @@ every mask must be identical, and the tries must actually have answered.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from conftest import humaneval_programs
 
 from structspec import GrammarError, ResourceLimitError, compile_grammar
 from structspec.automata.lark_constraint import LarkRuntime
 
 PYTHON_LARK = Path(__file__).resolve().parents[1] / "structspec" / "grammars" / "python.lark"
-
-
-def _programs(shared_data: Path, n: int) -> list[str]:
-    out: list[str] = []
-    path = shared_data / "code" / "HumanEval-SingleLineInfilling.jsonl"
-    for line in path.read_text().splitlines():
-        task = json.loads(line)
-        text = task["prompt"] + task["canonical_solution"] + task["suffix"]
-        if text not in out:
-            out.append(text)
-        if len(out) == n:
-            break
-    return out
 
 
 def _walk(rt: LarkRuntime, ids: list[int]) -> list[bytes]:
@@ -54,7 +41,7 @@ def test_signature_memo_gives_the_masks_of_the_full_state_memo(
     except (GrammarError, ResourceLimitError) as exc:  # pragma: no cover
         pytest.skip(f"python.lark does not load: {exc}")
     programs = [smollm_tokenizer.encode(p, add_special_tokens=False)
-                for p in _programs(shared_data, 5)]
+                for p in humaneval_programs(shared_data, 5)]
     warm = LarkRuntime(loaded, smollm_vocab)
     hits = 0
     find = warm.stacks.find_signature

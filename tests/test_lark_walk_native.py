@@ -8,30 +8,15 @@ with the kernel and without it (``STRUCTSPEC_NATIVE=off``).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
+from conftest import humaneval_programs
 
 from structspec import _native
 from structspec.automata.grammar import token_table
 from structspec.automata.lark_constraint import LarkRuntime
 from structspec.automata.lark_grammar import load_grammar
 from structspec.grammars import grammar_path
-
-
-def _programs(shared_data: Path, n: int) -> list[str]:
-    out: list[str] = []
-    path = shared_data / "code" / "HumanEval-SingleLineInfilling.jsonl"
-    for line in path.read_text().splitlines():
-        task = json.loads(line)
-        text = task["prompt"] + task["canonical_solution"] + task["suffix"]
-        if text not in out:
-            out.append(text)
-        if len(out) == n:
-            break
-    return out
 
 needs_kernel = pytest.mark.skipif(_native.load("lark_walk") is None,
                                   reason="the lark_walk kernel is not built")
@@ -70,7 +55,7 @@ def test_walk_rows_native_equals_numpy(python_grammar, smollm_vocab, text: bytes
 def test_native_masks_equal_numpy_masks(python_grammar, smollm_vocab, smollm_tokenizer,
                                         shared_data, monkeypatch) -> None:
     programs = [smollm_tokenizer.encode(p, add_special_tokens=False)
-                for p in _programs(shared_data, 3)]
+                for p in humaneval_programs(shared_data, 3)]
 
     def masks() -> list[bytes]:
         rt = LarkRuntime(python_grammar, smollm_vocab)
