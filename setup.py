@@ -1,4 +1,5 @@
-"""Native kernels: every ``structspec/_native/*.c`` is built as ``structspec._native.<name>``.
+"""Native kernels: every ``structspec/_native/*.c`` is built as ``structspec._native.<name>``
+(with the shared ``*.h`` beside them).
 
 They are optional (``optional=True``): where no C compiler is available the package still
 installs, and each caller falls back to its NumPy path (see ``structspec._native``).
@@ -11,13 +12,16 @@ import numpy
 from setuptools import Extension, setup
 
 _HERE = Path(__file__).parent
-_SOURCES = sorted((_HERE / "structspec" / "_native").glob("*.c"))
+_NATIVE = _HERE / "structspec" / "_native"
+_SOURCES = sorted(_NATIVE.glob("*.c"))
+_HEADERS = [str(h.relative_to(_HERE)) for h in sorted(_NATIVE.glob("*.h"))]  # shared by all
 
 setup(
     ext_modules=[
         Extension(
             f"structspec._native.{src.stem}",
             [str(src.relative_to(_HERE))],
+            depends=_HEADERS,
             include_dirs=[numpy.get_include()],
             extra_compile_args=["-O3"],
             optional=True,

@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 stamp="$VENV/.structspec-setup"
-# Native kernels (structspec/_native/*.c) are part of the stamp: a changed kernel is rebuilt.
-want="$(cat pyproject.toml setup.py scripts/setup.sh $(ls structspec/_native/*.c 2>/dev/null) | sha256sum | cut -c1-16)"
+# Native kernels (structspec/_native/*.c, *.h) are part of the stamp: a changed kernel is rebuilt.
+want="$(cat pyproject.toml setup.py scripts/setup.sh $(ls structspec/_native/*.c structspec/_native/*.h 2>/dev/null) | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi

@@ -27,27 +27,10 @@
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
+#include "arrays.h"
 #include <stdint.h>
 
 enum { PENDING = 0, INSIDE = 1, CROSS = 2, DEAD = 3 };
-
-/* ``obj`` as an aligned, C-contiguous array of ``type`` with ``ndim`` dimensions (a new
- * reference), writable when ``write``. No copy: a wrong dtype or layout is a TypeError. */
-static PyArrayObject *as_array(PyObject *obj, int type, int ndim, int write, const char *name) {
-    if (!PyArray_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a numpy array", name);
-        return NULL;
-    }
-    PyArrayObject *a = (PyArrayObject *)obj;
-    if (PyArray_TYPE(a) != type || PyArray_NDIM(a) != ndim || !PyArray_IS_C_CONTIGUOUS(a) ||
-        !PyArray_ISALIGNED(a) || (write && !PyArray_ISWRITEABLE(a))) {
-        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous%s %d-d array of type %d",
-                     name, write ? ", writable" : "", ndim, type);
-        return NULL;
-    }
-    Py_INCREF(a);
-    return a;
-}
 
 typedef struct {
     const int32_t *table;      /* [n_table, 256] */

@@ -37,6 +37,7 @@
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
+#include "arrays.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,35 +78,6 @@ static PyObject *new_array(const void *src, Py_ssize_t n, int type) {
         memcpy(PyArray_DATA((PyArrayObject *)arr), src, (size_t)n * item);
     }
     return arr;
-}
-
-static const char *type_name(int type) {
-    switch (type) {
-    case NPY_INT32: return "int32";
-    case NPY_INT64: return "int64";
-    case NPY_UINT64: return "uint64";
-    case NPY_UINT8: return "uint8";
-    case NPY_BOOL: return "bool";
-    default: return "?";
-    }
-}
-
-/* ``obj`` as an aligned, C-contiguous array of ``type`` with ``ndim`` dimensions (a new
- * reference). No copy is made: a wrong dtype or layout is a TypeError. */
-static PyArrayObject *as_array(PyObject *obj, int type, int ndim, const char *name) {
-    if (!PyArray_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a numpy array", name);
-        return NULL;
-    }
-    PyArrayObject *a = (PyArrayObject *)obj;
-    if (PyArray_TYPE(a) != type || PyArray_NDIM(a) != ndim || !PyArray_IS_C_CONTIGUOUS(a) ||
-        !PyArray_ISALIGNED(a)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous %d-d %s array", name, ndim,
-                     type_name(type));
-        return NULL;
-    }
-    Py_INCREF(a);
-    return a;
 }
 
 /* -- walk ----------------------------------------------------------------------------------- */
@@ -290,13 +262,13 @@ static PyObject *py_walk(PyObject *self, PyObject *args) {
     int32_t *st = NULL;
     walk_out out = {{0}};
     walk_in in = {0};
-    if (!(nodes = as_array(o_nodes, NPY_INT32, 2, "nodes")) ||
-        !(below = as_array(o_below, NPY_UINT64, 2, "below")) ||
-        !(lengths = as_array(o_lengths, NPY_INT32, 1, "lengths")) ||
-        !(table = as_array(o_table, NPY_INT32, 2, "table")) ||
-        !(acc = as_array(o_acc, NPY_BOOL, 1, "accepting")) ||
-        !(starts = as_array(o_starts, NPY_INT32, 1, "starts")) ||
-        !(states = as_array(o_states, NPY_INT32, 1, "states")))
+    if (!(nodes = as_array(o_nodes, NPY_INT32, 2, 0, "nodes")) ||
+        !(below = as_array(o_below, NPY_UINT64, 2, 0, "below")) ||
+        !(lengths = as_array(o_lengths, NPY_INT32, 1, 0, "lengths")) ||
+        !(table = as_array(o_table, NPY_INT32, 2, 0, "table")) ||
+        !(acc = as_array(o_acc, NPY_BOOL, 1, 0, "accepting")) ||
+        !(starts = as_array(o_starts, NPY_INT32, 1, 0, "starts")) ||
+        !(states = as_array(o_states, NPY_INT32, 1, 0, "states")))
         goto done;
     if (PyArray_DIM(nodes, 1) != NODE_COLS || PyArray_DIM(below, 1) != 4 ||
         PyArray_DIM(below, 0) != PyArray_DIM(nodes, 0)) {
@@ -479,13 +451,13 @@ static PyObject *py_finish(PyObject *self, PyObject *args) {
                   *off = NULL;
     PyObject *result = NULL, *words = NULL;
     finish_out out = {0};
-    if (!(ids = as_array(o_ids, NPY_INT64, 1, "ids")) ||
-        !(rows = as_array(o_rows, NPY_INT32, 1, "rows")) ||
-        !(lo = as_array(o_lo, NPY_INT32, 1, "split_lo")) ||
-        !(hi = as_array(o_hi, NPY_INT32, 1, "split_hi")) ||
-        !(pos = as_array(o_pos, NPY_INT32, 1, "split_pos")) ||
-        !(text = as_array(o_text, NPY_UINT8, 1, "text")) ||
-        !(off = as_array(o_off, NPY_INT64, 1, "offsets")))
+    if (!(ids = as_array(o_ids, NPY_INT64, 1, 0, "ids")) ||
+        !(rows = as_array(o_rows, NPY_INT32, 1, 0, "rows")) ||
+        !(lo = as_array(o_lo, NPY_INT32, 1, 0, "split_lo")) ||
+        !(hi = as_array(o_hi, NPY_INT32, 1, 0, "split_hi")) ||
+        !(pos = as_array(o_pos, NPY_INT32, 1, 0, "split_pos")) ||
+        !(text = as_array(o_text, NPY_UINT8, 1, 0, "text")) ||
+        !(off = as_array(o_off, NPY_INT64, 1, 0, "offsets")))
         goto done;
     Py_ssize_t n_rows = PyArray_DIM(ids, 0), n_split = PyArray_DIM(lo, 0);
     if (size < 0 || PyArray_DIM(off, 0) != n_rows + 1 || PyArray_DIM(hi, 0) != n_split ||
