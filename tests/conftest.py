@@ -82,6 +82,18 @@ def run_decode(fn, *args, **kwargs):
         return exc.token_ids, False, kind, None
 
 
+def run_generate(gen, **kwargs):
+    """``(text, token ids, complete)`` of ``gen.run(**kwargs)``, or the partial output (with
+    ``complete`` False) when the token budget ran out."""
+    from structspec.errors import GenerationError
+
+    try:
+        r = gen.run(**kwargs)
+        return r.text, r.token_ids, True
+    except GenerationError as exc:
+        return exc.text, exc.token_ids, False
+
+
 @pytest.fixture(scope="session")
 def tiny_model(smollm_tokenizer):
     """A tiny randomly initialised Llama with the real tokenizer: fast, deterministic, no

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import lark
 import pytest
+from conftest import run_generate
 
 from structspec.api import Generator, resolve_grammar
-from structspec.errors import GenerationError, GrammarError
+from structspec.errors import GrammarError
 from structspec.grammars import available, grammar_path
 from structspec.spec import SpecConfig
 
@@ -56,15 +57,6 @@ def gen(tiny_model) -> Generator:
 def python(gen):
     """The shipped python.lark compiled for the tiny model's vocabulary (once)."""
     return gen.compile_grammar("python")
-
-
-def _run(gen, **kwargs):
-    """``gen.run``, or the partial output when the token budget ran out."""
-    try:
-        r = gen.run(**kwargs)
-        return r.text, r.token_ids, True
-    except GenerationError as exc:
-        return exc.text, exc.token_ids, False
 
 
 # -- telling names, paths and text apart ------------------------------------------------------
@@ -120,10 +112,10 @@ def test_grammar_from_a_file(gen, tmp_path):
 
 @pytest.mark.parametrize("grammar", [LET, ARITH])
 def test_speculation_on_and_off_give_the_same_greedy_output(gen, grammar):
-    plain = _run(gen, prompt="Write code:", grammar=grammar, max_new_tokens=40,
+    plain = run_generate(gen, prompt="Write code:", grammar=grammar, max_new_tokens=40,
                  speculative=False)
-    fast = _run(gen, prompt="Write code:", grammar=grammar, max_new_tokens=40)
-    tuned = _run(gen, prompt="Write code:", grammar=grammar, max_new_tokens=40,
+    fast = run_generate(gen, prompt="Write code:", grammar=grammar, max_new_tokens=40)
+    tuned = run_generate(gen, prompt="Write code:", grammar=grammar, max_new_tokens=40,
                  speculative=SpecConfig(max_nodes=4, draft_length=8))
     assert plain[1] == fast[1] == tuned[1]
     assert plain[2] == fast[2] == tuned[2]
@@ -151,22 +143,22 @@ def test_alternatives_drafter_branches_at_keyword_choices(gen):
 
 
 def test_python_completion_from_a_prefix(gen, python):
-    text, ids, _ = _run(gen, prompt="def add(a, b):\n    total = a +", grammar=python,
+    text, ids, _ = run_generate(gen, prompt="def add(a, b):\n    total = a +", grammar=python,
                         grammar_prefix=PY_PREFIX, max_new_tokens=12, chat=False,
                         speculative=False)
     assert ids
     python.state_after(PY_PREFIX + text)  # the output continues the prefix legally
-    spec = _run(gen, prompt="def add(a, b):\n    total = a +", grammar="python",
+    spec = run_generate(gen, prompt="def add(a, b):\n    total = a +", grammar="python",
                 grammar_prefix=PY_PREFIX, max_new_tokens=12, chat=False)
     assert spec[1] == ids
 
 
 @pytest.mark.parametrize("stop", ["eof", "line"])
 def test_python_fill_in_the_middle_is_final_only_where_it_parses(gen, python, stop):
-    plain = _run(gen, prompt=PY_PREFIX, grammar="python", grammar_prefix=PY_PREFIX,
+    plain = run_generate(gen, prompt=PY_PREFIX, grammar="python", grammar_prefix=PY_PREFIX,
                  grammar_suffix=PY_SUFFIX, stop=stop, max_new_tokens=16, chat=False,
                  speculative=False)
-    fast = _run(gen, prompt=PY_PREFIX, grammar="python", grammar_prefix=PY_PREFIX,
+    fast = run_generate(gen, prompt=PY_PREFIX, grammar="python", grammar_prefix=PY_PREFIX,
                 grammar_suffix=PY_SUFFIX, stop=stop, max_new_tokens=16, chat=False)
     assert plain == fast
     text, _, complete = plain
@@ -250,7 +242,7 @@ def test_tolerant_prefix_does_not_raise(gen, python):
     with pytest.raises(GrammarError) as info:
         gen.run("x", grammar=python, grammar_prefix=broken, max_new_tokens=2)
     assert (info.value.line, info.value.column) == (1, 7)
-    text, ids, _ = _run(gen, prompt="x", grammar=python, grammar_prefix=broken,
+    text, ids, _ = run_generate(gen, prompt="x", grammar=python, grammar_prefix=broken,
                         tolerant=True, max_new_tokens=4)
     assert ids
     assert python.is_tolerant(python.state_after(broken + text, tolerant=True))

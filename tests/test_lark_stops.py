@@ -13,12 +13,12 @@ import io
 import tokenize
 
 import pytest
-from conftest import make_byte_vocab
+from conftest import make_byte_vocab, run_generate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from structspec import compile_grammar
-from structspec.errors import GenerationError, GrammarError
+from structspec.errors import GrammarError
 from structspec.grammars import grammar_path
 
 EOS = 0
@@ -421,21 +421,13 @@ def gen(tiny_model):
     return Generator(own)
 
 
-def _run(gen, **kwargs):
-    try:
-        r = gen.run(**kwargs)
-        return r.text, r.token_ids, True
-    except GenerationError as exc:
-        return exc.text, exc.token_ids, False
-
-
 @pytest.mark.parametrize("stop", ["statement", "block"])
 def test_generation_with_construct_stops_is_the_same_with_speculation(gen, stop):
     prefix, suffix = "def add(a, b):\n    total = a +", "\n    return total\n\nprint(1)\n"
     kw = dict(prompt=prefix, grammar="python", grammar_prefix=prefix, grammar_suffix=suffix,
               stop=stop, max_new_tokens=12, chat=False)
-    plain = _run(gen, speculative=False, **kw)
-    fast = _run(gen, **kw)
+    plain = run_generate(gen, speculative=False, **kw)
+    fast = run_generate(gen, **kw)
     assert plain == fast
     text, _, complete = plain
     if complete:
