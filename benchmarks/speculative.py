@@ -25,7 +25,8 @@ the same (packed) model, end to end per generated token: Hugging Face ``generate
 unconstrained (``speedup_vs_hf``) and, for JSON, with xgrammar's logits processor
 (``speedup_vs_hf_xgrammar``); ``--no-peers`` skips them.
 
-    python benchmarks/speculative.py --task json [--n 5] [--max-new-tokens 160]
+    python benchmarks/speculative.py --task json [--data FILE] [--offset K] [--n 5]
+        [--max-new-tokens 160]
         [--no-pack] [--threads T] [--repeats R] [--draft-model ID] [--no-cost-model]
         [--no-prefix-cache] [--json-out F]
 
@@ -77,40 +78,83 @@ PROSE = [
 ]
 
 
-def load_tasks(kind: str, n: int, gen: Generator) -> list[dict]:
-    """``[{"id", "prompt_ids", "constraint"}]`` for ``kind``."""
+def _read_rows(path: Path) -> list[dict]:
+    """The rows of a JSONL file, or (for prose) one ``{"prompt"}`` per non-empty text line."""
+    rows = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            if path.suffix in (".jsonl", ".json"):
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise SystemExit(f"{path}:{number}: not a JSON line: {exc}") from exc
+            else:
+                rows.append({"prompt": line})
+    return rows
+
+
+def _prompt_of(row: dict, path: Path) -> str:
+    """A row's request: its ``prompt``, or the content of its last ``messages`` entry."""
+    if isinstance(row.get("prompt"), str):
+        return row["prompt"]
+    messages = row.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+        return str(messages[-1].get("content", ""))
+    raise SystemExit(f"{path}: a row has neither 'prompt' nor 'messages': {sorted(row)}")
+
+
+def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
+               offset: int = 0) -> list[dict]:
+    """``[{"id", "prompt_ids", "constraint"}]`` for ``kind``.
+
+    ``data`` replaces the default task file (held-out prompts and schemas): JSONL rows in the
+    default file's format (``json``: ``messages`` + ``call_json_schema``; ``code``:
+    ``prompt`` (+ ``task_id``); ``prose``: ``prompt`` or ``messages``) or, for prose, a text
+    file with one prompt per line. ``offset`` skips that many rows first.
+    """
     tasks = []
+    if data is not None and not Path(data).is_file():
+        raise SystemExit(f"--data {data}: no such file")
     if kind == "json":
-        with open(BFCL) as f:
-            rows = [json.loads(line) for line in f][:n]
-        for row in rows:
-            constraint = structspec.compile_json_schema(row["call_json_schema"], gen.vocab)
+        path = Path(data) if data else BFCL
+        rows = _read_rows(path)[offset:offset + n]
+        for index, row in enumerate(rows, offset):
+            schema = row.get("call_json_schema", row.get("schema"))
+            if schema is None:
+                raise SystemExit(f"{path}: row {index} has no 'call_json_schema' (or 'schema')")
+            constraint = structspec.compile_json_schema(schema, gen.vocab)
             schema_text = json.dumps(constraint.schema, separators=(",", ":"))
-            prompt = row["messages"][-1]["content"]
-            tasks.append({"id": row["id"], "constraint": constraint,
-                          "schema": row["call_json_schema"],
+            prompt = _prompt_of(row, path)
+            tasks.append({"id": str(row.get("id", f"json_{index}")), "constraint": constraint,
+                          "schema": schema,
                           "prompt_ids": gen.prompt_ids(prompt, schema_text=schema_text)})
         return tasks
-    if kind == "code" and CODE_DATA.exists():
+    code_path = Path(data) if data and kind == "code" else CODE_DATA
+    if kind == "code" and code_path.exists():
         from structspec.grammars import grammar_path
 
         python = structspec.compile_grammar(grammar_path("python"), gen.vocab)
         seen: set[str] = set()
-        with open(CODE_DATA) as f:
-            for line in f:
-                row = json.loads(line)
-                function = row["task_id"].rsplit("/", 1)[0]
-                if function in seen:  # one task per function
-                    continue
-                seen.add(function)
-                view = python.with_suffix(b"", prefix=row["prompt"])  # constrained from here
-                tasks.append({"id": row["task_id"], "constraint": view,
-                              "prompt_ids": gen.prompt_ids(row["prompt"], chat=False)})
-                if len(tasks) >= n:
-                    break
+        for index, row in enumerate(_read_rows(code_path)[offset:]):
+            function = str(row.get("task_id", index)).rsplit("/", 1)[0]
+            if function in seen:  # one task per function
+                continue
+            seen.add(function)
+            prompt = _prompt_of(row, code_path)
+            view = python.with_suffix(b"", prefix=prompt)  # constrained from here
+            tasks.append({"id": str(row.get("task_id", f"code_{index}")), "constraint": view,
+                          "prompt_ids": gen.prompt_ids(prompt, chat=False)})
+            if len(tasks) >= n:
+                break
         return tasks
-    prompts = (CODE if kind == "code" else PROSE)[:n]
-    for i, prompt in enumerate(prompts):
+    if data and kind == "prose":
+        prompts = [_prompt_of(row, Path(data)) for row in _read_rows(Path(data))]
+    else:
+        prompts = CODE if kind == "code" else PROSE
+    for i, prompt in enumerate(prompts[offset:offset + n], offset):
         tasks.append({"id": f"{kind}_{i}", "constraint": free_text(gen.vocab),
                       "prompt_ids": gen.prompt_ids(prompt)})
     return tasks
@@ -203,6 +247,10 @@ def _prefill_seconds(model, ids: list[int], repeats: int = 2,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", choices=["json", "code", "prose"], default="json")
+    ap.add_argument("--data", default=None,
+                    help="task file instead of the default (held-out tasks): JSONL in the "
+                         "default file's format, or for prose one prompt per line")
+    ap.add_argument("--offset", type=int, default=0, help="skip this many tasks first")
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--no-pack", action="store_true", help="keep the plain nn.Linear layers")
@@ -234,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_pack and args.device == "cpu" and packing_available(gen.loaded.model):
         pack_linears(gen.loaded.model)
         packed = True
-    tasks = load_tasks(args.task, args.n, gen)
+    tasks = load_tasks(args.task, args.n, gen, args.data, args.offset)
     base_cfg = SpecConfig(enabled=False)
     draft = None
     if args.draft_model:
@@ -329,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
               f"tok/pass={row.get('tokens_per_pass', 0):.2f} acc={row.get('acceptance', {})}",
               flush=True)
     summary = {
-        "task": args.task, "n": len(rows), "packed": packed, "threads": torch.get_num_threads(),
+        "task": args.task, "data": args.data, "offset": args.offset, "n": len(rows),
+        "packed": packed, "threads": torch.get_num_threads(),
         "load": round(os.getloadavg()[0], 2),
         "cost_model": spec_cfg.cost_model, "draft_model": args.draft_model,
         "prefix_cache": not args.no_prefix_cache,
