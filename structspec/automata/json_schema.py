@@ -36,14 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from structspec.automata.cache import CompileCache, disk_cache, disk_key
 from structspec.automata.limits import Limits, check_input_size, compiling
-from structspec.automata.schema_lowering import (
-    ANNOTATIONS,
-    DEFAULT_MAX_ARRAY_ITEMS,
-    _escape_pointer,
-    _Lowering,
-)
+from structspec.automata.schema_keywords import ANNOTATIONS, DEFAULT_MAX_ARRAY_ITEMS
+from structspec.automata.schema_lowering import _Lowering
 from structspec.automata.schema_refs import DATA_KEYWORDS, bundle_refs
 from structspec.automata.schema_regex import FORMATS, pattern_regex, python_pattern
+from structspec.automata.schema_values import escape_pointer
 from structspec.errors import (
     GrammarError,
     ResourceLimitError,
@@ -105,7 +102,7 @@ def _subschema_pointer(root: Any, path: list[Any]) -> tuple[str, list[Any]]:
         else:
             break
         depth = i
-    pointer = "".join(f"/{_escape_pointer(p)}" for p in path[:depth])
+    pointer = "".join(f"/{escape_pointer(p)}" for p in path[:depth])
     return pointer, list(path[depth:])
 
 
@@ -128,7 +125,7 @@ def _load_schema(schema: Any, registry: Mapping[str, Any] | None = None,
         cls.check_schema(schema, format_checker=_schema_format_checker(cls))
     except JsonSchemaError as exc:
         pointer, _ = _subschema_pointer(schema, list(exc.path))
-        full = "".join(f"/{_escape_pointer(p)}" for p in exc.path)
+        full = "".join(f"/{escape_pointer(p)}" for p in exc.path)
         raise SchemaError(f"invalid schema{f' at {full}' if full else ''}: {exc.message}",
                           pointer) from exc
     schema = bundle_refs(schema, registry, lenient=lenient)

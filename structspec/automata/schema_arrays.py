@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from structspec.automata.schema_negation import NegationError, negate
+from structspec.automata.schema_values import json_equal
 
 #: (items so far) x (matches so far) rules of one array with ``contains``.
 MAX_COUNTED_STATES = 4096
@@ -190,10 +191,8 @@ class ArrayLowering:
         groups: list[list[Any]] = []  # JSON-equal values share one index
 
         def index(value: Any) -> int:
-            from structspec.automata.schema_lowering import _json_equal
-
             for i, group in enumerate(groups):
-                if _json_equal(group[0], value):
+                if json_equal(group[0], value):
                     if all(type(v) is not type(value) or v != value for v in group):
                         group.append(value)
                     return i

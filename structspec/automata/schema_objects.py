@@ -24,8 +24,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from structspec.automata.schema_keywords import FAMILY
 from structspec.automata.schema_negation import SOME_EXTRA
 from structspec.automata.schema_regex import _Refuse, pattern_regex
+from structspec.automata.schema_values import escape_pointer, string_spellings
 
 #: Keys ``dependentRequired`` may track on objects with arbitrary keys: the grammar has a rule
 #: per subset of them.
@@ -36,10 +38,6 @@ MAX_PATTERNS = 4
 MAX_DEPENDENT_SCHEMAS = 4
 
 _MISSING: Any = object()
-
-
-def _escape_pointer(token: Any) -> str:
-    return str(token).replace("~", "~0").replace("/", "~1")
 
 
 def key_language_ok(lowered: Any) -> bool:
@@ -102,7 +100,7 @@ class ObjectLowering:
             hits = [patterns[p] for p in patterns
                     if patterns[p] not in (True, {}) and re.search(p, name)]
             sources[name] = ({"allOf": [sub, *hits]} if hits else sub,
-                             f"{ptr}/properties/{_escape_pointer(name)}")
+                             f"{ptr}/properties/{escape_pointer(name)}")
         for name in required:
             if name in sources:
                 continue
@@ -230,7 +228,7 @@ class ObjectLowering:
         if hits:
             schemas = [patterns[p] for p in hits]
             return (schemas[0] if len(schemas) == 1 else {"allOf": schemas},
-                    f"{ptr}/patternProperties/{_escape_pointer(hits[0])}")
+                    f"{ptr}/patternProperties/{escape_pointer(hits[0])}")
         if extra is False:
             return None
         return (True if extra is _MISSING else extra), extra_ptr
@@ -271,7 +269,7 @@ class ObjectLowering:
                                      wide=True)
             except _Refuse as exc:
                 self.refuse("patternProperties",
-                            f"{ptr}/patternProperties/{_escape_pointer(pattern)}", str(exc))
+                            f"{ptr}/patternProperties/{escape_pointer(pattern)}", str(exc))
                 return None
             markers.append(self.placeholder(f'"(?:{body})"')["const"])
             wide_markers.append(self.placeholder(f'"(?:{wide})"')["const"])
@@ -282,7 +280,7 @@ class ObjectLowering:
             if hit:
                 schemas = [patterns[names[i]] for i in hit]
                 schema: Any = schemas[0] if len(schemas) == 1 else {"allOf": schemas}
-                sub_ptr = f"{ptr}/patternProperties/{_escape_pointer(names[hit[0]])}"
+                sub_ptr = f"{ptr}/patternProperties/{escape_pointer(names[hit[0]])}"
             elif extra is False:
                 continue
             else:
@@ -381,9 +379,7 @@ class ObjectLowering:
                 return self.nothing(ptr, "no property is allowed but minProperties > 0")
             return {"type": "object", "maxProperties": 0}
         if tracked_names:  # other keys never spell a tracked one, in any spelling
-            from structspec.automata.schema_lowering import _string_spellings
-
-            marker = self.placeholder("|".join(_string_spellings(n) for n in tracked_names))
+            marker = self.placeholder("|".join(string_spellings(n) for n in tracked_names))
             for region in regions:
                 region["minus"] = [*region["minus"], marker["const"]]
         # A pattern's automaton spells the keys it matches one way (raw characters), so a
@@ -400,9 +396,7 @@ class ObjectLowering:
                                 deps: dict[str, Any]) -> Any:
         """``dependentSchemas`` as cases, exactly: for each trigger *t*, "no key *t*" or
         "key *t*, and the object satisfies *t*'s schema" (2^n branches for n triggers)."""
-        from structspec.automata.schema_lowering import _FAMILY
-
-        rest = {k: v for k, v in node.items() if _FAMILY.get(k) == "object"
+        rest = {k: v for k, v in node.items() if FAMILY.get(k) == "object"
                 and k not in ("dependentSchemas", "dependencies")}
         kept = {k: v for k, v in node.get("dependencies", {}).items() if isinstance(v, list)}
         if kept:
