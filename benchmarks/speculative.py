@@ -9,7 +9,12 @@ Tasks:
   Python grammar from that prefix on (``state_after``): whatever the model writes must keep
   the file a valid start of a Python program (falls back to short free-text requests when
   the data is absent);
-- ``prose``: short prose requests, free text.
+- ``prose``: short prose requests, free text (``PROSE``: the first five are the original
+  ones, the next fifteen were written after the draft head's training prompts and are held
+  out from them — ``--offset 5`` runs only those).
+
+Speculation uses the learned draft head shipped for the default model
+(:mod:`structspec.spec.draft_head`) unless ``--no-draft-head``.
 
 Per task, greedy: ``baseline`` (speculation off: one token per pass, the same loop) and
 ``speculative`` (default ``SpecConfig``), after a warm-up of one whole request per mode. Each
@@ -27,7 +32,8 @@ unconstrained (``speedup_vs_hf``) and, for JSON, with xgrammar's logits processo
 
     python benchmarks/speculative.py --task json [--data FILE] [--offset K] [--n 5]
         [--max-new-tokens 160]
-        [--no-pack] [--threads T] [--repeats R] [--draft-model ID] [--no-cost-model]
+        [--no-pack] [--threads T] [--repeats R] [--draft-model ID] [--no-draft-head]
+        [--no-cost-model]
         [--no-prefix-cache] [--json-out F]
 
 On a CPU shared with other work, ``--threads 1`` gives stable timings: oneDNN/OpenMP with
@@ -75,6 +81,23 @@ PROSE = [
     "Summarize the benefits of regular exercise.",
     "Describe a sunset over the sea in a few sentences.",
     "Give three tips for learning a new language.",
+    # Held out from the draft head's training (scripts/train_draft_head.py checks that no
+    # training prompt is one of these, and its topics avoid theirs).
+    "Explain how a refrigerator keeps food cold.",
+    "Write a short paragraph about the invention of the compass.",
+    "Describe the life cycle of a butterfly.",
+    "What makes a good teacher? Answer in a few sentences.",
+    "Give three reasons why people enjoy hiking.",
+    "Summarize the causes of the First World War.",
+    "Describe a busy city market in the morning.",
+    "Explain why leaves change colour in autumn.",
+    "Write a short thank-you note to a neighbour who helped you move.",
+    "What are the benefits of learning to play a musical instrument?",
+    "Explain how airplanes stay in the air.",
+    "Describe the sounds of a thunderstorm at night.",
+    "Give advice to someone starting their first job.",
+    "Write a paragraph about the importance of clean drinking water.",
+    "Explain what a black hole is in simple terms.",
 ]
 
 
@@ -261,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafters", default=",".join(SpecConfig.drafters))
     ap.add_argument("--draft-model", default=None,
                     help="a small model with the same tokenizer, as the draft_model drafter")
+    ap.add_argument("--no-draft-head", action="store_true",
+                    help="switch the learned draft head off (default: the head shipped for "
+                         "the model, when one matches)")
     ap.add_argument("--no-cost-model", action="store_true",
                     help="keep every drafted node (no tree sizing from the cost curve)")
     ap.add_argument("--fresh-acceptance", action="store_true",
@@ -292,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
                                    pack=not args.no_pack and args.device == "cpu")
     spec_cfg = SpecConfig(max_nodes=args.max_nodes,
                           drafters=tuple(d for d in args.drafters.split(",") if d),
-                          draft_model=draft, cost_model=not args.no_cost_model)
+                          draft_model=draft, cost_model=not args.no_cost_model,
+                          draft_head=False if args.no_draft_head else "auto")
     if spec_cfg.cost_model:  # measured once per model and device, as the decode loop does
         t0 = time.perf_counter()
         curve = device_cost_curve(gen.loaded.model)
@@ -362,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                 "mean_planned": round(statistics.mean(s_stats.planned), 2)
                 if s_stats.planned else 0,
                 "draft_model_passes": s_stats.draft_model_passes,
+                "draft_head": s_stats.draft_head,
                 "time_split": s_stats.time_split(),
             })
         if peers is not None:  # the same number of new tokens, end to end
@@ -381,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         "packed": packed, "threads": torch.get_num_threads(),
         "load": round(os.getloadavg()[0], 2),
         "cost_model": spec_cfg.cost_model, "draft_model": args.draft_model,
+        "draft_head": next((r.get("draft_head") for r in rows if r.get("draft_head")), None),
         "prefix_cache": not args.no_prefix_cache,
         "prefix_reused_tokens": {"baseline": base_pc.reused_tokens if base_pc else 0,
                                  "speculative": spec_pc.reused_tokens if spec_pc else 0},

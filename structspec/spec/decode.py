@@ -41,6 +41,8 @@ from structspec.errors import GenerationError
 from structspec.sampling import SamplingParams, make_generator
 from structspec.spec.accept import MaskCache, walk_tree
 from structspec.spec.cost import AcceptanceModel, CostCurve, device_cost_curve, memory_use
+from structspec.spec.draft_head import SOURCE as DRAFT_HEAD
+from structspec.spec.draft_head import DraftHead, final_norm, resolve_head
 from structspec.spec.draft_model import SOURCE as DRAFT_MODEL
 from structspec.spec.draft_model import DraftModel
 from structspec.spec.drafters import (
@@ -57,7 +59,12 @@ from structspec.spec.drafters import (
 from structspec.spec.prefix import PrefixCache
 from structspec.spec.schedule import DrafterGate, Scheduler
 from structspec.spec.tree import DraftTree, TreeBuilder
-from structspec.spec.verify import check_tree_support, keep_path, verify_tree
+from structspec.spec.verify import (
+    UnsupportedModelError,
+    check_tree_support,
+    keep_path,
+    verify_tree,
+)
 from structspec.vocab import Vocabulary
 
 DEFAULT_DRAFTERS = ("values", "closers", "lookup", "alternatives", "topk")
@@ -102,6 +109,15 @@ class SpecConfig:
         draft_model_topk: the draft model's branching width at its first levels.
         draft_model_branch_levels: levels below the frontier where the draft model branches
             (deeper it extends its best candidate only).
+        draft_head: the learned draft head (:mod:`~structspec.spec.draft_head`), as the
+            ``draft_head`` drafter (inserted after ``values``/``closers`` when absent from
+            ``drafters``): ``"auto"`` uses the head shipped for the target when one matches
+            its fingerprint (none otherwise, silently); ``False`` switches it off; a path or
+            a :class:`~structspec.spec.draft_head.DraftHead` uses that head (a mismatch
+            raises :class:`~structspec.spec.draft_head.DraftHeadMismatchError`).
+        draft_head_topk: the head's branching width at its first levels.
+        draft_head_branch_levels: levels below the frontier where the head branches.
+        draft_head_max_depth: the head drafts at most this many levels per step.
         cost_model: size each tree by expected tokens per second from the device's cost
             curve (measured once per model and device) and the running acceptance.
         cost_curve: use this :class:`~structspec.spec.cost.CostCurve` instead of measuring
@@ -129,6 +145,10 @@ class SpecConfig:
     draft_model: Any = None
     draft_model_topk: int = 2
     draft_model_branch_levels: int = 2
+    draft_head: Any = "auto"
+    draft_head_topk: int = 2
+    draft_head_branch_levels: int = 1
+    draft_head_max_depth: int = 6
     cost_model: bool = True
     cost_curve: CostCurve | None = None
     memory_threshold: float | None = 0.9
@@ -136,7 +156,8 @@ class SpecConfig:
     def __post_init__(self) -> None:
         for name in ("draft_length", "num_speculations", "max_nodes", "window", "probe_every",
                      "lookup_max_n", "topk", "alternatives_max", "values_max", "nested_rounds",
-                     "draft_model_topk", "draft_model_branch_levels"):
+                     "draft_model_topk", "draft_model_branch_levels", "draft_head_topk",
+                     "draft_head_branch_levels", "draft_head_max_depth"):
             value = getattr(self, name)
             if value is None and name in ("num_speculations", "max_nodes"):
                 continue
@@ -149,6 +170,11 @@ class SpecConfig:
             object.__setattr__(self, "drafters", (DRAFT_MODEL, *self.drafters))
         if self.draft_model is None and DRAFT_MODEL in self.drafters:
             raise ValueError("the draft_model drafter needs SpecConfig(draft_model=...)")
+        if not (self.draft_head in ("auto", True, False, None)
+                or isinstance(self.draft_head, str | DraftHead) or hasattr(self.draft_head,
+                                                                         "__fspath__")):
+            raise ValueError(f"draft_head must be 'auto', False, a path or a DraftHead, got "
+                             f"{self.draft_head!r}")
         if self.memory_threshold is not None and not 0 < self.memory_threshold <= 1:
             raise ValueError(f"memory_threshold must be in (0, 1], got {self.memory_threshold!r}")
         if self.validation_threshold is not None and not 0 < self.validation_threshold < 1:
@@ -168,7 +194,10 @@ class SpecConfig:
                 "alternatives_max": self.alternatives_max, "values_max": self.values_max,
                 "nested_rounds": self.nested_rounds,
                 "draft_model_topk": self.draft_model_topk,
-                "draft_model_branch_levels": self.draft_model_branch_levels}
+                "draft_model_branch_levels": self.draft_model_branch_levels,
+                "draft_head_topk": self.draft_head_topk,
+                "draft_head_branch_levels": self.draft_head_branch_levels,
+                "draft_head_max_depth": self.draft_head_max_depth}
 
     def budgets(self, structured: bool) -> tuple[int, int]:
         """``(max_nodes, num_speculations)``, the ``None`` ones from :data:`AUTO_BUDGETS`."""
@@ -195,6 +224,8 @@ class SpecStats(DecodeStats):
         budgets: speculative node budget per step (the scheduler's upper bound).
         planned: speculative nodes kept per step (the cost plan's choice within the bound).
         draft_model_passes: forward passes of the draft model (``draft_model`` drafter).
+        draft_head: the name of the learned draft head used, if any (its acceptance is in
+            ``per_drafter["draft_head"]``).
         certain_tokens: tokens committed without a pass because the constraint allowed
             nothing else (see :func:`certain_tokens`); the next pass computes their KV.
         memory_pressure_steps: steps whose budget was halved under memory pressure.
@@ -212,6 +243,7 @@ class SpecStats(DecodeStats):
     per_drafter_depth: dict[str, list[list[int]]] = field(default_factory=dict)
     planned: list[int] = field(default_factory=list)
     draft_model_passes: int = 0
+    draft_head: str | None = None
     certain_tokens: int = 0
     memory_pressure_steps: int = 0
     cost_curve: dict[str, Any] | None = None
@@ -269,6 +301,7 @@ class SpecStats(DecodeStats):
             "mean_budget": round(sum(self.budgets) / len(self.budgets), 2) if self.budgets else 0,
             "mean_planned": round(sum(self.planned) / len(self.planned), 2) if self.planned else 0,
             "draft_model_passes": self.draft_model_passes,
+            "draft_head": self.draft_head,
             "certain_tokens": self.certain_tokens,
             "memory_pressure_steps": self.memory_pressure_steps,
             "cost_curve": self.cost_curve,
@@ -323,6 +356,7 @@ def speculative_decode(
         UnsupportedModelError: speculation is enabled and the model (or the draft model)
             cannot verify trees.
         DraftModelMismatchError: ``config.draft_model`` does not share the target's tokenizer.
+        DraftHeadMismatchError: ``config.draft_head`` names a head of another model.
     """
     from transformers import DynamicCache
 
@@ -355,7 +389,23 @@ def speculative_decode(
         literals=extract_literals(vocab.decode_text(prompt_ids)) if config.enabled else [],
         options=config.options, draft_model=draft_model,
     )
-    drafters = make_drafters(config.drafters) if config.enabled else []
+    head = resolve_head(config.draft_head, model) if config.enabled else None
+    norm = final_norm(model) if head is not None else None
+    if head is not None and norm is None:
+        if config.draft_head in ("auto", True):
+            head = None
+        else:
+            raise UnsupportedModelError("the draft head needs the target's final norm module "
+                                        "(model.model.norm); this model has none")
+    names = tuple(config.drafters)
+    if head is not None and DRAFT_HEAD not in names:
+        at = max([names.index(n) + 1 for n in ("values", "closers") if n in names], default=0)
+        names = (*names[:at], DRAFT_HEAD, *names[at:])
+    if head is None:
+        names = tuple(n for n in names if n != DRAFT_HEAD)
+    ctx.draft_head = head
+    stats.draft_head = head.name if head is not None else None
+    drafters = make_drafters(names) if config.enabled else []
     max_nodes, max_branches = config.budgets(_structured(constraint, vocab))
     curve = None
     if config.enabled and config.cost_model and max_nodes:
@@ -371,80 +421,95 @@ def speculative_decode(
     gate = DrafterGate(config.window, config.probe_every, adaptive=config.adaptive)
     masks: MaskCache | None = None
 
-    root = prompt_ids[-1]
-    state: State = constraint.initial
-    out: list[int] = []
-    complete = False
-    certain = config.enabled and config.forced
-    while True:
-        if certain:  # tokens the constraint leaves no choice about need no pass
-            for token in certain_tokens(constraint, state, max_new_tokens - len(out)):
-                state = advance_or_raise(constraint, state, token, vocab, out)
-                prefix.append(root)  # committed, not yet in the cache
-                out.append(token)
-                history.extend([token])
-                root = token
-                stats.certain_tokens += 1
-        # The checks plain decoding makes before each forward pass.
-        if constraint.is_accepting(state) and constraint.allowed(state).count() <= len(eos):
-            complete = True
-            break
-        if len(out) >= max_new_tokens:
-            break
-        if constraint.allowed(state).count() == 0:
-            raise dead_end(vocab, out)
+    # The draft head reads the target's last hidden state at each tree node: a hook on the
+    # final norm keeps the pass's output (the rows the logits came from).
+    captured: list[torch.Tensor] = []
+    hook = None if norm is None else norm.register_forward_hook(
+        lambda _module, _args, output: captured.append(output))
+    try:
+        root = prompt_ids[-1]
+        state: State = constraint.initial
+        out: list[int] = []
+        complete = False
+        certain = config.enabled and config.forced
+        while True:
+            if certain:  # tokens the constraint leaves no choice about need no pass
+                for token in certain_tokens(constraint, state, max_new_tokens - len(out)):
+                    state = advance_or_raise(constraint, state, token, vocab, out)
+                    prefix.append(root)  # committed, not yet in the cache
+                    out.append(token)
+                    history.extend([token])
+                    root = token
+                    stats.certain_tokens += 1
+                    if ctx.head_anchor is not None:
+                        ctx.head_anchor[1].append(token)
+            # The checks plain decoding makes before each forward pass.
+            if constraint.is_accepting(state) and constraint.allowed(state).count() <= len(eos):
+                complete = True
+                break
+            if len(out) >= max_new_tokens:
+                break
+            if constraint.allowed(state).count() == 0:
+                raise dead_end(vocab, out)
 
-        t0 = time.perf_counter()
-        first = stats.forward_passes == 0
-        built, tree, frontier_depth = _draft(ctx, drafters, scheduler, gate, config, root,
-                                             state, eos, remaining=max_new_tokens - len(out),
-                                             first=first)
-        t1 = time.perf_counter()
-        logits = verify_tree(model, cache, tree, past_len, prefix)  # [q, V]
-        past_len += len(prefix)
-        prefix = []
-        stats.forward_passes += 1
-        stats.steps += 1
-        t2 = time.perf_counter()
-        if first:
-            stats.prefill_seconds = t2 - start
-        if masks is None:
-            masks = MaskCache(logits.shape[-1], logits.device)
-        acc = walk_tree(tree, logits, constraint, masks, sampling, generator, eos_ids=eos,
-                        budget=max_new_tokens - len(out),
-                        validation_threshold=config.validation_threshold)
-        t3 = time.perf_counter()
-        keep_path(cache, past_len, acc.path)
-        past_len += len(acc.path)
-        if first and prefix_cache is not None:
-            prefix_cache.learn(prompt_ids, cache)
-        t4 = time.perf_counter()
-        stats.draft_seconds += t1 - t0
-        stats.verify_seconds += (t2 - t1) + (t4 - t3)
-        stats.mask_seconds += t3 - t2
-        _record(stats, scheduler, gate, built, tree, acc.path, frontier_depth)
+            t0 = time.perf_counter()
+            first = stats.forward_passes == 0
+            built, tree, frontier_depth = _draft(ctx, drafters, scheduler, gate, config, root,
+                                                 state, eos, remaining=max_new_tokens - len(out),
+                                                 first=first)
+            t1 = time.perf_counter()
+            logits = verify_tree(model, cache, tree, past_len, prefix)  # [q, V]
+            hidden = captured[-1][0, -len(tree):] if captured else None  # [q, H]
+            captured.clear()
+            past_len += len(prefix)
+            prefix = []
+            stats.forward_passes += 1
+            stats.steps += 1
+            t2 = time.perf_counter()
+            if first:
+                stats.prefill_seconds = t2 - start
+            if masks is None:
+                masks = MaskCache(logits.shape[-1], logits.device)
+            acc = walk_tree(tree, logits, constraint, masks, sampling, generator, eos_ids=eos,
+                            budget=max_new_tokens - len(out),
+                            validation_threshold=config.validation_threshold)
+            t3 = time.perf_counter()
+            keep_path(cache, past_len, acc.path)
+            past_len += len(acc.path)
+            if first and prefix_cache is not None:
+                prefix_cache.learn(prompt_ids, cache)
+            t4 = time.perf_counter()
+            stats.draft_seconds += t1 - t0
+            stats.verify_seconds += (t2 - t1) + (t4 - t3)
+            stats.mask_seconds += t3 - t2
+            _record(stats, scheduler, gate, built, tree, acc.path, frontier_depth)
 
-        accepted = [tree.tokens[i] for i in acc.path[1:]]
-        out.extend(accepted)
-        history.extend(accepted)
-        state = tree.states[acc.path[-1]]
-        ctx.last_logits = acc.masked_logits
-        if acc.outcome in ("eos", "complete"):
-            complete = True
-            break
-        if acc.outcome == "limit":
-            break
-        if acc.outcome == "dead":
-            raise dead_end(vocab, out)
-        token = int(acc.token)  # type: ignore[arg-type]
-        if config.enabled and config.forced:
-            prev = tree.tokens[acc.path[-1]]
-            learn_choice(ctx, state, prev, token)
-        state = advance_or_raise(constraint, state, token, vocab, out)
-        out.append(token)
-        history.extend([token])
-        root = token
+            accepted = [tree.tokens[i] for i in acc.path[1:]]
+            out.extend(accepted)
+            history.extend(accepted)
+            state = tree.states[acc.path[-1]]
+            ctx.last_logits = acc.masked_logits
+            if acc.outcome in ("eos", "complete"):
+                complete = True
+                break
+            if acc.outcome == "limit":
+                break
+            if acc.outcome == "dead":
+                raise dead_end(vocab, out)
+            token = int(acc.token)  # type: ignore[arg-type]
+            if config.enabled and config.forced:
+                prev = tree.tokens[acc.path[-1]]
+                learn_choice(ctx, state, prev, token)
+            state = advance_or_raise(constraint, state, token, vocab, out)
+            out.append(token)
+            history.extend([token])
+            root = token
+            if hidden is not None:  # the draft head starts from the bonus token's context
+                ctx.head_anchor = (hidden[acc.path[-1]].clone(), [token])
 
+    finally:
+        if hook is not None:
+            hook.remove()
     complete = complete or constraint.is_accepting(state)
     stats.new_tokens = len(out)
     stats.seconds = time.perf_counter() - start

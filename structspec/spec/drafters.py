@@ -271,6 +271,11 @@ class DraftContext:
             ``draft_model`` drafter, or ``None``.
         acceptance: the running :class:`~structspec.spec.cost.AcceptanceModel` of this
             decode, if any (drafters may size their effort by it).
+        draft_head: a :class:`~structspec.spec.draft_head.DraftHead` for the ``draft_head``
+            drafter, or ``None``.
+        head_anchor: ``(hidden [H], tokens)``: the target's last hidden state at a committed
+            position and the committed tokens after it, the root last (set by the decode
+            loop when a draft head is in use).
     """
 
     constraint: Constraint
@@ -285,6 +290,8 @@ class DraftContext:
     split_suffixes: dict[bytes, None] = field(default_factory=dict)
     draft_model: Any = None
     acceptance: Any = None
+    draft_head: Any = None
+    head_anchor: Any = None
 
     def output_text(self, tail: int = 64) -> bytes:
         """The last ``tail`` tokens of the committed output, as bytes."""

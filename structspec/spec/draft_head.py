@@ -1,0 +1,366 @@
+"""Learned draft head: a tiny recurrent network drafts from the target's own hidden state.
+
+No smaller model shares the default model's tokenizer, so the draft comes from the target
+itself, in the manner of ReDrafter (Cheng et al. 2024) and EAGLE (Li et al. 2024): the
+verification pass hands back the target's final-norm hidden state ``h`` at the node whose
+logits chose the bonus token; the head takes ``h`` and the bonus token's embedding and
+predicts the next hidden state, hence the next token, then recurs on its own prediction:
+
+    s_0 = h;  s_{k+1} = s_k + W2 · silu(W1 · [norm(s_k); norm(emb(x_k))]);  logits = W_r · s_{k+1}
+
+``W_r`` holds the rows of the target's tied output embedding for a reduced vocabulary (the
+few thousand most frequent tokens of the training data, as in FR-Spec, Zhao et al. 2025), so
+a step costs a few hundredths of a target pass and the file stores only the ids. There is no
+KV cache: the recurrent state is one vector per branch. Trained by self-distillation on the
+target's own greedy outputs (``scripts/train_draft_head.py``).
+
+Drafting is deterministic (top-k of masked logits, no sampling), and every node goes through
+the :class:`~structspec.spec.tree.TreeBuilder` with the constraint's mask applied first, so
+greedy and sampling acceptance stay lossless.
+
+A head file belongs to one target: it records the target's :func:`fingerprint` (a hash of
+its configuration and of a sample of its embedding), and :meth:`DraftHead.load` refuses any
+other model with :class:`DraftHeadMismatchError`. :func:`packaged_head` finds the head
+shipped in ``structspec/spec/heads/`` for a model, if any.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from structspec.errors import StructSpecError
+from structspec.spec.drafters import register_drafter
+from structspec.spec.tree import TreeBuilder
+
+SOURCE = "draft_head"
+#: Source of the head's side branches (its runner-up tokens and their extensions): counted
+#: apart from its greedy chain, so the cost plan sees the chain's (higher) acceptance.
+SOURCE_ALT = "draft_head_alt"
+HEADS_DIR = Path(__file__).resolve().parent / "heads"
+FORMAT = 1
+
+
+class DraftHeadMismatchError(StructSpecError, ValueError):
+    """A draft head file does not belong to the target model (other weights, sizes or
+    vocabulary), or is not a draft head file at all."""
+
+
+def head_path(model_name: str) -> Path:
+    """Where the packaged head of ``model_name`` lives (it may not exist)."""
+    return HEADS_DIR / f"{model_name}.pt"
+
+
+def fingerprint(model: Any) -> str:
+    """A short hash identifying the target's weights: its sizes and a strided sample of its
+    input embedding, rounded to bfloat16 (the same model loaded in float32 or bfloat16 gets
+    the same fingerprint). Pure; memoized on the model object."""
+    cached = getattr(model, "_structspec_fingerprint", None)
+    if cached is not None:
+        return cached
+    config = model.config
+    emb = model.get_input_embeddings().weight.detach()  # [V, H]
+    step = max(1, emb.shape[0] // 509)
+    sample = emb[::step, ::7].to(torch.bfloat16).view(torch.int16).cpu().numpy()  # [~509, H/7]
+    h = hashlib.sha256()
+    h.update(repr((getattr(config, "model_type", ""), emb.shape[0], emb.shape[1],
+                   getattr(config, "num_hidden_layers", 0))).encode())
+    h.update(sample.tobytes())
+    value = h.hexdigest()[:24]
+    with contextlib.suppress(AttributeError, TypeError):  # exotic wrappers: no memo
+        model._structspec_fingerprint = value
+    return value
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., H] -> [..., H]
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class DraftHeadNet(nn.Module):
+    """The trainable part: one recurrent step ``(s, e) -> s'`` over target hidden states.
+
+    Args:
+        hidden_size: the target's hidden size ``H``.
+        hidden_dim: width of the step's inner layer ``D``.
+    """
+
+    def __init__(self, hidden_size: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.hidden_dim = hidden_dim
+        self.norm_s = _RMSNorm(hidden_size)
+        self.norm_e = _RMSNorm(hidden_size)
+        self.fc1 = nn.Linear(2 * hidden_size, hidden_dim)
+        self.fc2 = nn.Linear(hidden_dim, hidden_size)
+        nn.init.zeros_(self.fc2.weight)
+        nn.init.zeros_(self.fc2.bias)
+
+    def step(self, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        """Next state from state ``s`` ``[n, H]`` and token embeddings ``e`` ``[n, H]``."""
+        z = torch.cat([self.norm_s(s), self.norm_e(e)], dim=-1)  # [n, 2H]
+        return s + self.fc2(nn.functional.silu(self.fc1(z)))  # [n, H]
+
+
+def save_head(path: Path, net: DraftHeadNet, vocab: torch.Tensor, model_fingerprint: str, *,
+              name: str, meta: dict[str, Any] | None = None) -> None:
+    """Write a head file: fp16 weights, the reduced vocabulary ids, the target's
+    fingerprint and name, and training metadata."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({
+        "format": FORMAT, "kind": "structspec-draft-head", "name": name,
+        "fingerprint": model_fingerprint, "hidden_size": net.hidden_size,
+        "hidden_dim": net.hidden_dim, "vocab": vocab.to(torch.int32).cpu(),
+        # (a packed net's linears keep their weights under ``.original``)
+        "state": {k.replace(".original.", "."): v.detach().to(torch.float16).cpu()
+                  for k, v in net.state_dict().items()},
+        "meta": dict(meta or {}),
+    }, path)
+
+
+class DraftHead:
+    """A trained head bound to its target model, ready to draft.
+
+    Attributes:
+        name: the target's name recorded in the file (for messages and stats).
+        vocab: ``[Vr]`` long: the reduced vocabulary (target token ids), ascending.
+    """
+
+    def __init__(self, net: DraftHeadNet, vocab: torch.Tensor, model: Any, *,
+                 name: str = "draft-head") -> None:
+        device = model.get_input_embeddings().weight.device
+        self.name = name
+        self.net = net.float().to(device).eval()
+        self.vocab = vocab.long().to(device)  # [Vr]
+        self.embedding = model.get_input_embeddings()
+        out_w = model.get_output_embeddings().weight.detach()  # [V, H]
+        self.reduced = nn.Linear(out_w.shape[1], len(self.vocab), bias=False).to(device)
+        with torch.no_grad():
+            self.reduced.weight.copy_(out_w[self.vocab].float())
+        self._dtype = torch.float32
+        from structspec.spec.fastlinear import pack_linears, packing_available
+
+        holder = nn.ModuleDict({"net": self.net, "reduced": self.reduced})
+        if packing_available(holder):
+            pack_linears(holder)
+            self.reduced = holder["reduced"]
+
+    @classmethod
+    def load(cls, path: str | Path, model: Any) -> DraftHead:
+        """Load a head file for ``model``.
+
+        Raises:
+            DraftHeadMismatchError: the file is not a draft head, or was trained for another
+                model (fingerprint or sizes differ); the message names both.
+            FileNotFoundError: no such file.
+        """
+        try:
+            blob = torch.load(Path(path), map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            raise DraftHeadMismatchError(f"{path}: not a readable draft head file ({exc})"
+                                         ) from exc
+        if not isinstance(blob, dict) or blob.get("kind") != "structspec-draft-head":
+            raise DraftHeadMismatchError(f"{path}: not a structspec draft head file")
+        if blob.get("format") != FORMAT:
+            raise DraftHeadMismatchError(
+                f"{path}: draft head format {blob.get('format')!r}, this version reads {FORMAT}")
+        mine = fingerprint(model)
+        if blob["fingerprint"] != mine:
+            raise DraftHeadMismatchError(
+                f"draft head {path} was trained for model {blob.get('name')!r} (fingerprint "
+                f"{blob['fingerprint']}), not this one (fingerprint {mine}); train one for it "
+                f"with scripts/train_draft_head.py or set SpecConfig(draft_head=False)")
+        hidden = int(model.get_input_embeddings().weight.shape[1])
+        vocab = blob["vocab"].long()
+        if blob["hidden_size"] != hidden or int(vocab.max()) >= model.get_input_embeddings(
+                ).weight.shape[0]:
+            raise DraftHeadMismatchError(f"draft head {path} does not fit this model's sizes")
+        net = DraftHeadNet(blob["hidden_size"], blob["hidden_dim"])
+        net.load_state_dict({k: v.float() for k, v in blob["state"].items()})
+        return cls(net, vocab, model, name=str(blob.get("name")))
+
+    @torch.inference_mode()
+    def step(self, s: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """Next states ``[n, H]`` after ``tokens`` ``[n]`` from states ``s`` ``[n, H]``."""
+        return self.net.step(s.float(), self.embedding(tokens).float())
+
+    @torch.inference_mode()
+    def logits(self, s: torch.Tensor) -> torch.Tensor:
+        """Reduced-vocabulary logits ``[n, Vr]`` of states ``s`` ``[n, H]``."""
+        return self.reduced(s.float())
+
+
+_PACKAGED: dict[int, tuple[Any, DraftHead | None]] = {}
+
+
+def packaged_head(model: Any) -> DraftHead | None:
+    """The head shipped in :data:`HEADS_DIR` whose fingerprint matches ``model``, loaded once
+    per model object; ``None`` when none matches."""
+    hit = _PACKAGED.get(id(model))
+    if hit is not None and hit[0]() is model:
+        return hit[1]
+    import weakref
+
+    mine = fingerprint(model)
+    head = None
+    for path in sorted(HEADS_DIR.glob("*.pt")):
+        try:
+            blob = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception:  # an unreadable file is just not a match
+            continue
+        if isinstance(blob, dict) and blob.get("fingerprint") == mine:
+            head = DraftHead.load(path, model)
+            break
+    _PACKAGED[id(model)] = (weakref.ref(model), head)
+    return head
+
+
+def resolve_head(spec: Any, model: Any) -> DraftHead | None:
+    """The head a :class:`~structspec.spec.decode.SpecConfig` ``draft_head`` value asks for:
+    ``"auto"`` → the packaged one if it matches (else ``None``); ``False``/``None`` → none; a
+    path → that file (mismatch raises); a :class:`DraftHead` → itself.
+
+    Raises:
+        DraftHeadMismatchError: an explicit head does not fit ``model``.
+    """
+    if spec is None or spec is False:
+        return None
+    if isinstance(spec, DraftHead):
+        if spec.embedding is not model.get_input_embeddings():
+            raise DraftHeadMismatchError(f"draft head {spec.name!r} is bound to another model")
+        return spec
+    if spec == "auto" or spec is True:
+        return packaged_head(model)
+    return DraftHead.load(spec, model)
+
+
+def final_norm(model: Any) -> nn.Module | None:
+    """The module whose output is the target's last hidden state (what ``lm_head`` reads),
+    or ``None`` if the model has no recognisable one."""
+    base = getattr(model, getattr(model, "base_model_prefix", "model"), None)
+    norm = getattr(base, "norm", None)
+    return norm if isinstance(norm, nn.Module) else None
+
+
+class DraftHeadDrafter:
+    """Registered as ``"draft_head"``; reads ``ctx.draft_head`` and ``ctx.head_anchor``.
+
+    ``ctx.head_anchor`` is ``(h, tokens)``: the target's hidden state ``[H]`` at a committed
+    position and the committed tokens after it, the root last (usually just the bonus token;
+    more after tokens committed without a pass). The head runs those tokens and the forced
+    chain, then expands below the frontier: its greedy chain, plus ``draft_head_topk - 1``
+    side branches at the first ``draft_head_branch_levels`` levels (kept when their head
+    probability is at least ``draft_head_min_prob``), each level one batched step; it goes
+    deeper only while the running acceptance of its nodes keeps the next level likely enough
+    to be reached (``draft_head_min_reach``) and at most ``draft_head_max_depth`` levels.
+    Not thread-safe.
+    """
+
+    name = SOURCE
+
+    def __init__(self) -> None:
+        self._masks: dict[int, tuple[Any, torch.Tensor, int]] = {}
+
+    def _legal(self, ctx: Any, head: DraftHead, state: Any,
+               eos: frozenset[int]) -> tuple[torch.Tensor, int]:
+        """``[Vr]`` bool: reduced-vocabulary tokens legal in ``state`` (EOS excluded)."""
+        mask = ctx.constraint.allowed(state)
+        hit = self._masks.get(id(mask))
+        if hit is None or hit[0] is not mask:
+            width = int(head.vocab[-1]) + 1
+            full = torch.from_numpy(mask.to_bool().copy())  # [V]
+            if full.numel() < width:  # ids past the mask (logit padding) are not allowed
+                full = torch.cat([full, torch.zeros(width - full.numel(), dtype=torch.bool)])
+            for e in eos:
+                if e < full.numel():
+                    full[e] = False
+            allowed = full.to(head.vocab.device)[head.vocab]  # [Vr]
+            if len(self._masks) > 256:
+                self._masks.clear()
+            hit = (mask, allowed, int(allowed.sum()))
+            self._masks[id(mask)] = hit
+        return hit[1], hit[2]
+
+    def propose(self, ctx: Any, builder: TreeBuilder, frontier: int) -> None:
+        """Add the head's drafts below ``frontier``. Mutates ``builder`` only."""
+        head: DraftHead | None = getattr(ctx, "draft_head", None)
+        anchor = getattr(ctx, "head_anchor", None)
+        if head is None or anchor is None or builder.room(frontier) <= 0:
+            return
+        opts = ctx.options
+        topk = max(1, int(opts.get("draft_head_topk", 2)))
+        branch_levels = int(opts.get("draft_head_branch_levels", 1))
+        min_logp = math.log(max(1e-12, float(opts.get("draft_head_min_prob", 0.1))))
+        min_reach = float(opts.get("draft_head_min_reach", 0.1))
+        max_depth = int(opts.get("draft_head_max_depth", 6))
+        acceptance = getattr(ctx, "acceptance", None)
+        chain = [frontier]
+        while chain[-1] > 0:
+            chain.append(builder.parents[chain[-1]])
+        chain.reverse()
+        h, tokens = anchor
+        feed = list(tokens) + [builder.tokens[i] for i in chain[1:]]
+        s = h.reshape(1, -1)  # [1, H]
+        device = head.vocab.device
+        for tok in feed:
+            s = head.step(s, torch.tensor([tok], device=device))  # [1, H]
+        beams: list[tuple[int, torch.Tensor, float, bool]] = [(frontier, s[0], 0.0, True)]
+        reach = 1.0
+        level = 0
+        while beams and level < max_depth:
+            if level and acceptance is not None:
+                reach *= acceptance.rate(self.name, level + 1)
+                if reach < min_reach:
+                    break
+            states = torch.stack([b[1] for b in beams])  # [m, H]
+            logp_all = torch.log_softmax(head.logits(states), -1)  # [m, Vr]
+            new: list[tuple[int, int, float, bool]] = []  # (node, beam row, score, chain)
+            for row, (node, _, cum, is_chain) in enumerate(beams):
+                if builder.room(node) <= 0:
+                    continue
+                allowed, n_allowed = self._legal(ctx, head, builder.states[node],
+                                                 builder.eos_ids)
+                if not n_allowed:
+                    continue
+                k = topk if is_chain and level < branch_levels else 1
+                logp = logp_all[row].masked_fill(~allowed, float("-inf"))
+                top = torch.topk(logp, min(k, n_allowed))
+                for rank, (lp, idx) in enumerate(zip(top.values.tolist(), top.indices.tolist(),
+                                                     strict=True)):
+                    main = is_chain and rank == 0
+                    score = 0.0 if main else (lp if is_chain else cum + lp)
+                    if not math.isfinite(lp) or (not main and score < min_logp):
+                        break
+                    tok = int(head.vocab[idx])
+                    source = self.name if main else SOURCE_ALT
+                    existing = builder.child(node, tok)
+                    if existing is not None:
+                        child: int | None = existing
+                    elif node == frontier or builder.num_children(node):
+                        child = builder.add_branch(node, [tok], source)
+                    else:
+                        child = builder.add(node, tok, source)
+                    if child is not None and builder.room(child) > 0:
+                        new.append((child, row, score, main))
+            level += 1
+            if not new or level >= max_depth:
+                break
+            ids = torch.tensor([builder.tokens[c] for c, _, _, _ in new], device=device)
+            nxt = head.step(states[[r for _, r, _, _ in new]], ids)  # [m', H]
+            beams = [(c, nxt[i], score, main) for i, (c, _, score, main) in enumerate(new)]
+
+
+register_drafter(SOURCE, DraftHeadDrafter)

@@ -1,0 +1,191 @@
+"""The learned draft head (:mod:`structspec.spec.draft_head`) on the tiny random model with the
+real tokenizer: speculative greedy with the head is token-identical to plain constrained
+greedy, every node it proposes is legal, a head file loads for its own model and is refused
+with a typed error for another; and (real model) the shipped head loads for the default model
+and keeps speculative == plain on a prose prompt."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import run_decode, tiny_llama
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from structspec.automata.regex import compile_regex
+from structspec.engine import decode, free_text
+from structspec.sampling import SamplingParams
+from structspec.spec import SpecConfig, speculative_decode
+from structspec.spec.cost import CostCurve
+from structspec.spec.draft_head import (
+    DraftHead,
+    DraftHeadDrafter,
+    DraftHeadMismatchError,
+    DraftHeadNet,
+    fingerprint,
+    head_path,
+    save_head,
+)
+from structspec.spec.drafters import CanonicalTokenizer, DraftContext, NgramIndex
+from structspec.spec.tree import TreeBuilder
+from structspec.vocab import Vocabulary
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PATTERNS = {
+    "tag": r'\{"id":[0-9]{1,3},"tag":"(red|green|blue)","ok":(true|false)\}',
+    "words": r"( ?[a-z]{1,8}){1,12}\.",
+}
+WORDS = ["weather", "in", "Paris", "for", "3", "days", "red", "the", "id", "is", "42", "hello",
+         "{", '"name"', ":", "blue", "tag", ","]
+GREEDY = SamplingParams()
+FLAT = CostCurve((1, 64), (1.0, 1.0))  # every tree size costs the same: nothing is pruned
+
+
+def _random_head(model, seed: int = 0, vocab_size: int = 4096) -> DraftHead:
+    """A head with random weights over a random reduced vocabulary (ids of ``model``)."""
+    g = torch.Generator().manual_seed(seed)
+    hidden = model.config.hidden_size
+    net = DraftHeadNet(hidden, 48)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    n = model.get_input_embeddings().weight.shape[0]
+    vocab = torch.randperm(n, generator=g)[:vocab_size].sort().values
+    return DraftHead(net, vocab, model, name="tiny-random-head")
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    vocab = Vocabulary.from_tokenizer(tiny_model.tokenizer, eos_token_ids=tiny_model.eos_token_ids)
+    constraints = {k: compile_regex(v, vocab) for k, v in PATTERNS.items()}
+    constraints["free"] = free_text(vocab)
+    return tiny_model.model, tiny_model.tokenizer, vocab, constraints, _random_head(
+        tiny_model.model)
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=10),
+       name=st.sampled_from(sorted([*PATTERNS, "free"])), max_new=st.integers(1, 40),
+       topk=st.sampled_from([1, 3]), only=st.booleans(), flat=st.booleans())
+def test_greedy_with_the_draft_head_equals_plain_greedy(tiny, words, name, max_new, topk, only,
+                                                        flat):
+    model, tok, vocab, constraints, head = tiny
+    prompt = tok.encode(" ".join(words), add_special_tokens=False)
+    c = constraints[name]
+    plain = run_decode(decode, model, vocab, prompt, c, max_new_tokens=max_new, sampling=GREEDY)
+    cfg = SpecConfig(draft_head=head, draft_head_topk=topk, window=2,
+                     drafters=("draft_head",) if only else SpecConfig().drafters,
+                     cost_curve=FLAT if flat else None)
+    spec = run_decode(speculative_decode, model, vocab, prompt, c, max_new_tokens=max_new,
+                      sampling=GREEDY, config=cfg, tokenizer=tok)
+    assert spec[:3] == plain[:3]
+    if spec[3] is not None:
+        assert spec[3].stats.draft_head == "tiny-random-head"
+
+
+def test_the_head_drafts_and_its_nodes_are_counted(tiny):
+    model, tok, vocab, constraints, head = tiny
+    prompt = tok.encode("the id is 42 and the tag is red", add_special_tokens=False)
+    cfg = SpecConfig(draft_head=head, drafters=("draft_head",), cost_curve=FLAT,
+                     adaptive=False, max_nodes=8)
+    out = speculative_decode(model, vocab, prompt, constraints["free"], max_new_tokens=1,
+                             sampling=GREEDY, config=cfg, tokenizer=tok)
+    assert out.stats.per_drafter.get("draft_head") is None  # first pass: no hidden state yet
+    out = run_decode(speculative_decode, model, vocab, prompt, constraints["free"],
+                     max_new_tokens=24, sampling=GREEDY, config=cfg, tokenizer=tok)[3]
+    if out is not None:
+        proposed, accepted = out.stats.per_drafter["draft_head"]
+        assert proposed > 0 and 0 <= accepted <= proposed
+        assert out.stats.as_dict()["draft_head"] == "tiny-random-head"
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prefix=st.text(alphabet='{}"abcdeirgtnl:0123456789,', max_size=12),
+       name=st.sampled_from(sorted(PATTERNS)), seed=st.integers(0, 2**16),
+       topk=st.integers(1, 4))
+def test_the_head_never_proposes_illegal_nodes(tiny, prefix, name, seed, topk):
+    model, tok, vocab, constraints, head = tiny
+    c = constraints[name]
+    state = c.initial
+    root = tok.encode("x", add_special_tokens=False)[0]
+    for t in tok.encode(prefix, add_special_tokens=False):  # a legal prefix, as far as it goes
+        nxt = c.advance(state, t)
+        if nxt is None:
+            break
+        state, root = nxt, t
+    if not c.allowed(state).count():
+        return
+    g = torch.Generator().manual_seed(seed)
+    ctx = DraftContext(constraint=c, vocab=vocab, canon=CanonicalTokenizer(tok, vocab),
+                       history=NgramIndex(3), prompt_len=1,
+                       options={"draft_head_topk": topk, "draft_head_branch_levels": 2})
+    ctx.history.extend([root])
+    ctx.draft_head = head
+    ctx.head_anchor = (torch.randn(model.config.hidden_size, generator=g), [root])
+    builder = TreeBuilder(c, root, state, max_depth=8, max_nodes=16, max_branches=6,
+                          eos_ids=frozenset(vocab.eos_token_ids))
+    DraftHeadDrafter().propose(ctx, builder, 0)
+    tree = builder.freeze()
+    for i in range(1, len(tree)):
+        parent_state = tree.states[tree.parents[i]]
+        assert bool(c.allowed(parent_state).to_bool()[tree.tokens[i]])
+        assert tree.tokens[i] not in vocab.eos_token_ids
+        assert int(tree.tokens[i]) in set(head.vocab.tolist())
+
+
+def test_a_head_file_loads_for_its_model_and_is_refused_by_another(tiny, tiny_model, tmp_path):
+    model, tok, vocab, constraints, head = tiny
+    path = tmp_path / "tiny.pt"
+    save_head(path, head.net, head.vocab, fingerprint(model), name="tiny-random")
+    loaded = DraftHead.load(path, model)
+    s = torch.randn(2, model.config.hidden_size)
+    ids = torch.tensor([5, 7])
+    torch.testing.assert_close(loaded.step(s, ids), head.step(s, ids), atol=1e-2, rtol=1e-2)
+    other = tiny_llama(tok, seed=3)
+    with pytest.raises(DraftHeadMismatchError, match="trained for model 'tiny-random'"):
+        DraftHead.load(path, other)
+    with pytest.raises(DraftHeadMismatchError, match="bound to another model"):
+        speculative_decode(other, vocab, [5, 6], constraints["free"], max_new_tokens=2,
+                           sampling=GREEDY, config=SpecConfig(draft_head=head))
+    with pytest.raises(DraftHeadMismatchError):
+        speculative_decode(other, vocab, [5, 6], constraints["free"], max_new_tokens=2,
+                           sampling=GREEDY, config=SpecConfig(draft_head=str(path)))
+    bad = tmp_path / "bad.pt"
+    torch.save({"hello": 1}, bad)
+    with pytest.raises(DraftHeadMismatchError, match="not a structspec draft head"):
+        DraftHead.load(bad, model)
+    with pytest.raises(ValueError, match="draft_head must be"):
+        SpecConfig(draft_head=3)
+
+
+def test_auto_finds_no_head_for_a_random_model_and_off_switches_it_off(tiny):
+    model, tok, vocab, constraints, _ = tiny
+    prompt = tok.encode("hello the weather", add_special_tokens=False)
+    for cfg in (SpecConfig(), SpecConfig(draft_head=False)):
+        out = run_decode(speculative_decode, model, vocab, prompt, constraints["free"],
+                         max_new_tokens=6, sampling=GREEDY, config=cfg, tokenizer=tok)[3]
+        assert out is None or out.stats.draft_head is None
+
+
+@pytest.mark.real_model
+def test_the_shipped_head_loads_and_keeps_prose_identical():
+    from structspec.api import Generator
+
+    if not head_path("smollm2-135m-instruct").exists():
+        pytest.skip("no shipped head")
+    gen = Generator(None)
+    ids = gen.prompt_ids("Describe a quiet library on a rainy afternoon.")
+    c = free_text(gen.vocab)
+    plain = decode(gen.loaded.model, gen.vocab, ids, c, max_new_tokens=40, sampling=GREEDY)
+    spec = run_decode(speculative_decode, gen.loaded.model, gen.vocab, ids, c,
+                      max_new_tokens=40, sampling=GREEDY, config=SpecConfig(),
+                      tokenizer=gen.loaded.tokenizer)
+    assert spec[0] == plain.token_ids
+    assert spec[3] is None or spec[3].stats.draft_head == "smollm2-135m-instruct"
+    off = speculative_decode(gen.loaded.model, gen.vocab, ids, c, max_new_tokens=40,
+                             sampling=GREEDY, config=SpecConfig(draft_head=False),
+                             tokenizer=gen.loaded.tokenizer)
+    assert off.stats.draft_head is None and off.token_ids == plain.token_ids
