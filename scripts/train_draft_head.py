@@ -203,23 +203,32 @@ def make_data(work: Path, n_prompts: int, batch: int, max_new: int) -> None:
 
 
 def _load_shards(work: Path):
-    ids, hidden, argmax, starts = [], [], [], []
+    """All shards concatenated: ids, hidden, argmax ``[N]``/``[N, H]``, and per position the
+    end of its sequence, the start of its answer, and its sequence number."""
+    ids, hidden, argmax, starts, answer = [], [], [], [], []
     n = 0
     for shard in sorted(work.glob("shard_*.pt")):
         rec = torch.load(shard, weights_only=True)
-        for s, h, a in zip(rec["ids"], rec["hidden"], rec["argmax"], strict=True):
+        for s, h, a, p in zip(rec["ids"], rec["hidden"], rec["argmax"], rec["prompt_len"],
+                              strict=True):
             ids.append(s)
             hidden.append(h)
             argmax.append(a)
             starts.append(n)
+            answer.append(n + p - 1)  # the prompt's last position: its hidden state anchors
             n += len(s)
     seq_end = torch.cat([torch.full((len(s),), st + len(s), dtype=torch.int64)
                          for s, st in zip(ids, starts, strict=True)])
-    return torch.cat(ids).long(), torch.cat(hidden), torch.cat(argmax).long(), seq_end
+    seq_answer = torch.cat([torch.full((len(s),), a, dtype=torch.int64)
+                            for s, a in zip(ids, answer, strict=True)])
+    seq_no = torch.cat([torch.full((len(s),), i, dtype=torch.int64) for i, s in enumerate(ids)])
+    return (torch.cat(ids).long(), torch.cat(hidden), torch.cat(argmax).long(), seq_end,
+            seq_answer, seq_no)
 
 
 def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int, batch: int,
-          unroll: int, lr: float, feature_weight: float, holdout: float) -> None:
+          unroll: int, lr: float, feature_weight: float, holdout: float,
+          minutes: float | None = None) -> None:
     """Fit the head on the shards; write ``out``; print held-out acceptance per depth."""
     from structspec.spec.draft_head import DraftHeadNet, fingerprint, save_head
 
@@ -228,22 +237,27 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     model = gen.loaded.model
     emb = model.get_input_embeddings().weight.detach()  # [V, H]
     lm = model.get_output_embeddings().weight.detach()  # [V, H]
-    ids, hidden, argmax, seq_end = _load_shards(work)
+    ids, hidden, argmax, seq_end, seq_answer, seq_no = _load_shards(work)
     n = len(ids)
     counts = torch.bincount(argmax, minlength=lm.shape[0])
     vocab = torch.argsort(counts, descending=True)[:vocab_size].sort().values  # [Vr]
     cover = counts[vocab].sum().item() / counts.sum().item()
     print(f"{n} positions, reduced vocabulary {vocab_size}: covers {cover:.3f} of targets")
     w_red = lm[vocab].contiguous()  # [Vr, H]
-    # Valid starts: position p with p + unroll < sequence end (inputs x[p+1..p+unroll]).
+    # Starts: positions p with an input token after them, in the answers (what decoding
+    # sees) — the shared chat header is nearly all the same and would dominate otherwise.
+    # Held out: whole answers (their prompts unseen in training).
     pos = torch.arange(n)
-    valid = pos[(pos + 1) < seq_end]
+    valid = pos[((pos + 1) < seq_end) & (pos >= seq_answer)]
     g = torch.Generator().manual_seed(SEED)
-    perm = valid[torch.randperm(len(valid), generator=g)]
-    n_hold = int(len(perm) * holdout)
-    hold, fit = perm[:n_hold], perm[n_hold:]
+    n_seq = int(seq_no[-1]) + 1
+    held_seqs = torch.randperm(n_seq, generator=g)[:max(1, int(n_seq * holdout))]
+    is_held = torch.isin(seq_no[valid], held_seqs)
+    hold, fit = valid[is_held], valid[~is_held]
+    hold = hold[torch.randperm(len(hold), generator=g)]
+    print(f"{len(fit)} training starts, {len(hold)} held-out starts ({len(held_seqs)} answers)")
     net = DraftHeadNet(lm.shape[1], hidden_dim)
-    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01)
     def lr_at(s: int) -> float:  # warm-up, then cosine decay
         return min(1.0, (s + 1) / 200) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
 
@@ -276,6 +290,9 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
 
     t0 = time.time()
     for step in range(steps):
+        if minutes is not None and time.time() - t0 > 60 * minutes:
+            print(f"time budget reached at step {step}")
+            break
         idx = fit[torch.randint(len(fit), (batch,), generator=g)]
         loss, hits = unrolled(idx, True)
         opt.zero_grad()
@@ -290,7 +307,7 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
                   f"{[round(h, 3) for h in hits]} held-out {[round(h, 3) for h in hh]} "
                   f"{time.time() - t0:.0f} s", flush=True)
     save_head(out, net, vocab, fingerprint(model), name=gen.loaded.name,
-              meta={"positions": n, "steps": steps, "batch": batch, "unroll": unroll,
+              meta={"positions": n, "steps": step + 1, "batch": batch, "unroll": unroll,
                     "vocab_cover": round(cover, 4), "seed": SEED})
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
 
@@ -310,7 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--unroll", type=int, default=3)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--feature-weight", type=float, default=0.5)
-    ap.add_argument("--holdout", type=float, default=0.03)
+    ap.add_argument("--holdout", type=float, default=0.05)
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="stop training after this many minutes (the schedule still spans "
+                         "--steps)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -325,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out) if args.out else head_path("smollm2-135m-instruct")
         train(work, out, vocab_size=args.vocab_size, hidden_dim=args.hidden_dim,
               steps=args.steps, batch=args.batch, unroll=args.unroll, lr=args.lr,
-              feature_weight=args.feature_weight, holdout=args.holdout)
+              feature_weight=args.feature_weight, holdout=args.holdout,
+              minutes=args.minutes)
     return 0
 
 

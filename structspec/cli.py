@@ -132,7 +132,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
 _SPEC_KEYS = {"enabled": "enabled", "draft_length": "draft_length",
               "num_speculations": "num_speculations", "max_nodes": "max_nodes",
-              "validation_threshold": "validation_threshold"}
+              "validation_threshold": "validation_threshold",
+              "draft_head": "draft_head"}  # false, "auto" or a head file
 
 
 def _spec_config(args: argparse.Namespace) -> tuple[Any, int | None]:

@@ -266,6 +266,8 @@ class DraftHeadDrafter:
     probability is at least ``draft_head_min_prob``), each level one batched step; it goes
     deeper only while the running acceptance of its nodes keeps the next level likely enough
     to be reached (``draft_head_min_reach``) and at most ``draft_head_max_depth`` levels.
+    It stays silent when more than ``draft_head_max_feed`` tokens (committed without a pass,
+    or forced) separate the frontier from the target's last hidden state.
     Not thread-safe.
     """
 
@@ -306,6 +308,7 @@ class DraftHeadDrafter:
         min_logp = math.log(max(1e-12, float(opts.get("draft_head_min_prob", 0.1))))
         min_reach = float(opts.get("draft_head_min_reach", 0.1))
         max_depth = int(opts.get("draft_head_max_depth", 6))
+        max_feed = int(opts.get("draft_head_max_feed", 8))
         acceptance = getattr(ctx, "acceptance", None)
         chain = [frontier]
         while chain[-1] > 0:
@@ -313,6 +316,8 @@ class DraftHeadDrafter:
         chain.reverse()
         h, tokens = anchor
         feed = list(tokens) + [builder.tokens[i] for i in chain[1:]]
+        if len(feed) > max_feed:  # far from the target's last state: weak and slow drafts
+            return
         s = h.reshape(1, -1)  # [1, H]
         device = head.vocab.device
         for tok in feed:
