@@ -22,7 +22,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from structspec import _native
+
 END = "$END"
+NO_ACTION = -(1 << 31)  # the dense action table's "no action" (lalr_sim.c's NO_ACTION)
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,28 @@ class ParseTables:
                    tuple(rule_lhs), int(parse_table.start_states[start]),
                    int(parse_table.end_states[start]))
 
+    def dense(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The tables as int32 arrays for the ``lalr_sim`` kernel: ``actions[S, T]`` (codes
+        as in ``actions``; ``NO_ACTION`` where there is none), ``gotos[S, N]`` (-1: none;
+        nonterminals numbered in ``rule_lhs`` order of first use), ``rule_len[R]``,
+        ``rule_lhs[R]`` (those numbers). Built on each call; callers keep it."""
+        actions = np.full((len(self.actions), len(self.terminals)), NO_ACTION, dtype=np.int32)
+        for st, row in enumerate(self.actions):
+            if row:
+                actions[st, list(row)] = list(row.values())
+        nts: dict[str, int] = {}
+        for lhs in self.rule_lhs:
+            nts.setdefault(lhs, len(nts))
+        for row in self.gotos:
+            for nt in row:
+                nts.setdefault(nt, len(nts))
+        gotos = np.full((len(self.gotos), max(1, len(nts))), -1, dtype=np.int32)
+        for st, grow in enumerate(self.gotos):
+            for nt, dst in grow.items():
+                gotos[st, nts[nt]] = dst
+        return (actions, gotos, np.array(self.rule_len, dtype=np.int32).reshape(-1),
+                np.array([nts[n] for n in self.rule_lhs], dtype=np.int32).reshape(-1))
+
 
 class Signatures:
     """Values kept under the top states of the stacks they were computed from (see
@@ -111,6 +138,10 @@ class ParserStacks:
 
     ``feed`` and ``accepts_end`` are pure and memoized; the tables only grow, interning is
     locked, so one instance is shared by every thread using the constraint.
+
+    The reductions run in the native kernel ``lalr_sim`` when it is built (over
+    :meth:`ParseTables.dense` and the nodes mirrored in two arrays, ``parent`` and
+    ``state``), else in Python (``_feed_python``, ``_viable_python``): the same answers.
     """
 
     def __init__(self, tables: ParseTables) -> None:
@@ -122,6 +153,17 @@ class ParserStacks:
         self._end: dict[int, bool] = {}
         self._lock = threading.Lock()
         self._n_states = len(tables.actions)  # LALR states: trie keys node * n + state
+        # The nodes mirrored as arrays for the kernel (capacity doubles; rows past
+        # len(_nodes) unused), and the kernel's leading arguments: ParseTables.dense() and
+        # those arrays, built on first use and swapped whole on growth.
+        self._parent = np.full(1024, -1, dtype=np.int64)
+        self._state = np.zeros(1024, dtype=np.int32)
+        self._state[0] = tables.start_state
+        self._dense: tuple[np.ndarray, ...] | None = None
+        self._head: tuple[np.ndarray, ...] | None = None
+        # Whether the kernel is used is decided once, here (``STRUCTSPEC_NATIVE`` read
+        # now): both paths give the same answers, so a later switch changes nothing.
+        self._lib = _native.load("lalr_sim")
 
     def top(self, stack: int) -> int:
         """The LALR state on top of ``stack``."""
@@ -148,9 +190,63 @@ class ParserStacks:
                 got = self._ids.get(key)
                 if got is None:
                     got = len(self._nodes)
+                    if got == self._parent.size:
+                        n = got
+                        self._parent = np.concatenate([self._parent,
+                                                       np.full(n, -1, dtype=np.int64)])
+                        self._state = np.concatenate([self._state,
+                                                      np.zeros(n, dtype=np.int32)])
+                        if self._dense is not None:
+                            self._head = (*self._dense, self._parent, self._state)
+                    self._parent[got] = parent
+                    self._state[got] = state
                     self._nodes.append((parent, state, self._nodes[parent][2] + 1))
                     self._ids[key] = got
         return got
+
+    def _kernel(self) -> tuple[Any, tuple] | None:
+        """The ``lalr_sim`` kernel and its leading arguments (the dense tables, the node
+        arrays), or None (not built, or ``STRUCTSPEC_NATIVE=off``). A stack id handed out
+        is always inside the arrays of the arguments read after it: growth swaps them
+        before the new node is published."""
+        native = self._lib
+        if native is None:
+            return None
+        head = self._head
+        if head is None:
+            dense = self.tables.dense()
+            with self._lock:
+                if self._dense is None:
+                    self._dense = dense
+                head = self._head = (*self._dense, self._parent, self._state)
+        return native, head
+
+    def native(self) -> bool:
+        """Whether the ``lalr_sim`` kernel runs the reductions (``_native.load`` when
+        these stacks were made)."""
+        return self._lib is not None
+
+    def viable(self, stack: int, terminals: np.ndarray) -> tuple[int, int]:
+        """The index of the first of ``terminals`` (int64 parser ids) that ``stack``
+        takes, or -1; and the lowest height that answer read: only the taken terminal's
+        reads, else every terminal's (``depth(stack)`` at most). Pure; not memoized (the
+        caller memoizes per stack and terminal set)."""
+        kernel = self._kernel()
+        if kernel is None:
+            return self._viable_python(stack, terminals)
+        native, head = kernel
+        return native.viable(*head, stack, self._nodes[stack][2], terminals)
+
+    def _viable_python(self, stack: int, terminals: np.ndarray) -> tuple[int, int]:
+        """``viable`` in Python (the twin of the ``lalr_sim`` kernel's ``viable``)."""
+        depth = self._nodes[stack][2]
+        low = depth
+        for i, t in enumerate(terminals.tolist()):
+            ok, lo = self.takes_low(stack, t)
+            if ok:
+                return i, min(depth, lo)
+            low = min(low, lo)
+        return -1, low
 
     def _reduce(self, stack: int, rule: int) -> int:
         t = self.tables
@@ -174,47 +270,61 @@ class ParserStacks:
         key = (stack, terminal)
         got = self._feed.get(key)
         if got is None:
-            # The reductions run on a scratch list of states pushed over the part of the
-            # stack not popped yet (as in takes_low); only the final stack is interned.
-            t = self.tables
-            actions, nodes, gotos = t.actions, self._nodes, t.gotos
-            rule_len, rule_lhs = t.rule_len, t.rule_lhs
-            base = stack
-            low = nodes[stack][2]
-            pushed: list[int] = []
-            top = nodes[stack][1]
-            while True:
-                code = actions[top].get(terminal)
-                if code is None:
-                    res = -1
-                    break
-                if code >= 0:
-                    s = base
+            kernel = self._kernel()
+            if kernel is None:
+                got = self._feed_python(stack, terminal)
+            else:
+                native, head = kernel
+                base, low, pushed = native.feed(*head, stack, self._nodes[stack][2],
+                                                terminal)
+                if base >= 0:
                     for st in pushed:
-                        s = self._push(s, st)
-                    res = self._push(s, code)
-                    break
-                rule = -code - 1
-                n = rule_len[rule]
-                if n <= len(pushed):
-                    if n:
-                        del pushed[-n:]
-                else:
-                    for _ in range(n - len(pushed)):
-                        base = nodes[base][0]
-                    pushed.clear()
-                    h = nodes[base][2]
-                    if h < low:
-                        low = h
-                under = pushed[-1] if pushed else nodes[base][1]
-                top = gotos[under].get(rule_lhs[rule])
-                if top is None:  # pragma: no cover - lark's tables always have the goto
-                    res = -1
-                    break
-                pushed.append(top)
-            got = (res, low)
+                        base = self._push(base, st)
+                got = (base, low)
             self._feed[key] = got
         return got
+
+    def _feed_python(self, stack: int, terminal: int) -> tuple[int, int]:
+        """``feed_low`` in Python (the twin of the ``lalr_sim`` kernel's ``feed``)."""
+        # The reductions run on a scratch list of states pushed over the part of the
+        # stack not popped yet (as in takes_low); only the final stack is interned.
+        t = self.tables
+        actions, nodes, gotos = t.actions, self._nodes, t.gotos
+        rule_len, rule_lhs = t.rule_len, t.rule_lhs
+        base = stack
+        low = nodes[stack][2]
+        pushed: list[int] = []
+        top = nodes[stack][1]
+        while True:
+            code = actions[top].get(terminal)
+            if code is None:
+                res = -1
+                break
+            if code >= 0:
+                s = base
+                for st in pushed:
+                    s = self._push(s, st)
+                res = self._push(s, code)
+                break
+            rule = -code - 1
+            n = rule_len[rule]
+            if n <= len(pushed):
+                if n:
+                    del pushed[-n:]
+            else:
+                for _ in range(n - len(pushed)):
+                    base = nodes[base][0]
+                pushed.clear()
+                h = nodes[base][2]
+                if h < low:
+                    low = h
+            under = pushed[-1] if pushed else nodes[base][1]
+            top = gotos[under].get(rule_lhs[rule])
+            if top is None:  # pragma: no cover - lark's tables always have the goto
+                res = -1
+                break
+            pushed.append(top)
+        return res, low
 
     def takes_low(self, stack: int, terminal: int) -> tuple[bool, int]:
         """Whether ``feed(stack, terminal)`` succeeds, and the lowest height it reads — the

@@ -89,6 +89,7 @@ class LarkRuntime:
         self._viable: dict[tuple[int, int, tuple[int, ...]], int] = {}
         self._viable_low: dict[tuple[int, int], tuple[bool, int]] = {}
         self._viable_sig: dict[int, Signatures] = {}  # per terms (lalr.py)
+        self._todo: dict[int, np.ndarray] = {}  # terms -> their parser ids (_parser_ids)
         self._newlines: dict[tuple[int, tuple[int, ...], int],
                              tuple[int, tuple[int, ...], int, int]] = {}
         self._nl_ok: dict[tuple[int, int, int, tuple[int, ...]], tuple[bool, int, int]] = {}
@@ -361,6 +362,14 @@ class LarkRuntime:
         todo = terms & self._cand_bits(top)
         if not todo:  # no action for any of them: reads the top only
             return False, low
+        if stacks.native():
+            # The kernel runs the whole loop below at once; its answer is cheaper than
+            # finding and storing a signature.
+            arr = self._todo.get(todo)
+            if arr is None:
+                arr = self._todo[todo] = self._parser_ids(todo)
+            i, lo = stacks.viable(stack, arr)
+            return i >= 0, lo
         sig = self._viable_sig.get(terms)
         if sig is None:
             sig = self._viable_sig.setdefault(terms, Signatures())
@@ -380,6 +389,13 @@ class LarkRuntime:
             todo ^= bit
         stacks.store_signature(sig, stack, got[1], got[0])
         return got
+
+    def _parser_ids(self, terms: int) -> np.ndarray:
+        """The parser ids of the lexer terminals in the bitmask ``terms``, lowest bit
+        first (the order ``_viable_compute`` tries them in)."""
+        index = self.g.parser_index
+        return np.array([index[i] for i in range(terms.bit_length()) if terms >> i & 1],
+                        dtype=np.int64)
 
     def _cand_bits(self, top: int) -> int:
         got = self._cbits.get(top)
