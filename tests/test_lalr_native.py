@@ -1,7 +1,7 @@
 """The native LALR simulation (``structspec/_native/lalr_sim.c``) equals its Python twin.
 
-``ParserStacks.feed_low`` and ``ParserStacks.viable`` run lark's reductions in the kernel
-when it is built, else in Python (``_feed_python``, ``_viable_python``). Stacks reached by
+``ParserStacks.feed_low`` and ``ParserStacks.takes`` run lark's reductions in the kernel
+when it is built, else in Python (``_feed_python``, ``_takes_python``). Stacks reached by
 random parses of the shipped grammars must give the same answers both ways — the same
 resulting stack (as its LALR states), the same lowest height read — and so must the
 viable-terminal checks of ``LarkRuntime`` built on them; masks along real programs must be
@@ -61,14 +61,15 @@ def _random_stack(stacks: ParserStacks, choices: list[int]) -> int:
 @given(name=st.sampled_from(GRAMMARS),
        path=st.lists(st.integers(0, 1 << 16), min_size=0, max_size=60),
        probe=st.lists(st.integers(0, 1 << 16), min_size=1, max_size=12))
-def test_feed_and_viable_equal_the_python_twin(name: str, path: list[int],
+def test_feed_and_takes_equal_the_python_twin(name: str, path: list[int],
                                                probe: list[int]) -> None:
     native, twin = _pair(name)
     a, b = _random_stack(native, path), _random_stack(twin, path)
     assert native.states(a) == twin.states(b)
     n_terms = len(native.tables.terminals)
-    terms = np.array([p % n_terms for p in probe], dtype=np.int64)
-    assert native.viable(a, terms) == twin.viable(b, terms)
+    terms = np.array(sorted({p % n_terms for p in probe}), dtype=np.int64)
+    bits = np.arange(terms.size, dtype=np.int64) * 3 + terms % 3  # distinct, sparse
+    assert native.takes(a, terms, bits) == twin.takes(b, terms, bits)
     for t in terms.tolist():
         ra, la = native.feed_low(a, t)
         rb, lb = twin.feed_low(b, t)
@@ -82,8 +83,9 @@ def test_feed_and_viable_equal_the_python_twin(name: str, path: list[int],
 @pytest.mark.parametrize("name", GRAMMARS)
 def test_viable_checks_equal_without_the_kernel(name: str, smollm_vocab,
                                                 monkeypatch) -> None:
-    """``LarkRuntime.viable_low`` (kernel: one call per check; Python: signatures) gives
-    the same answer and the same reads along a parse of every terminal set it meets."""
+    """``LarkRuntime.viable_low`` (kernel: one row of answers per stack; Python: a memo
+    and signatures per terminal set) gives the same answer and the same reads on random
+    parses for every terminal set."""
     from structspec.automata.lark_constraint import LarkRuntime
 
     g = _grammar(name)
@@ -118,12 +120,18 @@ def test_kernel_validates_its_inputs() -> None:
     head = (actions, gotos, rule_len, rule_lhs, parent, state)
     assert k.feed(*head, 0, 1, 0) == (0, 1, (1,))
     assert k.feed(*head, 1, 2, 0) == (0, 1, (0, 1))  # reduce (pop to height 1), then shift
-    assert k.viable(*head, 1, 2, np.array([0, 0], dtype=np.int64)) == (0, 1)
-    assert k.viable(*head, 1, 2, np.zeros(0, dtype=np.int64)) == (-1, 2)
+    two = np.array([0, 0], dtype=np.int64)
+    assert k.takes(*head, 1, 2, two, np.array([0, 9], dtype=np.int64)) == (
+        b"\x01\x02", [(1, b"\x01\x02")])
+    assert k.takes(*head, 1, 2, two[:0], two[:0]) == (b"\x00", [])
     refused = actions.copy()
     refused[0, 0] = NO_ACTION
     assert k.feed(refused, *head[1:], 0, 1, 0) == (-1, 1, ())
-    assert k.viable(refused, *head[1:], 0, 1, np.array([0], dtype=np.int64)) == (-1, 1)
+    assert k.takes(refused, *head[1:], 0, 1, two[:1], two[:1]) == (b"\x00", [(1, b"\x01")])
+    with pytest.raises(ValueError, match="one entry per terminal"):
+        k.takes(*head, 0, 1, two, two[:1])
+    with pytest.raises(ValueError, match="bit"):
+        k.takes(*head, 0, 1, two[:1], np.array([-1], dtype=np.int64))
     with pytest.raises(ValueError, match="stack node"):
         k.feed(*head, 2, 1, 0)
     with pytest.raises(ValueError, match="terminal"):

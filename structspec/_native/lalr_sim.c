@@ -4,7 +4,7 @@
  * Twin (Python, structspec/automata/lalr.py; tests/test_lalr_native.py checks that both
  * give identical answers):
  *   feed    <->  ParserStacks._feed_python   (the stack after a terminal, as pushes)
- *   viable  <->  ParserStacks._viable_python (the first of several terminals taken)
+ *   takes   <->  ParserStacks._takes_python  (which of several terminals are taken)
  *
  * A parser stack is a node of the interned tree of ``ParserStacks``: node ``s`` holds the
  * LALR state ``state[s]`` over node ``parent[s]`` (-1 below the bottom; the arrays may be
@@ -29,6 +29,7 @@
 #include "arrays.h"
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define NO_ACTION INT32_MIN
 #define MAX_STEPS (1 << 22)
@@ -204,55 +205,92 @@ done:
     return result;
 }
 
-PyDoc_STRVAR(viable_doc,
-"viable(actions, gotos, rule_len, rule_lhs, parent, state, stack, height,\n"
-"       terminals) -> (index, low)\n\n"
-"The first of ``terminals`` (int64 array) that ``stack`` takes, in order, and the lowest\n"
-"height that answer read (only the taken terminal's reads), or index -1 and the lowest\n"
-"height any of them read (``height`` when none is given).");
+PyDoc_STRVAR(takes_doc,
+"takes(actions, gotos, rule_len, rule_lhs, parent, state, stack, height, terminals, bits)\n"
+"-> (taken, levels)\n\n"
+"Which of ``terminals`` (int64 parser ids) ``stack`` takes, each named by its bit\n"
+"``bits[i]`` (int64, >= 0): ``taken`` is the little-endian bytes of the bitmask of the\n"
+"taken ones' bits; ``levels`` pairs each distinct lowest height read, ascending, with the\n"
+"bytes of the bitmask of the terminals whose simulation read down to it.");
 
-static PyObject *py_viable(PyObject *self, PyObject *args) {
+static PyObject *py_takes(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *objs[6], *terms_obj;
+    PyObject *objs[6], *terms_obj, *bits_obj;
     long long stack, height;
-    if (!PyArg_ParseTuple(args, "OOOOOOLLO", &objs[0], &objs[1], &objs[2], &objs[3],
-                          &objs[4], &objs[5], &stack, &height, &terms_obj))
+    if (!PyArg_ParseTuple(args, "OOOOOOLLOO", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &objs[4], &objs[5], &stack, &height, &terms_obj, &bits_obj))
         return NULL;
-    PyArrayObject *arr[6] = {NULL}, *terms = NULL;
-    PyObject *result = NULL;
+    PyArrayObject *arr[6] = {NULL}, *terms = NULL, *bitsa = NULL;
+    PyObject *result = NULL, *taken = NULL, *levels = NULL;
+    int64_t *lows = NULL;
+    unsigned char *buf = NULL;
     tables tb;
     scratch pushed;
     scratch_init(&pushed);
     if (get_tables(objs, arr, &tb) < 0) goto done;
     terms = as_array(terms_obj, NPY_INT64, 1, 0, "terminals");
-    if (!terms) goto done;
-    const int64_t *t = PyArray_DATA(terms);
+    bitsa = as_array(bits_obj, NPY_INT64, 1, 0, "bits");
+    if (!terms || !bitsa) goto done;
     Py_ssize_t k = PyArray_DIM(terms, 0);
-    int64_t low = height, base, lo;
-    int32_t shift;
-    long long found = -1;
+    if (PyArray_DIM(bitsa, 0) != k) {
+        PyErr_SetString(PyExc_ValueError, "bits must have one entry per terminal");
+        goto done;
+    }
+    const int64_t *t = PyArray_DATA(terms), *bits = PyArray_DATA(bitsa);
+    int64_t max_bit = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (bits[i] < 0 || bits[i] >= (1 << 20)) {
+            PyErr_SetString(PyExc_ValueError, "a bit is out of range");
+            goto done;
+        }
+        if (bits[i] > max_bit) max_bit = bits[i];
+    }
+    Py_ssize_t nbytes = (Py_ssize_t)(max_bit / 8 + 1);
+    lows = malloc(sizeof(int64_t) * (k ? k : 1));
+    buf = calloc((size_t)nbytes, 1);
+    if (!lows || !buf) { PyErr_NoMemory(); goto done; }
     for (Py_ssize_t i = 0; i < k; i++) {
         const char *why = NULL;
+        int64_t base, lo;
+        int32_t shift;
         int st = simulate(&tb, stack, height, t[i], &pushed, &base, &shift, &lo, &why);
         if (st < 0) { raise_for(st, why); goto done; }
-        if (st == TAKEN) {
-            found = i;
-            low = lo < height ? lo : height;
-            break;
-        }
-        if (lo < low) low = lo;
+        lows[i] = lo;
+        if (st == TAKEN) buf[bits[i] / 8] |= (unsigned char)(1u << (bits[i] % 8));
     }
-    result = Py_BuildValue("LL", found, (long long)low);
+    taken = PyBytes_FromStringAndSize((const char *)buf, nbytes);
+    levels = PyList_New(0);
+    if (!taken || !levels) goto done;
+    int64_t prev = INT64_MIN;
+    for (;;) {  /* the distinct lows, ascending (k is small) */
+        int64_t cur = INT64_MAX;
+        for (Py_ssize_t i = 0; i < k; i++)
+            if (lows[i] > prev && lows[i] < cur) cur = lows[i];
+        if (cur == INT64_MAX) break;
+        memset(buf, 0, (size_t)nbytes);
+        for (Py_ssize_t i = 0; i < k; i++)
+            if (lows[i] == cur) buf[bits[i] / 8] |= (unsigned char)(1u << (bits[i] % 8));
+        PyObject *pair = Py_BuildValue("Ly#", (long long)cur, (const char *)buf, nbytes);
+        if (!pair || PyList_Append(levels, pair) < 0) { Py_XDECREF(pair); goto done; }
+        Py_DECREF(pair);
+        prev = cur;
+    }
+    result = PyTuple_Pack(2, taken, levels);
 done:
+    Py_XDECREF(taken);
+    Py_XDECREF(levels);
+    free(lows);
+    free(buf);
     scratch_free(&pushed);
     Py_XDECREF(terms);
+    Py_XDECREF(bitsa);
     for (int k2 = 0; k2 < 6; k2++) Py_XDECREF(arr[k2]);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"feed", py_feed, METH_VARARGS, feed_doc},
-    {"viable", py_viable, METH_VARARGS, viable_doc},
+    {"takes", py_takes, METH_VARARGS, takes_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -226,27 +226,32 @@ class ParserStacks:
         these stacks were made)."""
         return self._lib is not None
 
-    def viable(self, stack: int, terminals: np.ndarray) -> tuple[int, int]:
-        """The index of the first of ``terminals`` (int64 parser ids) that ``stack``
-        takes, or -1; and the lowest height that answer read: only the taken terminal's
-        reads, else every terminal's (``depth(stack)`` at most). Pure; not memoized (the
-        caller memoizes per stack and terminal set)."""
+    def takes(self, stack: int, terminals: np.ndarray, bits: np.ndarray
+              ) -> tuple[int, list[tuple[int, int]]]:
+        """Which of ``terminals`` (int64 parser ids) ``stack`` takes, all at once, each
+        named by its bit ``bits[i]``: the bitmask of the taken ones, and the lowest height
+        each one's simulation read as ``(height, bitmask)`` pairs, ascending (a taken
+        terminal's answer holds on every stack that agrees from its height up; a refused
+        one's too). Pure; not memoized (the caller keeps it per stack)."""
         kernel = self._kernel()
         if kernel is None:
-            return self._viable_python(stack, terminals)
+            return self._takes_python(stack, terminals, bits)
         native, head = kernel
-        return native.viable(*head, stack, self._nodes[stack][2], terminals)
+        taken, levels = native.takes(*head, stack, self._nodes[stack][2], terminals, bits)
+        return (int.from_bytes(taken, "little"),
+                [(h, int.from_bytes(m, "little")) for h, m in levels])
 
-    def _viable_python(self, stack: int, terminals: np.ndarray) -> tuple[int, int]:
-        """``viable`` in Python (the twin of the ``lalr_sim`` kernel's ``viable``)."""
-        depth = self._nodes[stack][2]
-        low = depth
-        for i, t in enumerate(terminals.tolist()):
+    def _takes_python(self, stack: int, terminals: np.ndarray, bits: np.ndarray
+                      ) -> tuple[int, list[tuple[int, int]]]:
+        """``takes`` in Python (the twin of the ``lalr_sim`` kernel's ``takes``)."""
+        taken = 0
+        levels: dict[int, int] = {}
+        for t, bit in zip(terminals.tolist(), bits.tolist()):
             ok, lo = self.takes_low(stack, t)
             if ok:
-                return i, min(depth, lo)
-            low = min(low, lo)
-        return -1, low
+                taken |= 1 << bit
+            levels[lo] = levels.get(lo, 0) | 1 << bit
+        return taken, sorted(levels.items())
 
     def _reduce(self, stack: int, rule: int) -> int:
         t = self.tables

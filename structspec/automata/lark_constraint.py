@@ -89,7 +89,11 @@ class LarkRuntime:
         self._viable: dict[tuple[int, int, tuple[int, ...]], int] = {}
         self._viable_low: dict[tuple[int, int], tuple[bool, int]] = {}
         self._viable_sig: dict[int, Signatures] = {}  # per terms (lalr.py)
-        self._todo: dict[int, np.ndarray] = {}  # terms -> their parser ids (_parser_ids)
+        # With the lalr_sim kernel: per stack, every candidate terminal's answer at once
+        # (_takes_row) instead of a memo and signatures per (stack, terminal set).
+        self._rows: dict[int, tuple[int, list[tuple[int, int]], int, int]] | None = \
+            {} if self.stacks.native() else None
+        self._cand_arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._newlines: dict[tuple[int, tuple[int, ...], int],
                              tuple[int, tuple[int, ...], int, int]] = {}
         self._nl_ok: dict[tuple[int, int, int, tuple[int, ...]], tuple[bool, int, int]] = {}
@@ -346,6 +350,20 @@ class LarkRuntime:
             if paren > 0:
                 return True, self.INF, 1
             pk = 1
+        if self._rows is not None:  # the kernel's rows: the same answers as below
+            taken, levels, shift, depth = self._rows.get(stack) or self._takes_row(stack)
+            if terms & shift:  # shifted at once: reads the top only
+                return True, depth, pk
+            hit = terms & taken
+            if hit:  # the lowest taken terminal is the witness (as _viable_compute tries)
+                hit &= -hit
+                for h, bits in levels:
+                    if bits & hit:
+                        return True, h, pk
+            for h, bits in levels:  # refused: the lowest read of any candidate
+                if bits & terms:
+                    return False, h, pk
+            return False, depth, pk
         ck = (stack, terms)
         got = self._viable_low.get(ck)
         if got is None:
@@ -362,14 +380,6 @@ class LarkRuntime:
         todo = terms & self._cand_bits(top)
         if not todo:  # no action for any of them: reads the top only
             return False, low
-        if stacks.native():
-            # The kernel runs the whole loop below at once; its answer is cheaper than
-            # finding and storing a signature.
-            arr = self._todo.get(todo)
-            if arr is None:
-                arr = self._todo[todo] = self._parser_ids(todo)
-            i, lo = stacks.viable(stack, arr)
-            return i >= 0, lo
         sig = self._viable_sig.get(terms)
         if sig is None:
             sig = self._viable_sig.setdefault(terms, Signatures())
@@ -390,12 +400,25 @@ class LarkRuntime:
         stacks.store_signature(sig, stack, got[1], got[0])
         return got
 
-    def _parser_ids(self, terms: int) -> np.ndarray:
-        """The parser ids of the lexer terminals in the bitmask ``terms``, lowest bit
-        first (the order ``_viable_compute`` tries them in)."""
-        index = self.g.parser_index
-        return np.array([index[i] for i in range(terms.bit_length()) if terms >> i & 1],
-                        dtype=np.int64)
+    def _takes_row(self, stack: int) -> tuple[int, list[tuple[int, int]], int, int]:
+        """For a parser stack: the lexer terminals (as a bitmask) among the candidates of
+        its top state that it takes, the lowest height each candidate's check read as
+        ``(height, bitmask)`` pairs ascending (``ParserStacks.takes``), the terminals the
+        top shifts at once, and the stack's height. Memoized per stack."""
+        got = self._rows.get(stack)  # type: ignore[union-attr]
+        if got is None:
+            stacks = self.stacks
+            top = stacks.top(stack)
+            arrays = self._cand_arrays.get(top)
+            if arrays is None:
+                cands = self._candidates(top)
+                arrays = self._cand_arrays[top] = (
+                    np.array([p for _, p in cands], dtype=np.int64).reshape(-1),
+                    np.array([i for i, _ in cands], dtype=np.int64).reshape(-1))
+            taken, levels = stacks.takes(stack, *arrays)
+            got = (taken, levels, self._shift_bits(top), stacks.depth(stack))
+            self._rows[stack] = got  # type: ignore[index]
+        return got
 
     def _cand_bits(self, top: int) -> int:
         got = self._cbits.get(top)
