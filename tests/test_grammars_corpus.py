@@ -41,9 +41,10 @@ from structspec.grammars import (  # noqa: E402
 DATA = Path(__file__).resolve().parent / "data" / "grammars"
 CODE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "code"
 STDLIB_SAMPLE = 30
-# modules whose f-strings hold comprehensions or nested f-strings in a field, which the
-# f-string token leaves out (see python_strings.py); a ratchet: each must still fail
-KNOWN_GAPS = {"_collections_abc.py", "dataclasses.py", "traceback.py", "typing.py"}
+# modules whose f-strings hold what the f-string token leaves out (see python_strings.py):
+# a call of a call in a format spec's field, a tuple display in a field; a ratchet: each
+# must still fail
+KNOWN_GAPS = {"idlelib/configdialog.py", "idlelib/redirector.py"}
 
 
 @cache
@@ -186,8 +187,9 @@ def _stdlib_sample() -> list[Path]:
 def test_python_stdlib_sample_parses():
     """A deterministic sample of real modules (the ones ``ast.parse`` accepts): 100%.
 
-    The whole top-level stdlib of CPython 3.11 parses at 164/168; the 4 others hold
-    f-strings with comprehensions or nested f-strings inside their fields.
+    The whole top-level stdlib of CPython 3.11 parses (168/168 of the modules ``ast.parse``
+    accepts); with its subpackages 1,755/1,779 (docs/lark_grammars.md, "Coverage on
+    held-out code").
     """
     sample = _stdlib_sample()
     assert len(sample) == STDLIB_SAMPLE

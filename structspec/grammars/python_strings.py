@@ -10,11 +10,28 @@ The regexes use no look-arounds or back-references (each terminal compiles to a 
 They are *sound*: a literal they match is one Python 3.12 accepts — bytes hold ASCII only,
 ``\\x``/``\\u``/``\\U`` escapes are complete, ``\\N{...}`` is left out (its names cannot be
 checked by a regex), a triple-quoted body never contains its closing quotes. f-strings keep
-their replacement fields to a regular subset of expressions (names, numbers, strings,
-attribute/call/subscript trailers two levels deep, binary and boolean operators,
-``!r``, ``=``, format specs with nested fields); a name inside a
-field is not checked against the keywords, and comprehensions, lambdas and nested f-strings
-inside a field are not accepted.
+their replacement fields to a regular subset of expressions, brackets nested three deep:
+
+- the field: an expression, or a conditional ``a if b else c`` of simpler ones; then
+  ``=``, ``!r``/``!s``/``!a``, and a format spec whose nested fields are dotted names,
+  numbers or calls of simple arguments (``{x:>{width}}``, ``{v:{fmt(w)}}``);
+- operands: names, numbers (ints without leading zeros, floats, ``1e3``, ``2j``, hex),
+  strings in the other quote, nested f-strings in the other quote whose fields are dotted
+  names, parenthesized expressions, tuples, lists and list comprehensions, with
+  ``.name``, subscript/slice and call trailers; unary ``-``/``+``/``~``; binary,
+  comparison and boolean operators between them;
+- calls: positional and ``*`` arguments, then ``name=`` and ``**`` ones, or one generator
+  (``", ".join(str(x) for x in xs)``); an argument may be a list comprehension
+  (``", ".join([f(a) for a in b])``);
+- a backslash before a brace is a character of its own (``rf"\\{x}"``; in a plain
+  f-string, ``f"\\{x}"``, an invalid escape Python warns about).
+
+A name inside a field is not checked against the keywords. Left out: ``not``, lambdas, walrus,
+dict and set displays, ``await``/``yield``, tuples without parentheses (``{a, b}``),
+strings in the field's own quote (Python 3.12 allows them), triple-quoted strings and
+line breaks inside a field, and deeper nesting. On CPython 3.11's standard library the
+f-string terminal matches 2,911 of its 2,964 f-string literals (98.2%; most of the rest
+are in ``test/test_fstring.py`` and friends).
 """
 
 from __future__ import annotations
@@ -30,45 +47,96 @@ _BYTES_ESC = r"\\(?:[\x01-\x09\x0b\x0c\x0e-\x77\x79-\x7f]|x" + _HEX * 2 + ")"
 _RAW_BYTES_ESC = r"\\[\x01-\x09\x0b\x0c\x0e-\x7f]"
 
 _NAME = "[A-Za-z_][A-Za-z0-9_]*"
-_NUM = r"(?:0|[1-9][0-9]*)(?:\.[0-9]+)?"
+_D = "[0-9](?:_?[0-9])*"
+_EXP = f"[eE][-+]?{_D}"
+_FLOAT = rf"(?:{_D}\.(?:{_D})?(?:{_EXP})?|\.{_D}(?:{_EXP})?|{_D}{_EXP})"
+# int, float, imaginary, hex: a number Python reads (no `012`: leading zeros are for floats)
+_NUM = (
+    rf"(?:[1-9](?:_?[0-9])*|0(?:_?0)*|{_FLOAT}|(?:{_D}|{_FLOAT})[jJ]|0[xX](?:_?[0-9a-fA-F])+)"
+)
+_SNUM = r"(?:0|[1-9][0-9]*)(?:\.[0-9]+)?"  # the numbers of the inner levels
 _WS = " *"
+_COMMA = f"{_WS},{_WS}"
 _BINOP = (
     "(?:" + _WS + r"(?:[-+*/%@&|^<>]|\*\*|//|==|!=|<=|>=|<<|>>)" + _WS
     + "| +(?:and|or|in|not +in|is|is +not) +)"
 )
 
 
-def _field_expr(other_quote: str) -> tuple[str, str]:
-    """Regexes for a replacement-field expression, nesting depth 0 and 1.
+def _seq(item: str, trailing: bool = True) -> str:
+    """``item`` separated by commas, at least one, with an optional trailing comma."""
+    return f"{item}(?:{_COMMA}{item})*" + (f"(?:{_WS},)?" if trailing else "")
 
-    ``other_quote`` is the quote a string *inside* the field may use.
+
+def _field_expr(other_quote: str) -> str:
+    """The regex of a replacement field's expression, brackets nested three deep.
+
+    ``other_quote`` is the quote a string *inside* the field may use (before Python 3.12
+    a field cannot reuse its f-string's quote, and the one-token f-string keeps that rule).
+    Levels, innermost first: ``simple`` (a dotted name, a number, a string); ``expr0``
+    (operands with ``.name``/``[simple]``/``(simple, ...)`` trailers, joined by binary and
+    boolean operators); ``expr1`` (operands in brackets hold ``expr0``: calls with keyword,
+    ``*`` and ``**`` arguments or one generator, lists, comprehensions, tuples, slices); the
+    field itself is an ``expr1``, or a conditional ``a if b else c`` of them.
     """
     q = other_quote
     inner_str = f"{q}[^{q}\"'\\\\\\n\\r{{}}\\x00]*{q}"
-    prim0 = f"(?:{_NAME}|{inner_str})"
-    simple = f"(?:{_NAME}|-?{_NUM}|{inner_str})"
-    tr0 = rf"(?:\.{_NAME}|\[{_WS}{simple}{_WS}\]|\({_WS}{simple}?{_WS}\))"
-    opnd0 = f"[-~]?(?:{_NUM}|{prim0}{tr0}*)"
+    # a nested f-string in the other quote, its fields names with attributes and `!r`
+    nested_f = (
+        f"[fF]{q}(?:[^{q}\"'\\\\\\n\\r{{}}\\x00]|\\{{\\{{|\\}}\\}}"
+        rf"|\{{{_WS}{_NAME}(?:\.{_NAME})*{_WS}(?:![rsa])?\}})*{q}"
+    )
+    dotted = rf"{_NAME}(?:\.{_NAME})*"
+    simple = f"(?:{dotted}|-?{_SNUM}|{inner_str})"
+    prim_s = f"(?:{_NAME}|{inner_str}|{nested_f})"
+    tr0 = (
+        rf"(?:\.{_NAME}|\[{_WS}{simple}{_WS}\]|\[{_WS}(?:-?{simple})?{_WS}:{_WS}(?:-?{simple})?{_WS}\]"
+        rf"|\({_WS}(?:{_seq(simple, False)})?{_WS}\))"
+    )
+    # an argument may be a list comprehension of trailed names: `", ".join([f(a) for a in b])`
+    lite = f"{prim_s}{tr0}*"
+    comp0 = f" +for +{_NAME}(?:{_COMMA}{_NAME})* +in +{lite}(?: +if +{lite})?"
+    listcomp0 = rf"\[{_WS}{lite}{comp0}{_WS}\]"
+    prim0 = prim_s
+    unary = "[-~+]?"  # not `not`: `a + not b` is an error
+    opnd0 = f"{unary}(?:{_SNUM}|{prim0}{tr0}*)"
     expr0 = f"{opnd0}(?:{_BINOP}{opnd0})*"
-    args = f"(?:{_WS}{expr0}(?:{_WS},{_WS}{expr0})*{_WS})?"
-    prim1 = rf"(?:{prim0}|\({_WS}{expr0}{_WS}\)|\[{args}\])"
+    comp = f" +for +{_NAME}(?:{_COMMA}{_NAME})* +in +{expr0}(?: +if +{expr0})*"
+    items = f"(?:{_seq(expr0)})?"
+    prim1 = (
+        rf"(?:{prim0}|\({_WS}{expr0}{_WS}\)|\({_WS}{expr0}{_COMMA}{items}{_WS}\)"
+        rf"|\[{_WS}{items}{_WS}\]|\[{_WS}{expr0}{comp}{_WS}\])"
+    )
+    # positional arguments (`*` ones too) before keyword ones (`**` ones too)
+    pos = rf"(?:\*?{expr0}|{listcomp0})"
+    kw = rf"(?:{_NAME}{_WS}={_WS}|\*\*){expr0}"
+    arglist = f"(?:{pos}(?:{_COMMA}{pos})*(?:{_COMMA}{kw})*|{kw}(?:{_COMMA}{kw})*)(?:{_WS},)?"
+    args = f"(?:{_WS}(?:{arglist}|{expr0}{comp}){_WS})?"
     tr1 = (
         rf"(?:\.{_NAME}|\[{_WS}{expr0}{_WS}\]"
         rf"|\[{_WS}(?:{expr0})?{_WS}:{_WS}(?:{expr0})?{_WS}\]|\({args}\))"
     )
-    opnd1 = f"[-~]?(?:{_NUM}|{prim1}{tr1}*)"
+    opnd1 = f"{unary}(?:{_NUM}|{prim1}{tr1}*)"
     expr1 = f"{opnd1}(?:{_BINOP}{opnd1})*"
-    return expr0, expr1
+    return f"(?:{expr1}|{expr0} +if +{expr0} +else +{expr0})"
 
 
 def _fstring_field(quote_char: str) -> str:
     """One ``{...}`` replacement field inside an f-string quoted with ``quote_char``."""
     other = "'" if quote_char == '"' else '"'
-    expr0, expr1 = _field_expr(other)
-    spec = (
-        f"(?:[^{{}}\"'\\\\\\n\\r\\x00]|\\{{{_WS}{expr0}{_WS}\\}})*"
+    expr = _field_expr(other)
+    q = other
+    inner_str = f"{q}[^{q}\"'\\\\\\n\\r{{}}\\x00]*{q}"
+    # a nested field of a format spec: a dotted name, a number or a call of simple args
+    dotted = rf"{_NAME}(?:\.{_NAME})*"
+    simple = f"(?:{dotted}|-?{_SNUM}|{inner_str})"
+    nested = (
+        rf"{dotted}(?:\({_WS}(?:{_seq(simple, False)})?{_WS}\))*|{_SNUM}"
     )
-    return rf"\{{{_WS}{expr1}{_WS}(?:={_WS})?(?:![rsa])?(?::{spec})?\}}"
+    spec = (
+        f"(?:[^{{}}\"'\\\\\\n\\r\\x00]|\\{{{_WS}(?:{nested}){_WS}(?:![rsa])?\\}})*"
+    )
+    return rf"\{{{_WS}{expr}{_WS}(?:={_WS})?(?:![rsa])?(?::{spec})?\}}"
 
 
 def _variants(kind: str) -> list[str]:
@@ -95,11 +163,14 @@ def _variants(kind: str) -> list[str]:
             brace = "{}" if kind in ("f", "rf") else ""
             plain = f"[^{c}\\\\\\x00{nl}{brace}]"
             esc = _STR_ESC if kind in ("str", "f") else _RAW_ESC
+            if kind in ("f", "rf"):  # a backslash before a brace escapes nothing: f"\{x}"
+                esc = esc.replace(r"\x00\r]", r"\x00\r{}]")
             if long:
-                esc = esc.replace(r"\x00\r]", r"\x00]")
+                esc = esc.replace(r"\x00\r", r"\x00")
             unit_items = [plain, esc]
             if kind in ("f", "rf"):
-                unit_items += [r"\{\{", r"\}\}", _fstring_field(c)]
+                braces = rf"\{{\{{|\}}\}}|{_fstring_field(c)}"
+                unit_items.append(f"\\\\?(?:{braces})")
         unit = "(?:" + "|".join(unit_items) + ")"
         if long:
             # never three quotes in a row, never a quote just before the closing ones
