@@ -23,6 +23,8 @@ programs are walked and not counted): what a server sees after its first request
 mask is timed twice: wall clock (``mask_us``, the table's first columns) and the thread's
 CPU time (``mask_cpu_us``; it includes ~1 µs of the clock calls themselves): on a shared,
 loaded machine the wall clock also counts the time other processes held the CPU.
+The JSON records the load average at the start and the end (``load_average``): where it
+exceeds the CPU count, compare the CPU columns.
 Compile: structspec cold (empty disk cache, in-memory cache cleared) and from the disk cache
 (a temporary directory; the user's cache is not touched); llguidance has no disk cache
 (``grammar_from_lark`` + ``LLMatcher``). Both single-threaded, default tokenizer.
@@ -339,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                                               / "grammar_masks.json"))
     args = ap.parse_args(argv)
 
+    load_start = os.getloadavg()  # the machine's load: wall times count other processes
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
     from structspec.models import load_tokenizer
@@ -378,7 +381,12 @@ def main(argv: list[str] | None = None) -> int:
     result = {"command": "python benchmarks/grammar_masks.py " + " ".join(
                   argv if argv is not None else sys.argv[1:]),
               "versions": versions, "tokenizer": "SmolLM2-135M-Instruct (49,152 tokens)",
+              "load_average": {"start": [round(x, 2) for x in load_start],
+                               "end": [round(x, 2) for x in os.getloadavg()],
+                               "cpus": os.cpu_count()},
               "rows": rows}
+    print(f"load average (1, 5, 15 min): start {result['load_average']['start']}, end "
+          f"{result['load_average']['end']} on {os.cpu_count()} CPUs", file=sys.stderr)
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps(result, indent=1) + "\n")

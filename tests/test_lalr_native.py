@@ -171,3 +171,35 @@ def test_dense_tables_match_the_dicts() -> None:
             if nt in names:
                 assert gotos[s, names[nt]] == dst
     assert rule_len.tolist() == list(t.rule_len)
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", ["sql", "javascript"])
+def test_masks_equal_without_the_kernels(name: str, smollm_vocab, smollm_tokenizer,
+                                         monkeypatch) -> None:
+    """Masks along the corpus programs of ``name`` are the same with every native kernel
+    and with none (``STRUCTSPEC_NATIVE=off``: the Python/NumPy twins)."""
+    from pathlib import Path
+
+    from structspec.automata.lark_constraint import LarkRuntime
+
+    folder = Path(__file__).parent / "data" / "grammars" / name
+    programs = [smollm_tokenizer.encode(p.read_text(encoding="utf-8")[:1500],
+                                        add_special_tokens=False)
+                for p in sorted(folder.iterdir())[:2]]
+
+    def masks() -> list[bytes]:
+        rt = LarkRuntime(_grammar(name), smollm_vocab)
+        out = []
+        for ids in programs:
+            s = rt.initial
+            for t in ids:
+                out.append(rt.mask(s).words.tobytes())
+                s = rt.step_bytes(s, smollm_vocab.tokens[t])
+                if not s:  # a program cut short mid-token: stop there
+                    break
+        return out
+
+    native = masks()
+    monkeypatch.setenv("STRUCTSPEC_NATIVE", "off")
+    assert native == masks()

@@ -111,3 +111,36 @@ def test_kernel_validates_its_inputs() -> None:
     expanded[1] = False  # not built yet: the row waits for the caller
     pending, status, pos, st = run([0])
     assert pending == 1 and status.tolist() == [0] and pos.tolist() == [0]
+
+
+@pytest.mark.parametrize("name", ["python", "sql"])
+def test_walk_by_first_byte_equals_one_walk(name, smollm_vocab) -> None:
+    """``ContextualLexer.walk`` walks each first byte's tokens from the state that byte
+    leads to (shared between lexer states); the result must equal one walk of every token
+    from the state itself, for the states that lexing real text passes through."""
+    from structspec.automata.lexer import CROSS, INSIDE
+
+    rt = LarkRuntime(load_grammar(grammar_path(name)), smollm_vocab)
+    text = {"python": b"def f(a, b=1):\n    return [x ** 2 for x in a if x] # c\n",
+            "sql": b"SELECT a.x, COUNT(*) AS n FROM t a WHERE a.y >= 'q' GROUP BY 1;"}[name]
+    lex, tt = rt.lex, rt.tt
+    seen: set[int] = set()
+    s = rt.initial
+    for i in range(len(text)):
+        s = rt.step_byte(s, text[i])
+        assert s
+        seen.add(rt.key(s)[0])
+    for lx in sorted(seen):
+        got = lex.walk(lx, tt)
+        row = lex.expand(np.array([lx]))[lx]
+        live = np.flatnonzero(row)
+        rows = np.concatenate([tt.first_rows[b] for b in live]).astype(np.int64) \
+            if live.size else np.zeros(0, dtype=np.int64)
+        status, pos, ends = lex.walk_rows(tt, rows, np.zeros(rows.size, dtype=np.int64),
+                                          np.full(rows.size, lx, dtype=np.int32))
+        inside, cross = status == INSIDE, status == CROSS
+        want = (rows[inside], ends[inside], rows[cross], pos[cross], ends[cross])
+        have = (got.inside_rows, got.inside_states, got.cross_rows, got.cross_k,
+                got.cross_states)
+        for a, b in zip(have, want):
+            assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()

@@ -227,7 +227,7 @@ class ParserStacks:
         return self._lib is not None
 
     def takes(self, stack: int, terminals: np.ndarray, bits: np.ndarray
-              ) -> tuple[int, list[tuple[int, int]]]:
+              ) -> tuple[int, tuple[tuple[int, int], ...]]:
         """Which of ``terminals`` (int64 parser ids) ``stack`` takes, all at once, each
         named by its bit ``bits[i]``: the bitmask of the taken ones, and the lowest height
         each one's simulation read as ``(height, bitmask)`` pairs, ascending (a taken
@@ -238,11 +238,12 @@ class ParserStacks:
             return self._takes_python(stack, terminals, bits)
         native, head = kernel
         taken, levels = native.takes(*head, stack, self._nodes[stack][2], terminals, bits)
+        # tuples of ints: the cyclic GC stops tracking them (the rows are kept per stack)
         return (int.from_bytes(taken, "little"),
-                [(h, int.from_bytes(m, "little")) for h, m in levels])
+                tuple([(h, int.from_bytes(m, "little")) for h, m in levels]))
 
     def _takes_python(self, stack: int, terminals: np.ndarray, bits: np.ndarray
-                      ) -> tuple[int, list[tuple[int, int]]]:
+                      ) -> tuple[int, tuple[tuple[int, int], ...]]:
         """``takes`` in Python (the twin of the ``lalr_sim`` kernel's ``takes``)."""
         taken = 0
         levels: dict[int, int] = {}
@@ -251,7 +252,7 @@ class ParserStacks:
             if ok:
                 taken |= 1 << bit
             levels[lo] = levels.get(lo, 0) | 1 << bit
-        return taken, sorted(levels.items())
+        return taken, tuple(sorted(levels.items()))
 
     def _reduce(self, stack: int, rule: int) -> int:
         t = self.tables

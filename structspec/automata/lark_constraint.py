@@ -91,7 +91,7 @@ class LarkRuntime:
         self._viable_sig: dict[int, Signatures] = {}  # per terms (lalr.py)
         # With the lalr_sim kernel: per stack, every candidate terminal's answer at once
         # (_takes_row) instead of a memo and signatures per (stack, terminal set).
-        self._rows: dict[int, tuple[int, list[tuple[int, int]], int, int]] | None = \
+        self._rows: dict[int, tuple[int, tuple[tuple[int, int], ...], int, int]] | None = \
             {} if self.stacks.native() else None
         self._cand_arrays: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._newlines: dict[tuple[int, tuple[int, ...], int],
@@ -400,7 +400,7 @@ class LarkRuntime:
         stacks.store_signature(sig, stack, got[1], got[0])
         return got
 
-    def _takes_row(self, stack: int) -> tuple[int, list[tuple[int, int]], int, int]:
+    def _takes_row(self, stack: int) -> tuple[int, tuple[tuple[int, int], ...], int, int]:
         """For a parser stack: the lexer terminals (as a bitmask) among the candidates of
         its top state that it takes, the lowest height each candidate's check read as
         ``(height, bitmask)`` pairs ascending (``ParserStacks.takes``), the terminals the

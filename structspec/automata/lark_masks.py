@@ -98,6 +98,7 @@ class _Cross:
     key: int  # registry id of (rows, ks): names the child node together with a start state
     end: int
     effect: tuple[bool, int] | None
+    winner: int  # the terminal the lexeme ends as at ``end`` (lexer ``winner``; -1: none)
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ class MaskBuilder:
             r, ks, lo = cr_rows[idx], cr_ks[idx], cr_lo[idx]
             for eff, sub in self._split_nl(end, r, lo, ks):
                 key = self._rest_key(r[sub], ks[sub])
-                cross.append(_Cross(key, end, eff))
+                cross.append(_Cross(key, end, eff, rt.lex.winner(end)))
         return _Node(tuple(inside), tuple(cross), tuple(distinct))
 
     def _rest_key(self, rows: np.ndarray, ks: np.ndarray) -> int:
@@ -270,9 +271,17 @@ class MaskBuilder:
                 else:
                     ids.append(g.ids)
         end_low, intern, child = rt.end_lexeme_low, rt.intern, self._child_result
+        # Ending the lexeme depends on the terminal it ends as (and, for the indenter's
+        # newline, on its indentation), not on the lexer state: one end per terminal.
+        ended: dict[int | tuple[int, int], tuple[int, int, int, int]] = {}
+        nl = rt.nl
         for c in node.cross:
             d = -1 if c.effect is None else apply_effect(ind, *c.effect)
-            y, lo, ll, k = end_low(intern((c.end, d, stack, paren, levels, False)))
+            ek = c.winner if c.winner != nl else (nl, d)
+            e = ended.get(ek)
+            if e is None:
+                e = ended[ek] = end_low(intern((c.end, d, stack, paren, levels, False)))
+            y, lo, ll, k = e
             if lo < low:
                 low = lo
             if ll < llow:

@@ -127,6 +127,7 @@ class ContextualLexer:
         self._starts: dict[frozenset[int], int] = {}
         self._start_set: set[int] = set()
         self._walks: dict[int, TokenWalk] = {}
+        self._first_walks: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
 
     # -- states ---------------------------------------------------------------------------
 
@@ -246,19 +247,45 @@ class ContextualLexer:
 
     def walk(self, state: int, tt: _TokenTable) -> TokenWalk:
         """Walk every token of ``tt`` from ``state`` at once (see :class:`TokenWalk`).
-        Memoized per state."""
+        Memoized per state.
+
+        The tokens are walked per first byte ``b`` from the state ``b`` leads to
+        (:meth:`_walk_first`, memoized per that pair): lexer states that agree on where a
+        byte leads share that part of the walk — every start state that allows a name
+        sends each letter to the same state, and most of the vocabulary starts with one.
+        """
         got = self._walks.get(state)
         if got is not None:
             return got
         table = self.expand(np.array([state]))
-        live_first = np.flatnonzero(table[state])
-        rows = np.concatenate([tt.first_rows[b] for b in live_first]).astype(np.int64) \
-            if live_first.size else np.zeros(0, dtype=np.int64)
-        status, pos, ends = self.walk_rows(tt, rows, np.zeros(rows.size, dtype=np.int64),
-                                           np.full(rows.size, state, dtype=np.int32))
-        inside, cross = status == INSIDE, status == CROSS
-        got = TokenWalk(rows[inside], ends[inside], rows[cross], pos[cross], ends[cross])
+        row = table[state]
+        parts = [self._walk_first(tt, b, int(row[b])) for b in np.flatnonzero(row).tolist()]
+        if parts:
+            got = TokenWalk(*(np.concatenate([p[i] for p in parts]) for i in range(5)))
+        else:
+            empty = np.zeros(0, dtype=np.int64)
+            got = TokenWalk(empty, empty.astype(np.int32), empty, empty,
+                            empty.astype(np.int32))
         self._walks[state] = got
+        return got
+
+    def _walk_first(self, tt: _TokenTable, b: int, s1: int) -> tuple[np.ndarray, ...]:
+        """The part of a vocabulary walk (:class:`TokenWalk`'s five arrays) of the tokens
+        whose first byte ``b`` has led to lexer state ``s1``. Memoized per ``(b, s1)``."""
+        key = (b, s1)
+        got = self._first_walks.get(key)
+        if got is None:
+            rows = tt.first_rows[b].astype(np.int64)
+            # Walked from their second byte; the lexeme began one byte earlier, so a
+            # row that dies at that second byte in an accepting state crosses there
+            # (the walk takes the start offset as the lexeme's beginning).
+            status, pos, ends = self.walk_rows(tt, rows, np.ones(rows.size, dtype=np.int64),
+                                               np.full(rows.size, s1, dtype=np.int32))
+            if self.winner_arr[s1] >= 0:
+                status[(status == DEAD) & (pos == 1)] = CROSS
+            inside, cross = status == INSIDE, status == CROSS
+            got = (rows[inside], ends[inside], rows[cross], pos[cross], ends[cross])
+            self._first_walks[key] = got
         return got
 
     def walk_rows(self, tt: _TokenTable, rows: np.ndarray, offs: np.ndarray,
