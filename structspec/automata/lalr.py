@@ -14,6 +14,10 @@ Each simulation also reports the lowest stack height it read (``feed_low``,
 ``takes_low``): its result is the same on every stack whose states agree from there up.
 ``store_signature``/``find_signature`` keep values in tries keyed by those top states
 (:class:`Signatures`).
+
+The reductions run in C when the ``lalr_sim`` kernel is built (``structspec/_native/
+lalr_sim.c``, over :meth:`ParseTables.dense` and the nodes mirrored as arrays); the Python
+loops here are its twins and give the same answers (``tests/test_lalr_native.py``).
 """
 
 from __future__ import annotations

@@ -340,7 +340,10 @@ class LarkRuntime:
     def viable_low(self, terms: int, stack: int, paren: int) -> tuple[bool, int, int]:
         """``any_viable``, the lowest stack height it read (``INF``: none) and whether it
         read ``paren`` (1) or not (0). A true answer reads only what one terminal that can
-        be taken reads. Memoized per ``(stack, terms)``."""
+        be taken reads (the lowest-numbered one, after the terminals the top shifts at
+        once). With the ``lalr_sim`` kernel: bit operations on the stack's row of answers
+        (``_takes_row``); without it: memoized per ``(stack, terms)`` and by signature.
+        Both give the same answer and reads."""
         if terms & self.ignore_bits:
             return True, self.INF, 0
         if stack == FREE:
