@@ -203,3 +203,31 @@ def test_masks_equal_without_the_kernels(name: str, smollm_vocab, smollm_tokeniz
     native = masks()
     monkeypatch.setenv("STRUCTSPEC_NATIVE", "off")
     assert native == masks()
+
+
+@needs_kernel
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(("python", "sql")),
+       paths=st.lists(st.lists(st.integers(0, 1 << 16), max_size=40), min_size=1,
+                      max_size=8),
+       lows=st.lists(st.integers(0, 30), min_size=8, max_size=8))
+def test_find_signature_equals_the_python_twin(name: str, paths: list[list[int]],
+                                               lows: list[int]) -> None:
+    """Values stored under the top states of random stacks are found the same way by the
+    kernel and by Python, for those stacks and for stacks that share their tops."""
+    from structspec.automata.lalr import Signatures
+
+    stacks, _ = _pair(name)
+    sigs = Signatures()
+    made = [_random_stack(stacks, path) for path in paths]
+    for i, s in enumerate(made):
+        # a height from 1 (the whole stack read) to depth + 1 (nothing read)
+        stacks.store_signature(sigs, s, 1 + lows[i] % (stacks.depth(s) + 1), ("v", i))
+    probes = made + [_random_stack(stacks, path[: len(path) // 2]) for path in paths]
+    probes += [_random_stack(stacks, [*path, 7, 11]) for path in paths]
+    assert stacks._head is not None
+    for s in probes:
+        assert stacks.find_signature(sigs, s) == stacks._find_python(sigs, s)
+    k = _native.load("lalr_sim")
+    with pytest.raises(ValueError, match="stack node"):
+        k.find({0: 1}, {}, *stacks._head[4:], stacks._head[4].size, 5)

@@ -5,6 +5,7 @@
  * give identical answers):
  *   feed    <->  ParserStacks._feed_python   (the stack after a terminal, as pushes)
  *   takes   <->  ParserStacks._takes_python  (which of several terminals are taken)
+ *   find    <->  ParserStacks._find_python   (a signature trie's value for a stack)
  *
  * A parser stack is a node of the interned tree of ``ParserStacks``: node ``s`` holds the
  * LALR state ``state[s]`` over node ``parent[s]`` (-1 below the bottom; the arrays may be
@@ -288,9 +289,73 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(find_doc,
+"find(child, value, parent, state, stack, n_states) -> object | None\n\n"
+"The value a signature trie (``lalr.Signatures``: dicts ``child`` {node * n_states +\n"
+"LALR state: node} and ``value`` {node: value}) keeps for ``stack``: from the root, the\n"
+"first node holding a value while descending along the stack's states from the top\n"
+"(node ``s`` holds ``state[s]`` over ``parent[s]``); None when the path ends first.");
+
+static PyObject *py_find(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *child, *value, *par_obj, *st_obj;
+    long long stack, n_states;
+    if (!PyArg_ParseTuple(args, "O!O!OOLL", &PyDict_Type, &child, &PyDict_Type, &value,
+                          &par_obj, &st_obj, &stack, &n_states))
+        return NULL;
+    PyArrayObject *par = as_array(par_obj, NPY_INT64, 1, 0, "parent");
+    PyArrayObject *sta = par ? as_array(st_obj, NPY_INT32, 1, 0, "state") : NULL;
+    PyObject *result = NULL;
+    if (!sta) goto done;
+    Py_ssize_t n = PyArray_DIM(par, 0);
+    if (PyArray_DIM(sta, 0) != n) {
+        PyErr_SetString(PyExc_ValueError, "parent and state must have one entry per node");
+        goto done;
+    }
+    if (n_states <= 0) {
+        PyErr_SetString(PyExc_ValueError, "n_states must be positive");
+        goto done;
+    }
+    const int64_t *parent = PyArray_DATA(par);
+    const int32_t *state = PyArray_DATA(sta);
+    long long node = 0, s = stack;
+    for (;;) {
+        PyObject *key = PyLong_FromLongLong(node);
+        if (!key) goto done;
+        PyObject *got = PyDict_GetItemWithError(value, key);  /* borrowed */
+        Py_DECREF(key);
+        if (got) { Py_INCREF(got); result = got; goto done; }
+        if (PyErr_Occurred()) goto done;
+        if (s < 0) break;
+        if (s >= n) {
+            PyErr_SetString(PyExc_ValueError, "the stack node is out of range");
+            goto done;
+        }
+        long long st = state[s];
+        s = parent[s];
+        key = PyLong_FromLongLong(node * n_states + st);
+        if (!key) goto done;
+        PyObject *nxt = PyDict_GetItemWithError(child, key);  /* borrowed */
+        Py_DECREF(key);
+        if (!nxt) {
+            if (PyErr_Occurred()) goto done;
+            break;
+        }
+        node = PyLong_AsLongLong(nxt);
+        if (node == -1 && PyErr_Occurred()) goto done;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    Py_XDECREF(par);
+    Py_XDECREF(sta);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"feed", py_feed, METH_VARARGS, feed_doc},
     {"takes", py_takes, METH_VARARGS, takes_doc},
+    {"find", py_find, METH_VARARGS, find_doc},
     {NULL, NULL, 0, NULL},
 };
 

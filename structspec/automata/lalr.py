@@ -385,7 +385,16 @@ class ParserStacks:
     def find_signature(self, sigs: Signatures, stack: int) -> tuple | None:
         """A value kept in ``sigs`` by ``store_signature`` for a stack whose states agree
         with ``stack``'s from the top down as far as that value's computation read, as
-        ``(value, depth read)`` (the shallowest such); None if there is none."""
+        ``(value, depth read)`` (the shallowest such); None if there is none. Pure (the
+        kernel's ``find`` when built, else ``_find_python``)."""
+        head = self._head
+        if head is None or stack < 0:
+            return self._find_python(sigs, stack)
+        return self._lib.find(sigs.child, sigs.value, head[4], head[5], stack,
+                              self._n_states)
+
+    def _find_python(self, sigs: Signatures, stack: int) -> tuple | None:
+        """``find_signature`` in Python (the twin of the ``lalr_sim`` kernel's ``find``)."""
         nodes, child, value, m = self._nodes, sigs.child, sigs.value, self._n_states
         node = 0
         s = stack
