@@ -187,7 +187,8 @@ def test_python_walks_from_real_prefixes_parse(python_real, data) -> None:
     its lines, walk up to 24 tokens of the real vocabulary through the masks (short tokens
     preferred now and then, to close brackets), and stop where the constraint accepts: the
     prefix + the walk then parses with ``ast.parse`` (Python closes the open blocks at the
-    end of input, as the constraint does)."""
+    end of input, as the constraint does). Tokens holding a tab are left out of the walk:
+    the indenter does not yet apply Python's tab consistency rule (see the xfail below)."""
     sources = _prefix_sources()
     assert sources
     src = data.draw(st.sampled_from(sources), label="source")
@@ -201,7 +202,8 @@ def test_python_walks_from_real_prefixes_parse(python_real, data) -> None:
     for _ in range(24):
         if c.is_accepting(s) and out and data.draw(st.booleans(), label="stop"):
             break
-        ids = [i for i in c.allowed(s).ids().tolist() if i not in vocab.eos_token_ids]
+        ids = [i for i in c.allowed(s).ids().tolist()
+               if i not in vocab.eos_token_ids and b"\t" not in vocab.tokens[i]]
         assert ids, (prefix, bytes(out))
         short = [i for i in ids if len(vocab.tokens[i]) <= 2]
         pool = short if short and data.draw(st.booleans(), label="short") else ids
@@ -212,6 +214,20 @@ def test_python_walks_from_real_prefixes_parse(python_real, data) -> None:
     if c.is_accepting(s):
         text = prefix + out.decode("utf-8", errors="replace")
         assert _ast_ok(text), text
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "runtime gap (automata/lark_constraint.py indenter): indentation is compared with tabs "
+    "as 8 columns only; Python also compares with tabs as 1 column and raises TabError "
+    "where the two orders disagree"))
+@pytest.mark.parametrize("program", [
+    "if x:\n        a = 1\n\tb = 2\n",  # 8 spaces, then a tab: equal at 8, not at 1
+    "if x:\n    if y:\n\ta = 1\n",
+])
+def test_python_inconsistent_tabs_rejected(program: str) -> None:
+    with pytest.raises(SyntaxError):
+        ast.parse(program)
+    assert not accepts("python", program)
 
 
 def test_python_312_golden_programs_accepted() -> None:
