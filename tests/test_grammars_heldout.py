@@ -187,8 +187,9 @@ def test_python_walks_from_real_prefixes_parse(python_real, data) -> None:
     its lines, walk up to 24 tokens of the real vocabulary through the masks (short tokens
     preferred now and then, to close brackets), and stop where the constraint accepts: the
     prefix + the walk then parses with ``ast.parse`` (Python closes the open blocks at the
-    end of input, as the constraint does). Tokens holding a tab are left out of the walk:
-    the indenter does not yet apply Python's tab consistency rule (see the xfail below)."""
+    end of input, as the constraint does). Tokens holding a tab are in the walk: the
+    Python preset refuses tabs in indentation (``IndenterSpec.tabs``), so no walk can
+    reach Python's ``TabError``."""
     sources = _prefix_sources()
     assert sources
     src = data.draw(st.sampled_from(sources), label="source")
@@ -203,7 +204,7 @@ def test_python_walks_from_real_prefixes_parse(python_real, data) -> None:
         if c.is_accepting(s) and out and data.draw(st.booleans(), label="stop"):
             break
         ids = [i for i in c.allowed(s).ids().tolist()
-               if i not in vocab.eos_token_ids and b"\t" not in vocab.tokens[i]]
+               if i not in vocab.eos_token_ids]
         assert ids, (prefix, bytes(out))
         short = [i for i in ids if len(vocab.tokens[i]) <= 2]
         pool = short if short and data.draw(st.booleans(), label="short") else ids
@@ -216,18 +217,30 @@ def test_python_walks_from_real_prefixes_parse(python_real, data) -> None:
         assert _ast_ok(text), text
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "runtime gap (automata/lark_constraint.py indenter): indentation is compared with tabs "
-    "as 8 columns only; Python also compares with tabs as 1 column and raises TabError "
-    "where the two orders disagree"))
 @pytest.mark.parametrize("program", [
     "if x:\n        a = 1\n\tb = 2\n",  # 8 spaces, then a tab: equal at 8, not at 1
     "if x:\n    if y:\n\ta = 1\n",
+    "if x:\n\tif y:\n        a = 1\n",
 ])
 def test_python_inconsistent_tabs_rejected(program: str) -> None:
+    """Python's TabError (tabs and spaces compared inconsistently) is never accepted."""
     with pytest.raises(SyntaxError):
         ast.parse(program)
     assert not accepts("python", program)
+
+
+@pytest.mark.parametrize(("program", "ok"), [
+    ("if x:\n\ta = 1\n", False),  # tab indentation: refused (a documented narrowing)
+    ("f(a,\n\tb)\n", True),  # inside brackets: any whitespace
+    ("x = [\n\t1,\n\t2]\n", True),
+    ("x = 1\n\t\ny = 2\n", True),  # a blank line holding a tab
+    ("x = 1\n\t# c\ny = 2\n", True),  # a comment line indented by a tab
+    ("x = 1  \t# c\n", True),  # a tab that is not indentation
+])
+def test_python_tabs_policy(program: str, ok: bool) -> None:
+    """The Python preset refuses tabs only where they indent a line of code."""
+    ast.parse(program)
+    assert accepts("python", program) is ok
 
 
 def test_python_312_golden_programs_accepted() -> None:

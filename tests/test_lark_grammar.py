@@ -97,12 +97,26 @@ def test_expression_grammar_golden(expr, text: str, want: str) -> None:
     ("x = (1 +\n2)\n", "accept"),
     ("returnx = 1\n", "accept"), ("return = 1\n", "reject"),
     ("if x: pass\n", "accept"), ("if x:\n    pass # hi\n", "accept"),
-    ("if x:\n\tpass\n", "accept"), ("if x:\n", "prefix"), ("def f(", "prefix"),
+    ("if x:\n\tpass\n", "reject"),  # tab indentation: the Python preset refuses it
+    ("f(a,\n\tb)\n", "accept"), ("if x:\n", "prefix"), ("def f(", "prefix"),
     ("x = 1  # c", "accept"), ("if x:\n    y = 1  # c", "accept"), ("# only\n", "accept"),
     ("if x:\n    y = 1\n    # c\n", "accept"), ("if x:\n    y = f(1,\n# c\n 2)\n", "accept"),
 ])
 def test_indentation_golden(indented, text: str, want: str) -> None:
     assert run_bytes(indented, text) == want
+
+
+def test_indentation_tabs_count_as_lark_counts(vocab) -> None:
+    """``IndenterSpec(tabs="count")`` (lark's rule; a lark ``Indenter`` class maps to it)
+    takes tab indentation, a tab being ``tab_len`` columns; the Python preset refuses it,
+    since one column count cannot decide Python's TabError."""
+    from structspec.automata import IndenterSpec
+
+    lark_rule = compile_grammar(INDENTED, vocab, postlex=IndenterSpec(tabs="count"))
+    assert run_bytes(lark_rule, "if x:\n\tpass\n") == "accept"
+    assert run_bytes(lark_rule, "if x:\n        a = 1\n\tb = 2\n") == "accept"  # 8 == 8
+    with pytest.raises(ValueError, match="tabs"):
+        IndenterSpec(tabs="eight")
 
 
 def _mask_matches_advance(c, s) -> None:

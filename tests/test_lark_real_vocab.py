@@ -23,7 +23,8 @@ PROGRAMS = [
     "def f(a, b):\n    return a + b\n",
     "def g(x):\n    if x:\n        return f(x, 1)\n    y = x + 2\n    return y\n",
     "if a:\n    pass\n\n# comment\nb = c(d, e(f))  # trailing\n",
-    "def h():\n\treturn 3\n",
+    "def h():\n    return 3\n",  # (tab indentation: refused by the Python preset)
+    "z = f(1,\n\t2)\n",
     "z = f(1,\n      2)\n",
 ]
 

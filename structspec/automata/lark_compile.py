@@ -518,7 +518,9 @@ def compile_grammar(grammar: str | os.PathLike[str], vocab: Vocabulary, *,
         mtime = os.stat(source).st_mtime_ns if "\n" not in source else 0
     except OSError:
         mtime = 0
-    key = (source, mtime, start, repr(postlex), keywords, limits, vocab.fingerprint)
+    # (IndenterSpec.tabs is runtime-only, so not in its repr, but it changes the constraint)
+    key = (source, mtime, start, repr(postlex), getattr(postlex, "tabs", None), keywords,
+           limits, vocab.fingerprint)
     return _COMPILED.get_or_compile(key, build)
 
 

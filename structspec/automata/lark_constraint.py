@@ -32,6 +32,7 @@ import numpy as np
 from structspec.automata.base import TokenMask
 from structspec.automata.grammar import token_table
 from structspec.automata.lalr import ParserStacks, Signatures
+from structspec.automata.lark_grammar import TAB_REFUSED
 from structspec.automata.lark_masks import MaskBuilder
 from structspec.automata.lexer import ContextualLexer
 
@@ -113,7 +114,9 @@ class LarkRuntime:
         self.opens = frozenset(i for i, n in enumerate(names) if pl and n in pl.open_paren_types)
         self.closes = frozenset(i for i, n in enumerate(names)
                                 if pl and n in pl.close_paren_types)
-        self.tab_len = pl.tab_len if pl else 8
+        # A refused tab counts TAB_REFUSED columns: no level is ever that deep (see
+        # _feed_newline), and every count from there on is kept at TAB_REFUSED.
+        self.tab_len = (TAB_REFUSED if pl.tabs == "refuse" else pl.tab_len) if pl else 8
         self.ignore_bits = sum(1 << i for i in g.ignore)
         self.free_start = self.lex.start(frozenset(range(len(g.terminals))))
         self.eos = np.fromiter(sorted(vocab.eos_token_ids), dtype=np.int64)
@@ -222,6 +225,8 @@ class LarkRuntime:
         stack, low = feed(stack, self.g.parser_index[self.nl])
         if stack < 0:
             return -1, levels, low, self.INF
+        if indent >= TAB_REFUSED:  # a refused tab in the indentation (IndenterSpec.tabs)
+            return -1, levels, low, self.INF
         if indent < 0:  # no \n in the lexeme (a comment at the end): no change
             indent = levels[-1]
         if indent > levels[-1]:
@@ -264,7 +269,9 @@ class LarkRuntime:
         top = len(levels) - 1
         llow = top
         cap = levels[-1] + 1
-        reach = self._nl_reach_set(q, min(indent, cap), cap)  # indent -1: no \n yet
+        # indent -1: no \n yet; TAB_REFUSED stays (no level is that deep)
+        reach = self._nl_reach_set(q, indent if indent >= TAB_REFUSED else min(indent, cap),
+                                   cap)
         tries = []
         if -1 in reach or levels[-1] in reach:
             tries.append(levels[-1])
@@ -301,8 +308,13 @@ class LarkRuntime:
                 if acc[s]:
                     out.add(d)
                 for t, b in moves[s]:
-                    nd = 0 if b == 10 else -1 if d < 0 else \
-                        min(cap, d + (1 if b == 32 else tab if b == 9 else 0))
+                    if b == 10:
+                        nd = 0
+                    elif d < 0:
+                        nd = -1
+                    else:
+                        nd = d + (1 if b == 32 else tab if b == 9 else 0)
+                        nd = TAB_REFUSED if nd >= TAB_REFUSED else min(cap, nd)
                     if (t, nd) not in seen:
                         seen.add((t, nd))
                         todo.append((t, nd))
@@ -330,7 +342,8 @@ class LarkRuntime:
             return 0
         if ind < 0:
             return -1
-        return min(cap, ind + (1 if b == 32 else self.tab_len if b == 9 else 0))
+        ind += 1 if b == 32 else self.tab_len if b == 9 else 0
+        return TAB_REFUSED if ind >= TAB_REFUSED else min(cap, ind)
 
     def any_viable(self, terms: int, stack: int, paren: int) -> bool:
         """Whether one of the lexer terminals in the bitmask ``terms`` can end a lexeme here

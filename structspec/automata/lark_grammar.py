@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -27,7 +28,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,14 @@ class IndenterSpec:
     At end of input a final newline is implied when missing and every block is closed.
     With ``line_start`` (Python's rule, not lark's) the text begins at the start of a
     line, so indentation on its first line is an unexpected indent.
+
+    ``tabs``: ``"count"`` is lark's rule (a tab is ``tab_len`` columns); ``"refuse"``
+    (the Python preset) refuses a tab in the indentation of a line outside brackets.
+    Python compares indentation twice, with tabs to the next multiple of 8 and as one
+    column, and raises ``TabError`` where the two disagree; one column count cannot tell
+    those lines apart (``"        a"`` then ``"\tb"`` is one level for lark, a
+    ``TabError`` for Python), so the Python preset refuses tabs there rather than accept
+    code Python rejects. Tabs inside brackets and in blank or comment lines stay legal.
     """
 
     nl_type: str = "_NEWLINE"
@@ -68,13 +77,20 @@ class IndenterSpec:
     dedent_type: str = "_DEDENT"
     tab_len: int = 8
     line_start: bool = True
+    # Runtime only (the lexer and parse tables do not depend on it): not in the repr, which
+    # keys the shipped tables.
+    tabs: str = field(default="refuse", repr=False)
+
+    def __post_init__(self) -> None:
+        if self.tabs not in ("count", "refuse"):
+            raise ValueError(f"IndenterSpec.tabs must be 'count' or 'refuse', not {self.tabs!r}")
 
     @classmethod
     def from_indenter(cls, indenter: Any) -> IndenterSpec:
         """Read the attributes of a lark ``Indenter`` (class or instance)."""
         return cls(indenter.NL_type, tuple(indenter.OPEN_PAREN_types),
                    tuple(indenter.CLOSE_PAREN_types), indenter.INDENT_type,
-                   indenter.DEDENT_type, int(indenter.tab_len))
+                   indenter.DEDENT_type, int(indenter.tab_len), tabs="count")
 
     def lark_postlex(self) -> Any:
         """An equivalent lark ``Indenter`` instance (for lark's own parser)."""
@@ -92,6 +108,10 @@ class IndenterSpec:
 
         return _Indenter()
 
+
+#: Indentation at or above this value holds a tab that ``tabs="refuse"`` refuses: such a
+#: tab counts this many columns, and the runtime keeps any larger count at this value.
+TAB_REFUSED = 1 << 24
 
 PYTHON_INDENTER = IndenterSpec()
 """The preset for Python grammars (lark's ``PythonIndenter``)."""
@@ -560,8 +580,11 @@ def load_grammar(grammar: str | os.PathLike[str], *, start: str | None = None,
         return _load(grammar, text, start, postlex, import_paths, None, key)
     # In this process, once (concurrent callers wait for the first); across processes, from
     # the disk cache when it is on.
-    return _LOADED.get_or_compile(
+    loaded = _LOADED.get_or_compile(
         key, lambda: _load(grammar, text, start, postlex, import_paths, disk_cache(), key))
+    # The key leaves out IndenterSpec.tabs (runtime only): the analysis is shared, the
+    # indenter is the caller's.
+    return loaded if loaded.postlex == postlex else dataclasses.replace(loaded, postlex=postlex)
 
 
 def _options(text: str, start: str | None, postlex: IndenterSpec | str | Any | None

@@ -43,6 +43,7 @@ import numpy as np
 
 from structspec.automata.base import TokenMask
 from structspec.automata.lalr import Signatures
+from structspec.automata.lark_grammar import TAB_REFUSED
 from structspec.automata.lexer import CROSS, INSIDE
 
 FREE = -2  # the tolerant mode's stack value (lark_constraint.FREE)
@@ -75,8 +76,12 @@ def apply_effect(ind: int, has_nl: bool, cols: int) -> int:
     """A newline lexeme's indentation after bytes that hold a ``\\n`` (then ``cols`` after
     the last one) or not (``cols`` added, unless no ``\\n`` was seen yet: -1)."""
     if has_nl:
-        return cols
-    return ind + cols if ind >= 0 else -1
+        out = cols
+    elif ind < 0:
+        return -1
+    else:
+        out = ind + cols
+    return TAB_REFUSED if out >= TAB_REFUSED else out  # a refused tab stays refused
 
 
 @dataclass(frozen=True)

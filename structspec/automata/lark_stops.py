@@ -55,6 +55,7 @@ import numpy as np
 from structspec.automata.base import TokenMask
 from structspec.automata.lalr import END
 from structspec.automata.lark_constraint import FREE
+from structspec.automata.lark_grammar import TAB_REFUSED
 from structspec.errors import GrammarError
 
 if TYPE_CHECKING:
@@ -212,6 +213,8 @@ class ConstructStops:
         """The indenter's tokens for a newline with ``indent`` columns (``None``: a dedent
         to no open level)."""
         out = [self.p_nl]
+        if indent >= TAB_REFUSED:  # a refused tab in the indentation (IndenterSpec.tabs)
+            return None
         if indent < 0:
             indent = levels[-1]
         if indent > levels[-1]:
