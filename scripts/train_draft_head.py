@@ -272,6 +272,8 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
             q = starts + 1 + k  # input token position; the head predicts the target's choice there
             ok = q < seq_end[starts]
             q = torch.where(ok, q, starts)
+            if train_mode:  # robustness to the head's own errors (EAGLE's feature noise)
+                s = s + (torch.rand(s.shape, generator=g) - 0.5) * 0.2
             s = net.step(s, emb[ids[q]])  # [B, H]
             logits = s @ w_red.T  # [B, Vr]
             with torch.no_grad():

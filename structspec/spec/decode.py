@@ -90,7 +90,9 @@ class SpecConfig:
         validation_threshold: ``None`` for lossless acceptance; a float ``ε`` in (0, 1)
             enables Medusa-style typical acceptance (lossy, opt-in).
         adaptive: shrink the speculative budget when its hit rate over ``window`` steps is
-            below ``min_acceptance`` (down to none, probing every ``probe_every`` steps).
+            below ``min_acceptance`` (down to none, probing every ``probe_every`` steps); for
+            free text with a cost curve, below the break-even rate of a half-size tree when
+            that is lower (:func:`break_even_hit_rate`).
         forced: draft the forced chain from the root.
         drafters: speculative drafters by registry name, in priority order.
         lookup_max_n: longest n-gram the lookup drafter matches.
@@ -406,14 +408,18 @@ def speculative_decode(
     ctx.draft_head = head
     stats.draft_head = head.name if head is not None else None
     drafters = make_drafters(names) if config.enabled else []
-    max_nodes, max_branches = config.budgets(_structured(constraint, vocab))
+    structured = _structured(constraint, vocab)
+    max_nodes, max_branches = config.budgets(structured)
     curve = None
     if config.enabled and config.cost_model and max_nodes:
         curve = config.cost_curve if config.cost_curve is not None else device_cost_curve(model)
         stats.cost_curve = curve.as_dict()
     threshold = config.memory_threshold
+    min_acceptance = config.min_acceptance
+    if curve is not None and not structured:  # free text: shrink only where it stops paying
+        min_acceptance = min(min_acceptance, break_even_hit_rate(curve, max_nodes))
     scheduler = Scheduler(max_nodes, max_branches, adaptive=config.adaptive,
-                          window=config.window, min_acceptance=config.min_acceptance,
+                          window=config.window, min_acceptance=min_acceptance,
                           probe_every=config.probe_every, curve=curve,
                           memory_probe=None if threshold is None else lambda: memory_use(device),
                           memory_threshold=threshold or 1.0, acceptance=acceptance)
@@ -528,6 +534,16 @@ def speculative_decode(
         error.stats = stats  # type: ignore[attr-defined]  # what the failed run cost
         raise error
     return DecodeOutput(out, complete, stats)
+
+
+def break_even_hit_rate(curve: CostCurve, max_nodes: int, floor: float = 0.1) -> float:
+    """The fraction of steps that must accept a draft for a half-size tree to pay for its
+    pass: ``t(1 + max_nodes // 2) / t(1) - 1`` (each hit saves at least one pass), at least
+    ``floor``. On a CPU where a pass of a few tokens costs what a pass of one does, this is
+    far below the default ``min_acceptance`` of 0.6: free text with a learned draft head
+    (hits on ~40-60% of steps) should not be shrunk away. Pure."""
+    half = 1 + max(1, max_nodes // 2)
+    return max(floor, curve(half) / curve(1) - 1.0)
 
 
 def certain_tokens(constraint: Constraint, state: State, limit: int) -> list[int]:

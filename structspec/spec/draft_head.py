@@ -45,6 +45,7 @@ SOURCE = "draft_head"
 SOURCE_ALT = "draft_head_alt"
 HEADS_DIR = Path(__file__).resolve().parent / "heads"
 FORMAT = 1
+_SPARE = 3  # candidates tried beyond the k wanted, in case the best are illegal
 
 
 class DraftHeadMismatchError(StructSpecError, ValueError):
@@ -273,29 +274,6 @@ class DraftHeadDrafter:
 
     name = SOURCE
 
-    def __init__(self) -> None:
-        self._masks: dict[int, tuple[Any, torch.Tensor, int]] = {}
-
-    def _legal(self, ctx: Any, head: DraftHead, state: Any,
-               eos: frozenset[int]) -> tuple[torch.Tensor, int]:
-        """``[Vr]`` bool: reduced-vocabulary tokens legal in ``state`` (EOS excluded)."""
-        mask = ctx.constraint.allowed(state)
-        hit = self._masks.get(id(mask))
-        if hit is None or hit[0] is not mask:
-            width = int(head.vocab[-1]) + 1
-            full = torch.from_numpy(mask.to_bool().copy())  # [V]
-            if full.numel() < width:  # ids past the mask (logit padding) are not allowed
-                full = torch.cat([full, torch.zeros(width - full.numel(), dtype=torch.bool)])
-            for e in eos:
-                if e < full.numel():
-                    full[e] = False
-            allowed = full.to(head.vocab.device)[head.vocab]  # [Vr]
-            if len(self._masks) > 256:
-                self._masks.clear()
-            hit = (mask, allowed, int(allowed.sum()))
-            self._masks[id(mask)] = hit
-        return hit[1], hit[2]
-
     def propose(self, ctx: Any, builder: TreeBuilder, frontier: int) -> None:
         """Add the head's drafts below ``frontier``. Mutates ``builder`` only."""
         head: DraftHead | None = getattr(ctx, "draft_head", None)
@@ -336,15 +314,15 @@ class DraftHeadDrafter:
             for row, (node, _, cum, is_chain) in enumerate(beams):
                 if builder.room(node) <= 0:
                     continue
-                allowed, n_allowed = self._legal(ctx, head, builder.states[node],
-                                                 builder.eos_ids)
-                if not n_allowed:
-                    continue
                 k = topk if is_chain and level < branch_levels else 1
-                logp = logp_all[row].masked_fill(~allowed, float("-inf"))
-                top = torch.topk(logp, min(k, n_allowed))
-                for rank, (lp, idx) in enumerate(zip(top.values.tolist(), top.indices.tolist(),
-                                                     strict=True)):
+                # The builder refuses illegal tokens and EOS (constraint.advance, cheaper
+                # than a whole mask per drafted node under a grammar): the best few
+                # candidates are tried in order, ``k`` legal ones kept.
+                top = torch.topk(logp_all[row], min(k + _SPARE, logp_all.shape[-1]))
+                rank = 0
+                for lp, idx in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+                    if rank >= k:
+                        break
                     main = is_chain and rank == 0
                     score = 0.0 if main else (lp if is_chain else cum + lp)
                     if not math.isfinite(lp) or (not main and score < min_logp):
@@ -358,7 +336,12 @@ class DraftHeadDrafter:
                         child = builder.add_branch(node, [tok], source)
                     else:
                         child = builder.add(node, tok, source)
-                    if child is not None and builder.room(child) > 0:
+                    if child is None:
+                        if builder.room(node) <= 0:
+                            break
+                        continue  # illegal here: the next candidate
+                    rank += 1
+                    if builder.room(child) > 0:
                         new.append((child, row, score, main))
             level += 1
             if not new or level >= max_depth:
