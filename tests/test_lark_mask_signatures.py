@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import humaneval_programs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from structspec import GrammarError, ResourceLimitError, compile_grammar
 from structspec.automata.lark_constraint import LarkRuntime
@@ -61,3 +64,18 @@ def test_signature_memo_gives_the_masks_of_the_full_state_memo(
     for ids in programs[3:]:
         assert _walk(warm, ids) == _walk(plain, ids)
     assert hits > 5
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.integers(-5, 40), st.integers(0, 1 << 27)), min_size=1,
+                max_size=200))
+def test_groups_of_groups_dense_and_sparse_values(values) -> None:
+    """``groups_of`` = indices grouped by value, ascending, also where the values span far
+    more than their count (refused-tab indentation counts are 2**24 and up)."""
+    from structspec.automata.lark_masks import groups_of
+
+    want: dict[int, list[int]] = {}
+    for i, v in enumerate(values):
+        want.setdefault(v, []).append(i)
+    got = groups_of(np.array(values, dtype=np.int64))
+    assert [(k, idx.tolist()) for k, idx in got] == sorted(want.items())

@@ -63,6 +63,11 @@ def groups_of(values: np.ndarray) -> list[tuple[int, np.ndarray]]:
     lo, hi = int(values.min()), int(values.max())
     if lo == hi:
         return [(lo, np.arange(values.size))]
+    if hi - lo > 4 * values.size + 4096:  # sparse values: sort them, no count over the span
+        uniq, inverse = np.unique(values, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        parts = np.split(order, np.cumsum(np.bincount(inverse))[:-1])
+        return [(int(u), idx) for u, idx in zip(uniq.tolist(), parts)]
     shifted = values - lo
     counts = np.bincount(shifted)
     present = np.flatnonzero(counts)
@@ -149,7 +154,8 @@ class MaskBuilder:
         has = is_nl.any(axis=1)
         last = np.where(has, data.shape[1] - 1 - np.argmax(is_nl[:, ::-1], axis=1), -1)
         cols = np.where(data == 32, 1, np.where(data == 9, self.rt.tab_len, 0))  # [R, W]
-        return has, (cols * (seg & (pos > last[:, None]))).sum(axis=1)
+        # (every count from TAB_REFUSED on means the same: a refused tab)
+        return has, np.minimum((cols * (seg & (pos > last[:, None]))).sum(axis=1), TAB_REFUSED)
 
     def _split_nl(self, end: int, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray
                   ) -> list[tuple[tuple[bool, int] | None, np.ndarray]]:
