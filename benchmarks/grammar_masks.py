@@ -337,8 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=40, help="programs counted per grammar")
     ap.add_argument("--warmup", type=int, default=5, help="programs walked first, not counted")
     ap.add_argument("--engines", default=",".join(ENGINES))
-    ap.add_argument("--json-out", default=str(ROOT / "benchmarks" / "results"
-                                              / "grammar_masks.json"))
+    ap.add_argument("--json-out", default=None,
+                    help="write the results here (the README's run: "
+                         "benchmarks/results/grammar_masks.json)")
     args = ap.parse_args(argv)
 
     load_start = os.getloadavg()  # the machine's load: wall times count other processes
