@@ -299,7 +299,7 @@ class LarkRuntime:
         if got is None:
             acc = self.g.terminals[self.nl].dfa.accepting
             moves = self._nl_moves()
-            tab = self.tab_len
+            after = self._indent_after
             seen = {(q, indent)}
             todo = list(seen)
             out = set()
@@ -308,13 +308,7 @@ class LarkRuntime:
                 if acc[s]:
                     out.add(d)
                 for t, b in moves[s]:
-                    if b == 10:
-                        nd = 0
-                    elif d < 0:
-                        nd = -1
-                    else:
-                        nd = d + (1 if b == 32 else tab if b == 9 else 0)
-                        nd = TAB_REFUSED if nd >= TAB_REFUSED else min(cap, nd)
+                    nd = after(d, b, cap)
                     if (t, nd) not in seen:
                         seen.add((t, nd))
                         todo.append((t, nd))
