@@ -7,10 +7,11 @@ this module assembles them and ``tests/test_grammars_corpus.py`` checks that the
 structspec.grammars.python_strings`` to print the block after a change.
 
 The regexes use no look-arounds or back-references (each terminal compiles to a byte DFA).
-They are *sound*: a literal they match is one Python 3.12 accepts — bytes hold ASCII only,
-``\\x``/``\\u``/``\\U`` escapes are complete, ``\\N{...}`` is left out (its names cannot be
-checked by a regex), a triple-quoted body never contains its closing quotes. f-strings keep
-their replacement fields to a regular subset of expressions, brackets nested three deep:
+They are *sound* but for the keyword gap below: a literal they match is one Python 3.12
+accepts — bytes hold ASCII only, ``\\x``/``\\u``/``\\U`` escapes are complete, ``\\N{...}``
+is left out (its names cannot be checked by a regex), a triple-quoted body never contains
+its closing quotes. f-strings keep their replacement fields to a regular subset of
+expressions, brackets nested three deep:
 
 - the field: an expression, or a conditional ``a if b else c`` of simpler ones; then
   ``=``, ``!r``/``!s``/``!a``, and a format spec whose nested fields are dotted names,
@@ -26,12 +27,24 @@ their replacement fields to a regular subset of expressions, brackets nested thr
 - a backslash before a brace is a character of its own (``rf"\\{x}"``; in a plain
   f-string, ``f"\\{x}"``, an invalid escape Python warns about).
 
-A name inside a field is not checked against the keywords. Left out: ``not``, lambdas, walrus,
-dict and set displays, ``await``/``yield``, tuples without parentheses (``{a, b}``),
-strings in the field's own quote (Python 3.12 allows them), triple-quoted strings and
-line breaks inside a field, and deeper nesting. On CPython 3.11's standard library the
-f-string terminal matches 2,911 of its 2,964 f-string literals (98.2%; most of the rest
-are in ``test/test_fstring.py`` and friends).
+Keywords: the names at a field's top level — its operands (where ``True``, ``False`` and
+``None`` are values), the attributes after ``.``, the names in a nested f-string operand
+and in a format spec's nested fields — are no keywords of Python 3.12 (:func:`_name_without`
+writes "a name but not these words" as a regex of ~3 kB): ``f"{if}"``, ``f"{x.class}"``,
+``f"{a if b else def}"``, ``f"{x:{del}}"`` are refused; ``f"{iffy}"``, ``f"{x.match}"``,
+``f"{None}"`` are not. A bare ``{yield}`` is a field of its own. Soundness gap: names
+*inside brackets* (call and keyword arguments, subscripts, displays, comprehension
+targets: ``f"{a.b(def)}"``, ``f"{f(if=1)}"``) are not checked yet. There are ~1,400 name
+occurrences per field regex (8 copies in the block), and each checked context costs ~80
+DFA states (~500 such contexts per f-string DFA), so the rest needs the lexer's help
+rather than a larger regex.
+
+Left out: ``not`` (``{not(x)}``, accepted before as a call of a name ``not``, is refused),
+lambdas, walrus, dict and set displays, ``await`` and ``yield`` but a bare ``{yield}``,
+tuples without parentheses (``{a, b}``), strings in the field's own quote (Python 3.12
+allows them), triple-quoted strings and line breaks inside a field, and deeper nesting.
+On CPython 3.11's standard library the f-string terminal matches 2,911 of its 2,964
+f-string literals (98.2%; most of the rest are in ``test/test_fstring.py`` and friends).
 """
 
 from __future__ import annotations
@@ -63,6 +76,64 @@ _BINOP = (
 )
 
 
+# Python 3.12's keywords (``keyword.kwlist``), written out so that the generated block does
+# not depend on the Python that runs this module.
+_KEYWORDS = (
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class",
+    "continue", "def", "del", "elif", "else", "except", "finally", "for", "from", "global",
+    "if", "import", "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return",
+    "try", "while", "with", "yield",
+)
+
+
+def _name_without(words: tuple[str, ...]) -> str:
+    """A regex of the names ``[A-Za-z_][A-Za-z0-9_]*`` other than ``words``, without
+    look-arounds: ``D[A-Za-z0-9_]*|P``, where ``D`` (the words' trie, each node with the
+    characters that leave it) is a name's shortest prefix that no word begins with, and
+    ``P`` the names that are proper prefixes of words and no word themselves (``iffy`` is
+    ``iff`` then ``y``; ``cla`` is in ``P``). About 2.5 kB for the 35 keywords.
+    """
+    def cls(taken: set[str], first: bool) -> str:
+        chars = sorted(set(_IDENT_START if first else _IDENT_CHARS) - taken)
+        runs: list[list[str]] = []
+        for c in chars:
+            if runs and ord(c) == ord(runs[-1][-1]) + 1:
+                runs[-1].append(c)
+            else:
+                runs.append([c])
+        parts = [r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" if len(r) > 2 else r[0] + r[1]
+                 for r in runs]
+        return "[" + "".join(parts) + "]"
+
+    def kids(prefix: str) -> list[str]:
+        return sorted({w[len(prefix)] for w in words
+                       if w.startswith(prefix) and len(w) > len(prefix)})
+
+    def leave(prefix: str) -> str:  # D below ``prefix``: one or more characters
+        alts = [cls(set(kids(prefix)), not prefix)]
+        alts += [c + leave(prefix + c) for c in kids(prefix)]
+        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+    def stay(prefix: str) -> str:  # P below ``prefix`` (nonempty), or "" when none
+        alts = []
+        for c in kids(prefix):
+            sub = stay(prefix + c)
+            if prefix + c not in words:
+                alts.append(c + (f"(?:{sub})?" if sub else ""))
+            elif sub:
+                alts.append(c + sub)
+        return "" if not alts else alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+    return f"(?:{leave('')}[A-Za-z0-9_]*|{stay('')})"
+
+
+_IDENT_START = "ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
+_IDENT_CHARS = "0123456789" + _IDENT_START
+# a name where a value may stand (``True``, ``None`` are values), and one after ``.``
+_VALUE_NAME = _name_without(tuple(k for k in _KEYWORDS if k not in ("False", "None", "True")))
+_ATTR_NAME = _name_without(_KEYWORDS)
+
+
 def _seq(item: str, trailing: bool = True) -> str:
     """``item`` separated by commas, at least one, with an optional trailing comma."""
     return f"{item}(?:{_COMMA}{item})*" + (f"(?:{_WS},)?" if trailing else "")
@@ -81,18 +152,28 @@ def _field_expr(other_quote: str) -> str:
     """
     q = other_quote
     inner_str = f"{q}[^{q}\"'\\\\\\n\\r{{}}\\x00]*{q}"
-    # a nested f-string in the other quote, its fields names with attributes and `!r`
-    nested_f = (
-        f"[fF]{q}(?:[^{q}\"'\\\\\\n\\r{{}}\\x00]|\\{{\\{{|\\}}\\}}"
-        rf"|\{{{_WS}{_NAME}(?:\.{_NAME})*{_WS}(?:![rsa])?\}})*{q}"
-    )
+
+    def nested_f_of(value: str, attr: str) -> str:
+        """A nested f-string in the other quote, its fields names with attributes and
+        ``!r``."""
+        return (
+            f"[fF]{q}(?:[^{q}\"'\\\\\\n\\r{{}}\\x00]|\\{{\\{{|\\}}\\}}"
+            rf"|\{{{_WS}{value}(?:\.{attr})*{_WS}(?:![rsa])?\}})*{q}"
+        )
+
+    def tr0_of(attr: str) -> str:
+        """``.name``, a subscript or slice of ``simple`` ones, a call of ``simple`` ones."""
+        return (
+            rf"(?:\.{attr}|\[{_WS}{simple}{_WS}\]"
+            rf"|\[{_WS}(?:-?{simple})?{_WS}:{_WS}(?:-?{simple})?{_WS}\]"
+            rf"|\({_WS}(?:{_seq(simple, False)})?{_WS}\))"
+        )
+
+    nested_f = nested_f_of(_NAME, _NAME)
     dotted = rf"{_NAME}(?:\.{_NAME})*"
     simple = f"(?:{dotted}|-?{_SNUM}|{inner_str})"
     prim_s = f"(?:{_NAME}|{inner_str}|{nested_f})"
-    tr0 = (
-        rf"(?:\.{_NAME}|\[{_WS}{simple}{_WS}\]|\[{_WS}(?:-?{simple})?{_WS}:{_WS}(?:-?{simple})?{_WS}\]"
-        rf"|\({_WS}(?:{_seq(simple, False)})?{_WS}\))"
-    )
+    tr0 = tr0_of(_NAME)
     # an argument may be a list comprehension of trailed names: `", ".join([f(a) for a in b])`
     lite = f"{prim_s}{tr0}*"
     comp0 = f" +for +{_NAME}(?:{_COMMA}{_NAME})* +in +{lite}(?: +if +{lite})?"
@@ -103,8 +184,12 @@ def _field_expr(other_quote: str) -> str:
     expr0 = f"{opnd0}(?:{_BINOP}{opnd0})*"
     comp = f" +for +{_NAME}(?:{_COMMA}{_NAME})* +in +{expr0}(?: +if +{expr0})*"
     items = f"(?:{_seq(expr0)})?"
+    # the field's top level: its names are no keywords (`True`/`None`/`False` as values)
+    prim_top = f"(?:{_VALUE_NAME}|{inner_str}|{nested_f_of(_VALUE_NAME, _ATTR_NAME)})"
+    opnd0_top = f"{unary}(?:{_SNUM}|{prim_top}{tr0_of(_ATTR_NAME)}*)"
+    expr0_top = f"{opnd0_top}(?:{_BINOP}{opnd0_top})*"
     prim1 = (
-        rf"(?:{prim0}|\({_WS}{expr0}{_WS}\)|\({_WS}{expr0}{_COMMA}{items}{_WS}\)"
+        rf"(?:{prim_top}|\({_WS}{expr0}{_WS}\)|\({_WS}{expr0}{_COMMA}{items}{_WS}\)"
         rf"|\[{_WS}{items}{_WS}\]|\[{_WS}{expr0}{comp}{_WS}\])"
     )
     # positional arguments (`*` ones too) before keyword ones (`**` ones too)
@@ -113,12 +198,13 @@ def _field_expr(other_quote: str) -> str:
     arglist = f"(?:{pos}(?:{_COMMA}{pos})*(?:{_COMMA}{kw})*|{kw}(?:{_COMMA}{kw})*)(?:{_WS},)?"
     args = f"(?:{_WS}(?:{arglist}|{expr0}{comp}){_WS})?"
     tr1 = (
-        rf"(?:\.{_NAME}|\[{_WS}{expr0}{_WS}\]"
+        rf"(?:\.{_ATTR_NAME}|\[{_WS}{expr0}{_WS}\]"
         rf"|\[{_WS}(?:{expr0})?{_WS}:{_WS}(?:{expr0})?{_WS}\]|\({args}\))"
     )
     opnd1 = f"{unary}(?:{_NUM}|{prim1}{tr1}*)"
     expr1 = f"{opnd1}(?:{_BINOP}{opnd1})*"
-    return f"(?:{expr1}|{expr0} +if +{expr0} +else +{expr0})"
+    # a bare `yield` is an expression (`f"{yield}"` in a generator)
+    return f"(?:{expr1}|{expr0_top} +if +{expr0_top} +else +{expr0_top}|yield)"
 
 
 def _fstring_field(quote_char: str) -> str:
@@ -131,7 +217,7 @@ def _fstring_field(quote_char: str) -> str:
     dotted = rf"{_NAME}(?:\.{_NAME})*"
     simple = f"(?:{dotted}|-?{_SNUM}|{inner_str})"
     nested = (
-        rf"{dotted}(?:\({_WS}(?:{_seq(simple, False)})?{_WS}\))*|{_SNUM}"
+        rf"{_VALUE_NAME}(?:\.{_ATTR_NAME})*(?:\({_WS}(?:{_seq(simple, False)})?{_WS}\))*|{_SNUM}"
     )
     spec = (
         f"(?:[^{{}}\"'\\\\\\n\\r\\x00]|\\{{{_WS}(?:{nested}){_WS}(?:![rsa])?\\}})*"
