@@ -29,15 +29,18 @@ expressions, brackets nested three deep:
 
 Keywords: the names at a field's top level — its operands (where ``True``, ``False`` and
 ``None`` are values), the attributes after ``.``, the names in a nested f-string operand
-and in a format spec's nested fields — are no keywords of Python 3.12 (:func:`_name_without`
-writes "a name but not these words" as a regex of ~3 kB): ``f"{if}"``, ``f"{x.class}"``,
-``f"{a if b else def}"``, ``f"{x:{del}}"`` are refused; ``f"{iffy}"``, ``f"{x.match}"``,
-``f"{None}"`` are not. A bare ``{yield}`` is a field of its own. Soundness gap: names
-*inside brackets* (call and keyword arguments, subscripts, displays, comprehension
-targets: ``f"{a.b(def)}"``, ``f"{f(if=1)}"``) are not checked yet. There are ~1,400 name
-occurrences per field regex (8 copies in the block), and each checked context costs ~80
-DFA states (~500 such contexts per f-string DFA), so the rest needs the lexer's help
-rather than a larger regex.
+and in a format spec's nested fields — and the names in the arguments of its calls
+(positional, ``*``/``**``, keyword names and values) are no keywords of Python 3.12
+(:func:`_name_without` writes "a name but not these words" as a regex of ~3 kB):
+``f"{if}"``, ``f"{x.class}"``, ``f"{a if b else def}"``, ``f"{x:{del}}"``,
+``f"{a.b(def)}"``, ``f"{f(if=1)}"`` are refused; ``f"{iffy}"``, ``f"{x.match}"``,
+``f"{f(None, iff=1)}"`` are not. A bare ``{yield}`` is a field of its own. Soundness gap:
+the other names inside brackets (subscripts, parentheses, displays, comprehensions and
+generator arguments, calls inside brackets, nested f-strings in arguments:
+``f"{a[if]}"``, ``f"{f(g(if))}"``) are not checked yet. The check costs ~3 kB of regex per
+name occurrence (~1,400 per field regex, 8 copies in the block) and ~80 DFA states per
+context a name stands in (~500 contexts left per f-string DFA), so the rest needs the
+lexer's help rather than a larger regex.
 
 Left out: ``not`` (``{not(x)}``, accepted before as a call of a name ``not``, is refused),
 lambdas, walrus, dict and set displays, ``await`` and ``yield`` but a bare ``{yield}``,
@@ -192,10 +195,13 @@ def _field_expr(other_quote: str) -> str:
         rf"(?:{prim_top}|\({_WS}{expr0}{_WS}\)|\({_WS}{expr0}{_COMMA}{items}{_WS}\)"
         rf"|\[{_WS}{items}{_WS}\]|\[{_WS}{expr0}{comp}{_WS}\])"
     )
-    # positional arguments (`*` ones too) before keyword ones (`**` ones too)
-    pos = rf"(?:\*?{expr0}|{listcomp0})"
-    kw = rf"(?:{_NAME}{_WS}={_WS}|\*\*){expr0}"
-    arglist = f"(?:{pos}(?:{_COMMA}{pos})*(?:{_COMMA}{kw})*|{kw}(?:{_COMMA}{kw})*)(?:{_WS},)?"
+    # positional arguments (`*` ones too) before keyword ones (`**` ones too); their names
+    # are checked as the top level's are (not those of a nested f-string)
+    opnd0_arg = f"{unary}(?:{_SNUM}|(?:{_VALUE_NAME}|{inner_str}|{nested_f}){tr0_of(_ATTR_NAME)}*)"
+    expr0_arg = f"{opnd0_arg}(?:{_BINOP}{opnd0_arg})*"
+    pos = rf"(?:\*?{expr0_arg}|{listcomp0})"
+    kw = rf"(?:{_ATTR_NAME}{_WS}={_WS}|\*\*){expr0_arg}"
+    arglist = f"(?:{pos}(?:{_COMMA}{pos})*|{kw})(?:{_COMMA}{kw})*(?:{_WS},)?"
     args = f"(?:{_WS}(?:{arglist}|{expr0}{comp}){_WS})?"
     tr1 = (
         rf"(?:\.{_ATTR_NAME}|\[{_WS}{expr0}{_WS}\]"
