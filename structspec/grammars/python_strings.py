@@ -30,7 +30,8 @@ expressions, brackets nested three deep:
 Keywords: the names at a field's top level — its operands (where ``True``, ``False`` and
 ``None`` are values), the attributes after ``.``, the names in a nested f-string operand
 and in a format spec's nested fields — and the names in the arguments of its calls
-(positional, ``*``/``**``, keyword names and values) are no keywords of Python 3.12
+(positional, ``*``/``**``, keyword names and values; not the calls of a conditional
+``a if b else c``) are no keywords of Python 3.12
 (:func:`_name_without` writes "a name but not these words" as a regex of ~3 kB):
 ``f"{if}"``, ``f"{x.class}"``, ``f"{a if b else def}"``, ``f"{x:{del}}"``,
 ``f"{a.b(def)}"``, ``f"{f(if=1)}"`` are refused; ``f"{iffy}"``, ``f"{x.match}"``,
@@ -42,10 +43,11 @@ name occurrence (~1,400 per field regex, 8 copies in the block) and ~80 DFA stat
 context a name stands in (~500 contexts left per f-string DFA), so the rest needs the
 lexer's help rather than a larger regex.
 
-Left out: ``not`` (``{not(x)}``, accepted before as a call of a name ``not``, is refused),
-lambdas, walrus, dict and set displays, ``await`` and ``yield`` but a bare ``{yield}``,
-tuples without parentheses (``{a, b}``), strings in the field's own quote (Python 3.12
-allows them), triple-quoted strings and line breaks inside a field, and deeper nesting.
+Left out: ``not``, ``await`` and ``yield`` but a bare ``{yield}`` and the three before a
+bracket at the start of a field (``{not(x)}``, ``{await(f).x}``, ``{yield[a] + b}``: the
+forms accepted when they were names), lambdas, walrus, dict and set displays, tuples
+without parentheses (``{a, b}``), strings in the field's own quote (Python 3.12 allows
+them), triple-quoted strings and line breaks inside a field, and deeper nesting.
 On CPython 3.11's standard library the f-string terminal matches 2,911 of its 2,964
 f-string literals (98.2%; most of the rest are in ``test/test_fstring.py`` and friends).
 """
@@ -208,7 +210,13 @@ def _field_expr(other_quote: str) -> str:
         rf"|\[{_WS}(?:{expr0})?{_WS}:{_WS}(?:{expr0})?{_WS}\]|\({args}\))"
     )
     opnd1 = f"{unary}(?:{_NUM}|{prim1}{tr1}*)"
-    expr1 = f"{opnd1}(?:{_BINOP}{opnd1})*"
+    # `not`, `await`, `yield` before a bracket may open the field (`{not(x)}`, `{await(f)}`,
+    # `{yield[a]}`): whatever follows reads as their operand, or as `(not x) and ...`
+    opens = (
+        rf"(?:not|await|yield){_WS}(?:\({_WS}(?:{expr0}(?:{_COMMA}{items})?)?{_WS}\)"
+        rf"|\[{_WS}{items}{_WS}\])(?:\.{_ATTR_NAME})*"
+    )
+    expr1 = f"(?:{opnd1}|{opens})(?:{_BINOP}{opnd1})*"
     # a bare `yield` is an expression (`f"{yield}"` in a generator)
     return f"(?:{expr1}|{expr0_top} +if +{expr0_top} +else +{expr0_top}|yield)"
 
