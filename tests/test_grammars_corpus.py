@@ -47,6 +47,16 @@ STDLIB_SAMPLE = 30
 KNOWN_GAPS = {"idlelib/configdialog.py", "idlelib/redirector.py"}
 
 
+class _KeepLineBreaks:
+    """A no-op lark postlexer that keeps javascript.lark's line-break terminals (used by
+    no rule; lark would drop them) for :func:`asi_parses`."""
+
+    always_accept = ("LINE_BREAK", "BLOCK_COMMENT_NL")
+
+    def process(self, stream):
+        return stream
+
+
 @cache
 def parser(name: str, lexer: str = "basic") -> lark.Lark:
     """A lark LALR parser for shipped grammar ``name``, built from its header options."""
@@ -54,17 +64,69 @@ def parser(name: str, lexer: str = "basic") -> lark.Lark:
     kwargs = {"start": opts.pop("start"), "parser": "lalr", "lexer": lexer}
     if opts.pop("postlex", None) == "python":
         kwargs["postlex"] = PythonIndenter()
+    if name == "javascript":
+        kwargs["postlex"] = _KeepLineBreaks()
     assert not opts, f"unknown options {opts}"
     return lark.Lark(grammar_path(name).read_text(encoding="utf-8"), **kwargs)
 
 
+def _takes(ip, tok) -> bool:
+    probe = ip.copy()
+    try:
+        probe.feed_token(tok)
+    except lark.exceptions.UnexpectedToken:
+        return False
+    return True
+
+
+def asi_parses(text: str) -> bool:
+    """JavaScript with automatic semicolon insertion on lark's own LALR parser: a twin of
+    structspec's runtime (``lark_asi.py``), written independently from ECMAScript's rules
+    over lark's tokens — the line breaks kept, ``_ASI`` fed where a semicolon is inserted.
+    """
+    from lark import Token
+
+    p = parser("javascript")
+    try:
+        tokens = list(p.lex(text))
+    except lark.exceptions.LarkError:
+        return False
+    ip = p.parse_interactive("")
+    asi = Token("_ASI", "")
+    brk, last = False, None
+    try:
+        for tok in tokens:
+            if tok.type in _KeepLineBreaks.always_accept:
+                brk = True
+                continue
+            restricted = last in ("return", "break", "continue", "throw", "yield") or (
+                tok.value in ("++", "--") and _takes(ip, asi))
+            if brk and tok.value == "=>":
+                return False
+            if brk and restricted:
+                ip.feed_token(asi)  # raises where the statement cannot end (`throw`)
+            elif not _takes(ip, tok) and (brk or tok.value == "}") and _takes(ip, asi):
+                ip.feed_token(asi)
+            ip.feed_token(tok)
+            brk, last = False, tok.value
+        if not _takes(ip, Token("$END", "")):
+            ip.feed_token(asi)
+        ip.feed_eof()
+    except lark.exceptions.LarkError:
+        return False
+    return True
+
+
 def parses(name: str, text: str, lexer: str = "basic") -> bool:
-    """Whether ``text`` parses; Python text gets the final newline the indenter needs.
+    """Whether ``text`` parses; Python text gets the final newline the indenter needs;
+    JavaScript goes through :func:`asi_parses`.
 
     The ``basic`` lexer by default: it reserves every keyword everywhere, as a maximal-munch
     lexer does; lark's ``contextual`` lexer lexes a keyword the parser does not expect as a
     name (`SELECT FROM t`, `case x as _`), which would hide rejects.
     """
+    if name == "javascript":
+        return asi_parses(text)
     if name == "python" and not text.endswith("\n"):
         text += "\n"
     try:

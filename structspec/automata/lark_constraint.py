@@ -32,6 +32,7 @@ import numpy as np
 from structspec.automata.base import TokenMask
 from structspec.automata.grammar import token_table
 from structspec.automata.lalr import ParserStacks, Signatures
+from structspec.automata.lark_asi import AsiRules
 from structspec.automata.lark_grammar import TAB_REFUSED
 from structspec.automata.lark_masks import MaskBuilder
 from structspec.automata.lexer import ContextualLexer
@@ -100,7 +101,7 @@ class LarkRuntime:
         self._nl_ok: dict[tuple[int, int, int, tuple[int, ...]], tuple[bool, int, int]] = {}
         self._nl_reach: dict[tuple[int, int, int], frozenset[int]] = {}
         self._nl_moves_list: list[list[tuple[int, int]]] | None = None
-        self._starts: dict[int, int] = {}
+        self._starts: dict[int | tuple[int, int, int], int] = {}
         self._cands: dict[int, list[tuple[int, int]]] = {}
         self._cbits: dict[int, int] = {}
         self._sbits: dict[int, int] = {}
@@ -118,6 +119,11 @@ class LarkRuntime:
         # _feed_newline), and every count from there on is kept at TAB_REFUSED.
         self.tab_len = (TAB_REFUSED if pl.tabs == "refuse" else pl.tab_len) if pl else 8
         self.ignore_bits = sum(1 << i for i in g.ignore)
+        # ASI grammars (lark_asi.py): the bracket-depth slot of a state holds "a line break
+        # came since the last token" (0/1); line-break lexemes set it, other tokens clear it.
+        self.asi = AsiRules(g, self.stacks) if g.asi is not None else None
+        self.line_break_bits = self.asi.line_break_bits if self.asi else 0
+        self._asi_rows: dict[tuple[int, int], tuple[int, int]] = {}
         self.free_start = self.lex.start(frozenset(range(len(g.terminals))))
         self.eos = np.fromiter(sorted(vocab.eos_token_ids), dtype=np.int64)
         self.masks = MaskBuilder(self)
@@ -148,18 +154,40 @@ class LarkRuntime:
         """The value of state ``state``."""
         return self._keys[state]
 
-    def start_lexer(self, stack: int) -> int:
-        """The lexer start state for the parser stack ``stack`` (lark's contextual set)."""
+    def start_lexer(self, stack: int, brk: int = 0) -> int:
+        """The lexer start state for the parser stack ``stack`` (lark's contextual set);
+        ``brk``: an ASI grammar's line-break bit (see ``start_low``)."""
+        return self.start_low(stack, brk)[0]
+
+    def start_low(self, stack: int, brk: int = 0) -> tuple[int, int]:
+        """``start_lexer`` and the lowest stack height it read. With ASI the set also
+        holds what the parser takes after an inserted ``_ASI``: ``}`` always, everything
+        after a line break."""
         if stack == FREE:
-            return self.free_start
+            return self.free_start, self.INF
         top = self.stacks.top(stack)
-        got = self._starts.get(top)
+        low = self.stacks.depth(stack)
+        sk: int | tuple[int, int, int] = top
+        atop = -1
+        if self.asi is not None:
+            asi, lo = self.stacks.feed_low(stack, self.asi.p_asi)
+            low = min(low, lo)
+            atop = self.stacks.top(asi) if asi >= 0 else -1
+            sk = (top, atop, brk)
+        got = self._starts.get(sk)
         if got is None:
             acts = self.g.tables.actions[top]
             ids = {i for i, p in enumerate(self.g.parser_index) if p >= 0 and p in acts}
+            if atop >= 0:
+                assert self.asi is not None
+                after = self.g.tables.actions[atop]
+                ids |= {i for i, p in enumerate(self.g.parser_index) if p >= 0 and p in after
+                        and (brk or p in self.asi.p_close)}
             ids |= set(self.g.ignore)
             if self.nl >= 0:
                 ids.add(self.nl)
+            if self.asi is not None:
+                ids |= self.asi.line_breaks
             # Reserved keywords: "or" never lexes as a NAME, and "indexes" never as
             # "in" + "dexes": a keyword and the regex that matches it come together.
             for i in list(ids):
@@ -167,8 +195,8 @@ class LarkRuntime:
             for i in list(ids):
                 ids |= self._embedded.get(i, set())
             got = self.lex.start(frozenset(ids))
-            self._starts[top] = got
-        return got
+            self._starts[sk] = got
+        return got, low
 
     # -- the parser side ---------------------------------------------------------------------
 
@@ -355,6 +383,11 @@ class LarkRuntime:
             return True, self.INF, 0
         if stack == FREE:
             return bool(terms), self.INF, 0
+        if self.asi is not None:
+            if terms & self.line_break_bits:  # never fed: only sets the line-break bit
+                return True, self.INF, 0
+            taken, low = self._asi_row(stack, paren)
+            return bool(terms & taken), low, 1
         pk = 0
         if terms & self.nl_bit:
             if paren > 0:
@@ -408,6 +441,29 @@ class LarkRuntime:
             got = (False, low)
             todo ^= bit
         stacks.store_signature(sig, stack, got[1], got[0])
+        return got
+
+    def _asi_row(self, stack: int, brk: int) -> tuple[int, int]:
+        """An ASI grammar's lexer terminals (a bitmask) whose lexeme the parser takes on
+        ``stack`` with line-break bit ``brk`` (``AsiRules.sequence``), and the lowest
+        height any of them read. Memoized per (stack, bit)."""
+        ck = (stack, brk)
+        got = self._asi_rows.get(ck)
+        if got is None:
+            asi = self.asi
+            assert asi is not None
+            stacks = self.stacks
+            cands = set(self._candidates(stacks.top(stack)))
+            after = stacks.feed(stack, asi.p_asi)
+            if after >= 0:
+                cands.update(self._candidates(stacks.top(after)))
+            bits, low = 0, stacks.depth(stack)
+            for i, p in cands:
+                seq, _, lo = asi.sequence(stack, brk, p)
+                low = min(low, lo)
+                if seq is not None:
+                    bits |= 1 << i
+            got = self._asi_rows[ck] = (bits, low)
         return got
 
     def _takes_row(self, stack: int) -> tuple[int, tuple[tuple[int, int], ...], int, int]:
@@ -483,6 +539,8 @@ class LarkRuntime:
         if t < 0:
             return 0, inf, inf, 0
         low, llow, pk = inf, inf, 0
+        if stack != FREE and self.asi is not None:
+            return self._end_lexeme_asi(t, stack, paren, levels, last_nl)
         if stack != FREE:
             low = self.stacks.depth(stack)  # the next start set reads the top
             if t not in self.g.ignore:
@@ -503,6 +561,25 @@ class LarkRuntime:
         y = self.intern((self.start_lexer(stack), -1, stack, paren, levels, last_nl))
         return y, low, llow, pk
 
+    def _end_lexeme_asi(self, t: int, stack: int, brk: int, levels: tuple[int, ...],
+                        last_nl: bool) -> tuple[int, int, int, int]:
+        """``_end_lexeme`` for an ASI grammar: a line break sets the bit, a token is fed
+        by ``AsiRules.sequence`` and clears it, an ignored lexeme keeps it."""
+        asi = self.asi
+        assert asi is not None
+        inf = self.INF
+        low = inf
+        if t in asi.line_breaks:
+            brk = 1
+        elif t not in self.g.ignore:
+            _, stack, low = asi.sequence(stack, brk, self.g.parser_index[t])
+            if stack < 0:
+                return 0, low, inf, 1
+            brk = 0
+        lx, lo = self.start_low(stack, brk)
+        y = self.intern((lx, -1, stack, brk, levels, last_nl))
+        return y, min(low, lo), inf, 1
+
     def accepts_eof(self, state: int) -> bool:
         """Whether the input may end in ``state``. Memoized."""
         got = self._eof.get(state)
@@ -520,6 +597,8 @@ class LarkRuntime:
         _, _, stack, paren, levels, _ = self._keys[state]
         if stack == FREE:
             return True
+        if self.asi is not None:
+            return self.asi.end_sequence(stack) is not None
         if self.nl < 0:
             return self.stacks.accepts_end(stack)
         candidates = [(stack, levels)]

@@ -118,6 +118,40 @@ PYTHON_INDENTER = IndenterSpec()
 
 
 @dataclass(frozen=True)
+class AsiSpec:
+    """ECMAScript's automatic semicolon insertion (ASI), for a grammar that declares the
+    virtual terminal ``asi_type`` (``%declare _ASI``) and writes ``(";" | _ASI)`` wherever
+    a statement may end (never for the empty statement or inside a ``for`` head, where
+    ECMAScript inserts none).
+
+    The runtime feeds ``_ASI`` before the next token T exactly where ECMAScript inserts a
+    semicolon: T cannot be taken, and a line break came before it, or T is ``}``, or the
+    input ends. Line breaks are the lexer terminals ``line_break_types`` (a newline, a
+    block comment holding one): not ``%ignore``d, since they change what may follow, but
+    never fed to the parser. The restricted productions: after a line break, the tokens
+    ``restricted_before`` (postfix ``++``/``--``) begin a new statement where one can end,
+    ``no_line_break_before`` (``=>``) is an error, and after the tokens
+    ``restricted_after`` (``return``, ``break``, ``continue``, ``throw``, ``yield``) the
+    statement ends (``throw`` + line break is an error: it cannot end there).
+
+    Why in the runtime and not in the grammar: whether a line break ends a statement
+    depends on the token *after* it (``a\n(b)`` continues, ``a\nb`` does not), which an
+    LALR(1) grammar over a lexer that drops whitespace cannot see.
+    """
+
+    asi_type: str = "_ASI"
+    line_break_types: tuple[str, ...] = ("LINE_BREAK", "BLOCK_COMMENT_NL")
+    close_brace: str = "}"
+    restricted_before: tuple[str, ...] = ("++", "--")
+    no_line_break_before: tuple[str, ...] = ("=>",)
+    restricted_after: tuple[str, ...] = ("return", "break", "continue", "throw", "yield")
+
+
+ECMASCRIPT_ASI = AsiSpec()
+"""The preset for JavaScript grammars (the names ``javascript.lark`` uses)."""
+
+
+@dataclass(frozen=True)
 class LoadedGrammar:
     """A grammar ready for the runtime: lexer terminals, LALR tables, postlexer.
 
@@ -128,6 +162,7 @@ class LoadedGrammar:
         tables: the LALR(1) tables.
         postlex: the indenter, or ``None``.
         start: the start rule.
+        asi: automatic semicolon insertion (:class:`AsiSpec`), or ``None``.
         source: (text, import paths) the grammar was loaded from.
 
     ``lark`` (a property) is lark's own LALR parser for the same grammar, built on first use
@@ -141,6 +176,7 @@ class LoadedGrammar:
     postlex: IndenterSpec | None
     start: str
     source: tuple[str, tuple[str, ...]] = ("", ())
+    asi: AsiSpec | None = None
 
     @functools.cached_property
     def lark(self) -> Any:
@@ -223,6 +259,11 @@ def _build_lark(text: str, start: str, postlex: IndenterSpec | None,
                          import_paths=import_paths, maybe_placeholders=False)
 
 
+def _asi_of(text: str) -> AsiSpec | None:
+    """ECMAScript's ASI where the grammar declares its virtual ``_ASI`` terminal."""
+    return ECMASCRIPT_ASI if re.search(r"%declare[^\n]*\b_ASI\b", text) else None
+
+
 def _analyze(text: str, start: str, postlex: IndenterSpec | None,
              import_paths: list[str]) -> dict[str, Any]:
     """What the runtime needs from lark, as plain data (JSON-able): the terminals (name,
@@ -237,6 +278,9 @@ def _analyze(text: str, start: str, postlex: IndenterSpec | None,
     with _lark_errors(text):
         grammar, _ = lark_load_grammar(text, "<grammar>", import_paths, False)
         keep = {postlex.nl_type} if postlex is not None else set()
+        asi = _asi_of(text)
+        if asi is not None:  # line breaks are used by no rule: lark would drop them
+            keep |= set(asi.line_break_types)
         terminals, rules, ignore = grammar.compile([start], keep)
         analysis = LALR_Analyzer(ParserConf(rules, {}, [start]), debug=False, strict=False)
         analysis.compute_lalr()
@@ -641,14 +685,24 @@ def _load(grammar: str | os.PathLike[str], text: str, start: str,
         for name in (postlex.indent_type, postlex.dedent_type):
             if name not in tables.index:
                 raise GrammarError(f"the grammar does not use the indenter's {name}")
+    asi = _asi_of(text)
+    if asi is not None:
+        if postlex is not None:
+            raise GrammarError("a grammar cannot have both an indenter and _ASI")
+        missing = [n for n in asi.line_break_types if n not in set(lark_terms)]
+        if missing or asi.asi_type not in tables.index:
+            raise GrammarError(f"a grammar that declares {asi.asi_type} must use it in a rule "
+                               f"and define the line-break terminals "
+                               f"{', '.join(asi.line_break_types)}")
     loaded = LoadedGrammar(tuple(specs), parser_index, ignore, tables, postlex, start,
-                           (text, tuple(import_paths)))
+                           (text, tuple(import_paths)), asi)
     if disk is not None:
         disk.remember(key, loaded)  # written at the cache's flush, off the compile path
     return loaded
 
 
-__all__ = ["PYTHON_INDENTER", "IndenterSpec", "LoadedGrammar", "load_grammar"]
+__all__ = ["ECMASCRIPT_ASI", "PYTHON_INDENTER", "AsiSpec", "IndenterSpec", "LoadedGrammar",
+           "load_grammar"]
 
 
 if __name__ == "__main__":  # python -m structspec.automata.lark_grammar python

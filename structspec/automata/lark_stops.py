@@ -154,7 +154,8 @@ class ConstructStops:
         blank = len(suffix) - len(suffix.lstrip(bytes(_BLANK) + b"\n"))
         self.suffix_nl = b"\n" in suffix[:blank]  # S starts on a new line
         g = rt.g
-        self.layout = frozenset(g.ignore) | ({rt.nl} if rt.nl >= 0 else set())
+        self.layout = frozenset(g.ignore) | ({rt.nl} if rt.nl >= 0 else set()) | (
+            rt.asi.line_breaks if rt.asi is not None else frozenset())
         self.layout_bits = sum(1 << i for i in self.layout)
         t = g.tables
         self.end = t.index[END] if END in t.terminals else -1
@@ -209,6 +210,29 @@ class ConstructStops:
                 break
         return tuple(reds), stack
 
+    def _feed_token(self, stack: int, brk: int, p: int) -> tuple[_Reds, int]:
+        """Feed the token of parser terminal ``p`` (with ASI's ``_ASI`` before it where the
+        grammar has ASI and inserts one; ``brk``: a line break came before it): the
+        reductions on the way and the stack after (-1: error)."""
+        asi = self.rt.asi
+        if asi is None:
+            return self._feed_all(stack, [p])
+        seq, _, _ = asi.sequence(stack, brk, p)
+        return self._feed_all(stack, list(seq)) if seq is not None else ((), -1)
+
+    def _token_terms(self, stack: int) -> set[int]:
+        """Parser terminals a token may be fed as on ``stack`` (for ASI grammars also those
+        taken after an inserted ``_ASI``, which is itself no token)."""
+        rt = self.rt
+        acts = rt.stacks.tables.actions
+        out = set(acts[rt.stacks.top(stack)])
+        if rt.asi is not None:
+            after = rt.stacks.feed(stack, rt.asi.p_asi)
+            if after >= 0:
+                out |= set(acts[rt.stacks.top(after)])
+            out.discard(rt.asi.p_asi)
+        return out
+
     def _newline_terms(self, levels: tuple[int, ...], indent: int) -> list[int] | None:
         """The indenter's tokens for a newline with ``indent`` columns (``None``: a dedent
         to no open level)."""
@@ -238,10 +262,10 @@ class ConstructStops:
         if e:
             after = rt.key(e)[2]
             reds: _Reds = ()
-            if stack != FREE and t not in rt.g.ignore and not (t == rt.nl and paren > 0):
-                terms = self._newline_terms(levels, ind) if t == rt.nl \
-                    else [rt.g.parser_index[t]]
-                reds, _ = self._feed_all(stack, terms or [])
+            if stack != FREE and t not in self.layout:
+                reds, _ = self._feed_token(stack, paren, rt.g.parser_index[t])
+            elif stack != FREE and t == rt.nl and paren == 0:
+                reds, _ = self._feed_all(stack, self._newline_terms(levels, ind) or [])
             got = (t, reds, after)
         self._ends[rs] = got
         return got
@@ -254,6 +278,12 @@ class ConstructStops:
         rt = self.rt
         if stack == FREE:
             return ()
+        if rt.asi is not None:
+            seq = rt.asi.end_sequence(stack)
+            if seq is None:
+                return None
+            reds, s = self._feed_all(stack, list(seq))
+            return reds + self.reductions(s, self.end)
         if rt.nl < 0:
             return self.reductions(stack, self.end) if rt.stacks.accepts_end(stack) else None
         paths = [([], levels)]
@@ -410,21 +440,24 @@ class ConstructStops:
                     lv = (*levels, indent) if indent > levels[-1] else \
                         tuple(x for x in levels if x <= indent)
                     branches.append((after, self._lowered(reds, anchor), 0, lv))
+        # (ASI: whether a line break comes before the next token is C's choice too)
+        brks = (0, 1) if rt.asi is not None else (0,)
         for s, a, par, lv in branches:
-            for p in rt.stacks.tables.actions[rt.stacks.top(s)]:
+            for p in self._token_terms(s):
                 if p in self.indenter:
                     continue
-                if p == self.end:
-                    reds_end = self.eof_reductions(s, par, lv)
-                    if reds_end is None:
-                        continue
-                    reds = reds_end
-                elif rt.stacks.feed(s, p) < 0:
-                    continue
-                else:
-                    reds = self.reductions(s, p)
-                if not self._hits(reds, a):
-                    return False
+                for brk in brks:
+                    if p == self.end:
+                        reds_end = self.eof_reductions(s, par, lv)
+                        if reds_end is None:
+                            continue
+                        reds = reds_end
+                    else:
+                        reds, after = self._feed_token(s, brk if rt.asi else par, p)
+                        if after < 0:
+                            continue
+                    if not self._hits(reds, a):
+                        return False
         return True
 
     # -- dead ends: a line dedented out of the block (indentation grammars) ------------------
@@ -469,7 +502,7 @@ class ConstructStops:
         if pre or not solid or not self.block:
             return False
         rt = self.rt
-        lx, _, stack, _, _, _ = rt.key(rs)
+        lx, _, stack, paren, _, _ = rt.key(rs)
         if stack == FREE or rt.lex.is_start(lx):
             return False
         terms = rt.lex.terms(lx)
@@ -478,19 +511,23 @@ class ConstructStops:
         taken = False
         for i in range(terms.bit_length()):
             p = rt.g.parser_index[i] if terms >> i & 1 else -1
-            if p < 0 or rt.stacks.feed(stack, p) < 0:
+            if p < 0:
+                continue
+            reds, after = self._feed_token(stack, paren, p)
+            if after < 0:
                 continue
             taken = True
-            if not self._hits(self.reductions(stack, p), anchor):
+            if not self._hits(reds, anchor):
                 return None if self.closer_pending(key) else False
         return taken
 
     def closer_pending(self, key: Key) -> bool:
         """Whether C ends with a token that cannot grow and closes a block (``}``), in a
         grammar without an indenter (there, layout after C changes nothing: if P + C + S
-        does not parse and the block's end is certain, no continuation accepts)."""
+        does not parse and the block's end is certain, no continuation accepts). With ASI
+        a line break after C could change the parse, unless S begins on a new line."""
         rt = self.rt
-        if rt.nl >= 0 or key[2] or not key[4]:
+        if rt.nl >= 0 or (rt.asi is not None and not self.suffix_nl) or key[2] or not key[4]:
             return False
         lx = rt.key(key[0])[0]
         if rt.lex.is_start(lx) or not self._closed_lexeme(lx):
