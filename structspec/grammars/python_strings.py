@@ -39,9 +39,10 @@ and in a format spec's nested fields — and the names in the arguments of its c
 the other names inside brackets (subscripts, parentheses, displays, comprehensions and
 generator arguments, calls inside brackets, nested f-strings in arguments:
 ``f"{a[if]}"``, ``f"{f(g(if))}"``) are not checked yet. The check costs ~3 kB of regex per
-name occurrence (~1,400 per field regex, 8 copies in the block) and ~80 DFA states per
-context a name stands in (~500 contexts left per f-string DFA), so the rest needs the
-lexer's help rather than a larger regex.
+name occurrence (~1,400 unchecked ones are left per field regex, and the block holds 8
+copies of each) and ~80 DFA states per context a name stands in (some 500 unchecked
+contexts per f-string DFA, ~40,000 states), so the rest needs the lexer's help rather than
+a larger regex.
 
 Left out: ``not``, ``await`` and ``yield`` but a bare ``{yield}`` and the three before a
 bracket at the start of a field (``{not(x)}``, ``{await(f).x}``, ``{yield[a] + b}``: the
@@ -96,7 +97,7 @@ def _name_without(words: tuple[str, ...]) -> str:
     look-arounds: ``D[A-Za-z0-9_]*|P``, where ``D`` (the words' trie, each node with the
     characters that leave it) is a name's shortest prefix that no word begins with, and
     ``P`` the names that are proper prefixes of words and no word themselves (``iffy`` is
-    ``iff`` then ``y``; ``cla`` is in ``P``). About 2.5 kB for the 35 keywords.
+    ``iff`` then ``y``; ``cla`` is in ``P``). About 3 kB for the 35 keywords.
     """
     def cls(taken: set[str], first: bool) -> str:
         chars = sorted(set(_IDENT_START if first else _IDENT_CHARS) - taken)
