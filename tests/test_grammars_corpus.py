@@ -82,20 +82,48 @@ def _takes(ip, tok) -> bool:
 def asi_parses(text: str) -> bool:
     """JavaScript with automatic semicolon insertion on lark's own LALR parser: a twin of
     structspec's runtime (``lark_asi.py``), written independently from ECMAScript's rules
-    over lark's tokens — the line breaks kept, ``_ASI`` fed where a semicolon is inserted.
+    over lark's contextual lexer — line breaks kept as tokens, ``_ASI`` fed where a
+    semicolon is inserted. Each token is lexed for the parser's state (a ``/`` is a
+    division where one can follow, ECMAScript's "div goal"); where that fails and a
+    semicolon may be inserted, again for the state after ``_ASI``.
     """
-    from lark import Token
+    from copy import copy
 
-    p = parser("javascript")
-    try:
-        tokens = list(p.lex(text))
-    except lark.exceptions.LarkError:
-        return False
+    from lark import Token
+    from lark.lexer import LexerState
+    from lark.utils import TextSlice
+
+    p = parser("javascript", "contextual")
+    lexers = p.parser.lexer.lexer.lexers  # (under the postlexer)
     ip = p.parse_interactive("")
+    reserved = {t.pattern.value for t in p.terminals
+                if t.pattern.type == "str" and t.pattern.value.isidentifier()}
     asi = Token("_ASI", "")
+    state = LexerState(TextSlice.cast_from(text))
     brk, last = False, None
+
+    def lex(at):
+        nonlocal state
+        saved = copy(state)
+        try:
+            return lexers[at.parser_state.position].next_token(state, at.parser_state)
+        except lark.exceptions.UnexpectedCharacters:
+            state = saved
+            return None
+
     try:
-        for tok in tokens:
+        while True:
+            saved = copy(state)
+            tok = lex(ip)
+            if (tok is None or (tok.type == "IDENT" and tok.value in reserved)
+                    or (tok.type not in _KeepLineBreaks.always_accept
+                    and not _takes(ip, tok))) and _takes(ip, asi):
+                after = ip.copy()
+                after.feed_token(asi)
+                state = copy(saved)
+                tok = lex(after)
+            if tok is None or (tok.type == "IDENT" and tok.value in reserved):
+                return False  # (lark's contextual lexer would take a keyword as a name)
             if tok.type in _KeepLineBreaks.always_accept:
                 brk = True
                 continue
@@ -109,6 +137,11 @@ def asi_parses(text: str) -> bool:
                 ip.feed_token(asi)
             ip.feed_token(tok)
             brk, last = False, tok.value
+    except EOFError:
+        pass
+    except lark.exceptions.LarkError:
+        return False
+    try:
         if not _takes(ip, Token("$END", "")):
             ip.feed_token(asi)
         ip.feed_eof()
@@ -201,6 +234,15 @@ def test_python_string_terminals_are_generated():
     text = grammar_path("python").read_text(encoding="utf-8")
     block = text.split("// BEGIN STRINGS\n", 1)[1].split("// END STRINGS", 1)[0]
     assert block.strip() == python_strings.string_terminals().strip()
+
+
+def test_javascript_regex_terminal_is_generated():
+    """The REGEX block of javascript.lark is what javascript_regex.py builds."""
+    from structspec.grammars import javascript_regex
+
+    text = grammar_path("javascript").read_text(encoding="utf-8")
+    block = "REGEX: " + text.split("\nREGEX: ", 1)[1].split("\n// (end of the generated", 1)[0]
+    assert block.strip() == javascript_regex.regex_terminal().strip()
 
 
 # ------------------------------------------------------------------ Python

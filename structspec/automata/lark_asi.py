@@ -45,6 +45,8 @@ class AsiRules:
         self.line_breaks = frozenset(i for i, term in enumerate(g.terminals)
                                      if term.name in spec.line_break_types)
         self.line_break_bits = sum(1 << i for i in self.line_breaks)
+        self.regex_goal = frozenset(i for i, term in enumerate(g.terminals)
+                                    if term.name in spec.regex_types)
 
         def parser_ids(literals: tuple[str, ...]) -> frozenset[int]:
             want = {lit.encode() for lit in literals}

@@ -101,7 +101,7 @@ class LarkRuntime:
         self._nl_ok: dict[tuple[int, int, int, tuple[int, ...]], tuple[bool, int, int]] = {}
         self._nl_reach: dict[tuple[int, int, int], frozenset[int]] = {}
         self._nl_moves_list: list[list[tuple[int, int]]] | None = None
-        self._starts: dict[int | tuple[int, int, int], int] = {}
+        self._starts: dict[int | tuple[int, int, int, bool], int] = {}
         self._cands: dict[int, list[tuple[int, int]]] = {}
         self._cbits: dict[int, int] = {}
         self._sbits: dict[int, int] = {}
@@ -124,6 +124,8 @@ class LarkRuntime:
         self.asi = AsiRules(g, self.stacks) if g.asi is not None else None
         self.line_break_bits = self.asi.line_break_bits if self.asi else 0
         self._asi_rows: dict[tuple[int, int], tuple[int, int]] = {}
+        self._slash: dict[int, list[int]] = {}
+        self._slash_ids: frozenset[int] | None = None
         self.free_start = self.lex.start(frozenset(range(len(g.terminals))))
         self.eos = np.fromiter(sorted(vocab.eos_token_ids), dtype=np.int64)
         self.masks = MaskBuilder(self)
@@ -167,13 +169,22 @@ class LarkRuntime:
             return self.free_start, self.INF
         top = self.stacks.top(stack)
         low = self.stacks.depth(stack)
-        sk: int | tuple[int, int, int] = top
-        atop = -1
+        sk: int | tuple[int, int, int, bool] = top
+        atop, div = -1, False
         if self.asi is not None:
             asi, lo = self.stacks.feed_low(stack, self.asi.p_asi)
             low = min(low, lo)
             atop = self.stacks.top(asi) if asi >= 0 else -1
-            sk = (top, atop, brk)
+            # ECMAScript's lexical goal: where the parser takes a `/` (after its
+            # reductions, not by the top state's action keys, which LALR merges: `}` of a
+            # block and of a function expression), a `/` is a division, never a regex.
+            for p in self._slash_terms(top):
+                ok, lo = self.stacks.takes_low(stack, p)
+                low = min(low, lo)
+                if ok:
+                    div = True
+                    break
+            sk = (top, atop, brk, div)
         got = self._starts.get(sk)
         if got is None:
             acts = self.g.tables.actions[top]
@@ -183,6 +194,9 @@ class LarkRuntime:
                 after = self.g.tables.actions[atop]
                 ids |= {i for i, p in enumerate(self.g.parser_index) if p >= 0 and p in after
                         and (brk or p in self.asi.p_close)}
+            if div:
+                assert self.asi is not None
+                ids -= self.asi.regex_goal
             ids |= set(self.g.ignore)
             if self.nl >= 0:
                 ids.add(self.nl)
@@ -197,6 +211,24 @@ class LarkRuntime:
             got = self.lex.start(frozenset(ids))
             self._starts[sk] = got
         return got, low
+
+    def _slash_terms(self, top: int) -> list[int]:
+        """Parser ids of the terminals of LALR state ``top`` (none ignored, none of the
+        regexp goal) whose text can begin with ``/`` (division, ``/=``)."""
+        got = self._slash.get(top)
+        if got is None:
+            asi = self.asi
+            assert asi is not None
+            if self._slash_ids is None:
+                lex = self.lex
+                self._slash_ids = frozenset(
+                    i for i in range(len(self.g.terminals))
+                    if i not in self.g.ignore and i not in asi.regex_goal
+                    and lex.step(lex.start(frozenset({i})), 47))
+            got = [p for i, p in self._candidates(top) if i in self._slash_ids] \
+                if asi.regex_goal else []
+            self._slash[top] = got
+        return got
 
     # -- the parser side ---------------------------------------------------------------------
 

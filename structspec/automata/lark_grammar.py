@@ -134,6 +134,11 @@ class AsiSpec:
     ``restricted_after`` (``return``, ``break``, ``continue``, ``throw``, ``yield``) the
     statement ends (``throw`` + line break is an error: it cannot end there).
 
+    ``regex_types``: the terminals of ECMAScript's "regexp goal" (``/ab+c/g``). After a
+    line break the lexer may also expect what follows an inserted ``_ASI``, but where a
+    ``/`` can continue the statement it is a division, as ECMAScript lexes it (``a\n/b/
+    .test(x)`` is ``a / b / .test(x)``, an error), so these terminals are left out there.
+
     Why in the runtime and not in the grammar: whether a line break ends a statement
     depends on the token *after* it (``a\n(b)`` continues, ``a\nb`` does not), which an
     LALR(1) grammar over a lexer that drops whitespace cannot see.
@@ -145,6 +150,7 @@ class AsiSpec:
     restricted_before: tuple[str, ...] = ("++", "--")
     no_line_break_before: tuple[str, ...] = ("=>",)
     restricted_after: tuple[str, ...] = ("return", "break", "continue", "throw", "yield")
+    regex_types: tuple[str, ...] = ("REGEX",)
 
 
 ECMASCRIPT_ASI = AsiSpec()
