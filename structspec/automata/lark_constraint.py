@@ -101,7 +101,7 @@ class LarkRuntime:
         self._nl_ok: dict[tuple[int, int, int, tuple[int, ...]], tuple[bool, int, int]] = {}
         self._nl_reach: dict[tuple[int, int, int], frozenset[int]] = {}
         self._nl_moves_list: list[list[tuple[int, int]]] | None = None
-        self._starts: dict[int | tuple[int, int, int, bool], int] = {}
+        self._starts: dict[int, int] = {}  # per LALR top state (ASI: -2, -3)
         self._cands: dict[int, list[tuple[int, int]]] = {}
         self._cbits: dict[int, int] = {}
         self._sbits: dict[int, int] = {}
@@ -162,46 +162,20 @@ class LarkRuntime:
         return self.start_low(stack, brk)[0]
 
     def start_low(self, stack: int, brk: int = 0) -> tuple[int, int]:
-        """``start_lexer`` and the lowest stack height it read. With ASI the set also
-        holds what the parser takes after an inserted ``_ASI``: ``}`` always, everything
-        after a line break."""
+        """``start_lexer`` and the lowest stack height it read. ``brk`` (an ASI grammar's
+        line-break bit) does not change it: see ``_asi_start``."""
         if stack == FREE:
             return self.free_start, self.INF
-        top = self.stacks.top(stack)
-        low = self.stacks.depth(stack)
-        sk: int | tuple[int, int, int, bool] = top
-        atop, div = -1, False
         if self.asi is not None:
-            asi, lo = self.stacks.feed_low(stack, self.asi.p_asi)
-            low = min(low, lo)
-            atop = self.stacks.top(asi) if asi >= 0 else -1
-            # ECMAScript's lexical goal: where the parser takes a `/` (after its
-            # reductions, not by the top state's action keys, which LALR merges: `}` of a
-            # block and of a function expression), a `/` is a division, never a regex.
-            for p in self._slash_terms(top):
-                ok, lo = self.stacks.takes_low(stack, p)
-                low = min(low, lo)
-                if ok:
-                    div = True
-                    break
-            sk = (top, atop, brk, div)
-        got = self._starts.get(sk)
+            return self._asi_start(stack)
+        top = self.stacks.top(stack)
+        got = self._starts.get(top)
         if got is None:
             acts = self.g.tables.actions[top]
             ids = {i for i, p in enumerate(self.g.parser_index) if p >= 0 and p in acts}
-            if atop >= 0:
-                assert self.asi is not None
-                after = self.g.tables.actions[atop]
-                ids |= {i for i, p in enumerate(self.g.parser_index) if p >= 0 and p in after
-                        and (brk or p in self.asi.p_close)}
-            if div:
-                assert self.asi is not None
-                ids -= self.asi.regex_goal
             ids |= set(self.g.ignore)
             if self.nl >= 0:
                 ids.add(self.nl)
-            if self.asi is not None:
-                ids |= self.asi.line_breaks
             # Reserved keywords: "or" never lexes as a NAME, and "indexes" never as
             # "in" + "dexes": a keyword and the regex that matches it come together.
             for i in list(ids):
@@ -209,7 +183,34 @@ class LarkRuntime:
             for i in list(ids):
                 ids |= self._embedded.get(i, set())
             got = self.lex.start(frozenset(ids))
-            self._starts[sk] = got
+            self._starts[top] = got
+        return got, self.stacks.depth(stack)
+
+    def _asi_start(self, stack: int) -> tuple[int, int]:
+        """The lexer start state of an ASI grammar (ECMAScript's lexer) and the lowest
+        height read. ECMAScript lexes without the parser but for the regexp goal: `1++x`
+        is `1 ++ x` (an error), never `1 + +x` as a contextual lexer would read it, so
+        every terminal is in the set — but where the parser takes a `/` (after its
+        reductions: the top state's action keys are not enough, LALR merges the `}` of a
+        block with that of a function expression) a `/` is a division, and the regexp
+        goal's terminals are left out."""
+        asi = self.asi
+        assert asi is not None
+        top = self.stacks.top(stack)
+        low = self.stacks.depth(stack)
+        div = False
+        for p in self._slash_terms(top):
+            ok, lo = self.stacks.takes_low(stack, p)
+            low = min(low, lo)
+            if ok:
+                div = True
+                break
+        got = self._starts.get(-2 - div)
+        if got is None:
+            ids = set(range(len(self.g.terminals)))
+            if div:
+                ids -= asi.regex_goal
+            got = self._starts[-2 - div] = self.lex.start(frozenset(ids))
         return got, low
 
     def _slash_terms(self, top: int) -> list[int]:

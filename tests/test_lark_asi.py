@@ -1,0 +1,144 @@
+"""Automatic semicolon insertion (``lark_asi.py``) and regex literals in the JavaScript
+constraint: golden programs judged by V8, the constraint against its lark twin
+(``test_grammars_corpus.asi_parses``), and random walks whose accepted programs V8 must
+accept (soundness). V8 checks are skipped without ``node``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+from conftest import make_byte_vocab
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_grammars_corpus import asi_parses
+
+from structspec import GrammarError, compile_grammar
+from structspec.grammars import grammar_path
+
+EOS = 0
+# Programs run as a function body, where `return` is legal (the grammar does not track
+# whether a `return` is inside a function: a documented looseness, not ASI's).
+NODE_CHECK = r"""
+const vm = require('vm');
+const rows = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+console.log(JSON.stringify(rows.map((src) => {
+  try { new vm.Script('function f() {\n' + src + '\n}'); return true; }
+  catch (e) { if (e instanceof SyntaxError) return false; throw e; }
+})));
+"""
+
+GOLDEN = [
+    ("a = 1\nb = 2\n", True),
+    ("let a = 1\nlet b = 2", True),
+    ("let a = 1 let b = 2", False),
+    ("a\n(b)\n", True),  # a call: `(` continues the statement
+    ("a\n.b()\n", True),
+    ("a\n[0] = 1", True),
+    ("function g() { return 1 }", True),
+    ("return\n1", True),  # `return;` then `1;`
+    ("throw\nx", False),  # no line break after `throw`
+    ("throw x\n", True),
+    ("x\n++y\n", True),  # `x; ++y;`
+    ("x\n=> 1", False),
+    ("for (;;) {}", True),
+    ("for (\n;;\n) {}", True),
+    ("for (let i = 0\ni < 3\ni++) {}", False),  # never a `for` head's semicolon
+    ("if (a) b\nelse c", True),
+    ("if (a)\n\n", False),  # never an empty statement
+    ("const x = {\n a: 1,\n b: 2\n}\n", True),
+    ("a /* c\n */ b", True),  # a block comment holding a line break is one
+    ("a /* c */ b", False),
+    ("a // c\nb", True),
+    ("do x()\nwhile (y)\n", True),
+    ("class A {\n x = 1\n y = 2\n m() {}\n}\n", True),
+    ("{ a }", True),
+    ("{ a } b", True),  # no semicolon after a block
+    ("x = { a } b", False),
+    ("switch (x) {\n case 1:\n  break\n default:\n  y()\n}", True),
+    ("x = /ab+c/g.test(s)\n", True),
+    ("x = a / b / c\n", True),
+    ("a\n/b/.test(x)\n", False),  # a division there: `a / b / .test(x)`
+    ("x = i++ / 2 / 3\n", True),
+    ("f = function () {} / 2\n", True),
+    ("function g() {}\n/a/.test(s)\n", True),
+]
+
+
+@pytest.fixture(scope="module")
+def js():
+    return compile_grammar(grammar_path("javascript"), make_byte_vocab())
+
+
+def _accepts(c, text: str) -> bool:
+    try:
+        return c.is_accepting(c.state_after(text))
+    except GrammarError:
+        return False
+
+
+def _node_valid(programs: list[str]) -> list[bool]:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node on the PATH to judge JavaScript")
+    out = subprocess.run([node, "-e", NODE_CHECK], input=json.dumps(programs), text=True,
+                         capture_output=True, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize(("text", "valid"), GOLDEN)
+def test_golden_programs(js, text, valid):
+    assert _accepts(js, text) == valid
+    if "/" not in text:  # the twin's lexer keeps lark's choice between `/` and a regex
+        assert asi_parses(text) == valid
+
+
+def test_golden_programs_agree_with_v8():
+    assert _node_valid([t for t, _ in GOLDEN]) == [v for _, v in GOLDEN]
+
+
+# No `++`/`--`/`[`: the grammar's documented cover-grammar looseness (`++1`, `[1] = x`)
+# is not ASI's business; the golden programs cover them under ASI.
+PIECES = ["x", "y", " = ", "1", " + ", "(", ")", ";", "\n", "  ", "{", "}", "return",
+          "throw ", " / ", "/a+/g", ".b", " ", "if (x) ", " else ",
+          "var ", "=> ", ", ", "/* c\n */", "// c\n", "x\n", "f(", "do ", "while (y)", "`t`",
+          "? ", " : "]
+
+
+@pytest.fixture(scope="module")
+def walk_setup():
+    vocab = make_byte_vocab(PIECES)
+    return compile_grammar(grammar_path("javascript"), vocab), vocab
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_walks_accept_only_what_v8_accepts(walk_setup, data):
+    """Soundness: every accepting point of a random walk is a program V8 parses (and the
+    lark twin agrees)."""
+    c, vocab = walk_setup
+    s, out, accepted = c.initial, b"", []
+    for _ in range(30):
+        ids = [t for t in c.allowed(s).ids().tolist() if t != EOS and all(
+            32 <= b < 127 or b == 10 for b in vocab.tokens[t])]
+        if not ids:
+            break
+        pieces = [t for t in ids if t >= 257]
+        pick = pieces if pieces and data.draw(st.integers(0, 4)) else ids
+        t = pick[data.draw(st.integers(0, len(pick) - 1))]
+        s = c.advance(s, t)
+        assert s is not None
+        out += vocab.tokens[t]
+        if c.is_accepting(s):
+            accepted.append(out.decode())
+    if not accepted:
+        return
+    for text in accepted:
+        if "/a+/g" not in text and " / " not in text:
+            assert asi_parses(text), repr(text)
+    valid = _node_valid(accepted)
+    assert all(valid), [t for t, v in zip(accepted, valid) if not v]
