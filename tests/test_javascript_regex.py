@@ -45,7 +45,8 @@ def _atom(rng: random.Random, depth: int) -> str:
                                   "cA", ".", "*", "/", "(", "[", "\\", "^", "$", "|", "-"])
     if kind in (3, 4):
         items = [rng.choice(["a-z", "A-Z", "0-9", "c-f", "x", "_", "\\d", "\\s", "\\]",
-                             "\\-", ".", "/", "*", "(", "$"]) for _ in range(rng.randrange(4))]
+                             "\\x20-\\x7e", "\\u0080-\\u00ff", "\\-", ".", "/", "*", "(",
+                             "$"]) for _ in range(rng.randrange(4))]
         return "[" + rng.choice(["", "^"]) + rng.choice(["", "-"]) + "".join(items) + \
             rng.choice(["", "-"]) + "]"
     if kind == 5:
@@ -134,6 +135,6 @@ def test_matched_mutants_are_valid_javascript():
 
 @pytest.mark.parametrize("lit", ["/a/gg", "/(/", "/a)/", "/[z-a]/", "/a**/", "/+a/",
                                  "/a{3,1}/", "/a/q", "/(?<=a)*/", "/\\-/u", "/a/uv",
-                                 "//", "/*a/"])
+                                 "//", "/*a/", "/[\\x7e-\\x20]/", "/[\\x41-\\x4f]/"])
 def test_refused(lit):
     assert not _regex_terminal().matches(lit.encode())

@@ -16,16 +16,17 @@ V8 where ``node`` is on the PATH:
   assertions ``^``, ``$``, ``\\b``, ``\\B`` and look-arounds ``(?=``, ``(?!``, ``(?<=``,
   ``(?<!``, unquantified; alternatives with ``|``;
 - classes: ``[...]`` and ``[^...]`` of characters and escapes, ranges between two
-  letters of one case or two digits in order (``a-z``, ``A-F``, ``0-9``), a ``-`` first or
-  last;
+  letters of one case or two digits in order (``a-z``, ``A-F``, ``0-9``) or between two
+  ``\\x``/``\\u`` escapes whose first differing digit is in order at once
+  (``\\x20-\\x7e``, ``\\u0080-\\u00ff``), a ``-`` first or last;
 - flags: distinct letters of ``dgimsy``, up to four, or with ``u`` (then no
   back-references and no ``\\-`` outside a class, as the ``u`` grammar requires).
 
 Left out (refused), all valid in some mode: named groups and ``\\k<name>``, ``\\0``,
 ``\\u{...}``, the ``v`` flag, Annex B's lone ``{``, ``}``, ``]`` and quantified
-look-aheads, ranges with escapes or between other characters (``[\\x00-\\x1f]``,
-``[!-~]``), a ``-`` in the middle of a class, ``{n,m}`` with a two-digit ``n``, more than
-three nested groups. Line terminators never occur in a literal.
+look-aheads, other ranges (``[\\x41-\\x4f]``, ``[\\uD800-\\uDBFF]``, ``[!-~]``), a
+``-`` in the middle of a class, ``{n,m}`` with a two-digit ``n``, more than three nested
+groups. Line terminators never occur in a literal.
 
 Run ``python -m structspec.grammars.javascript_regex`` to print the terminal after a
 change; ``tests/test_grammars_corpus.py`` checks ``javascript.lark`` holds it.
@@ -51,10 +52,32 @@ def _ranges() -> str:
     return "|".join(out)
 
 
+def _escape_ranges() -> str:
+    """Ranges between two ``\\xHH`` or two ``\\uHHHH`` escapes whose order the first
+    differing digit shows at once: ``\\x20-\\x7e`` (2 < 7), ``\\u0080-\\u00ff`` (past
+    ``00``: 8 < f), ``\\u4e00-\\u9fa5``. Telling ``\\x41-\\x4f`` from ``\\x4f-\\x41`` would
+    need the whole low end remembered (a state per value): refused."""
+    def digit(v: int) -> str:
+        c = "0123456789abcdef"[v]
+        return c if v < 10 else f"[{c}{c.upper()}]"
+
+    def above(v: int) -> str:
+        digits = "0123456789abcdef"[v + 1:]
+        return "[" + digits + "".join(c.upper() for c in digits if c.isalpha()) + "]"
+
+    out = []
+    for v in range(15):
+        d, g = digit(v), above(v)
+        out.append(rf"\\x{d}{_HEX}-\\x{g}{_HEX}")
+        out.append(rf"\\u{d}{_HEX}{{3}}-\\u{g}{_HEX}{{3}}")
+        out.append(rf"\\u00{d}{_HEX}-\\u00{g}{_HEX}")
+    return "|".join(out)
+
+
 def _class() -> str:
     char = rf"[^\\\]\-{_NO_LT}]"
     esc = rf"\\(?:[dDwWsSbnrtfv]|c[A-Za-z]|x{_HEX}{{2}}|u{_HEX}{{4}}|{_SYNTAX}|-)"
-    item = f"(?:{_ranges()}|{char}|{esc})"
+    item = f"(?:{_ranges()}|{_escape_ranges()}|{char}|{esc})"
     return rf"\[\^?-?{item}*-?\]"
 
 
