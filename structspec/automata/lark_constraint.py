@@ -125,6 +125,7 @@ class LarkRuntime:
         self.line_break_bits = self.asi.line_break_bits if self.asi else 0
         self._asi_rows: dict[tuple[int, int], tuple[int, int]] = {}
         self._slash: dict[int, list[int]] = {}
+        self._asi_bits: tuple[int, int, int] | None = None
         self._slash_ids: frozenset[int] | None = None
         self.free_start = self.lex.start(frozenset(range(len(g.terminals))))
         self.eos = np.fromiter(sorted(vocab.eos_token_ids), dtype=np.int64)
@@ -482,6 +483,8 @@ class LarkRuntime:
         height any of them read. Memoized per (stack, bit)."""
         ck = (stack, brk)
         got = self._asi_rows.get(ck)
+        if got is None and self._rows is not None:
+            got = self._asi_rows[ck] = self._asi_row_native(stack, brk)
         if got is None:
             asi = self.asi
             assert asi is not None
@@ -498,6 +501,38 @@ class LarkRuntime:
                     bits |= 1 << i
             got = self._asi_rows[ck] = (bits, low)
         return got
+
+    def _asi_row_native(self, stack: int, brk: int) -> tuple[int, int]:
+        """``_asi_row`` from the kernel's rows of the stack and of the stack after
+        ``_ASI`` (``_takes_row``): the same terminals as ``AsiRules.sequence`` per
+        terminal; the reads are every candidate's (conservative, never too few)."""
+        asi = self.asi
+        assert asi is not None
+        stacks = self.stacks
+        if self._asi_bits is None:
+            index = self.g.parser_index
+
+            def bits(ps: frozenset[int]) -> int:
+                return sum(1 << i for i, p in enumerate(index) if p >= 0 and p in ps)
+
+            self._asi_bits = (bits(asi.p_never), bits(asi.p_before), bits(asi.p_close))
+        never, before, close = self._asi_bits
+        taken, levels, _, depth = self._rows.get(stack) or self._takes_row(stack)  # type: ignore[union-attr]
+        low = min([depth, *(h for h, _ in levels)])
+        after, lo = stacks.feed_low(stack, asi.p_asi)
+        low = min(low, lo)
+        if brk and stacks.top(stack) in asi.after_states:
+            direct = 0
+        else:
+            direct = taken & ~never if brk else taken
+            if brk and after >= 0:
+                direct &= ~before
+        extra = 0
+        if after >= 0:
+            t2, lv2, _, d2 = self._rows.get(after) or self._takes_row(after)  # type: ignore[union-attr]
+            low = min([low, d2, *(h for h, _ in lv2)])
+            extra = t2 & ~never if brk else t2 & close
+        return direct | extra, low
 
     def _takes_row(self, stack: int) -> tuple[int, tuple[tuple[int, int], ...], int, int]:
         """For a parser stack: the lexer terminals (as a bitmask) among the candidates of
