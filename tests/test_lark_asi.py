@@ -96,7 +96,19 @@ def test_golden_programs(js, text, valid):
 
 
 def test_golden_programs_agree_with_v8():
-    assert _node_valid([t for t, _ in GOLDEN]) == [v for _, v in GOLDEN]
+    assert _node_valid([t for t, _ in GOLDEN + NUMBERS]) == [v for _, v in GOLDEN + NUMBERS]
+
+
+# No name or digit right after a number (the NUMBER_NAME error lexeme; lark's own lexer,
+# first match rather than longest, cannot be the twin here)
+NUMBERS = [("x = 3 in y", True), ("x = 3in y", False), ("x = 1n", True), ("x = 1nx", False),
+           ("x = 1e5", True), ("x = 1e", False), ("x = 0x1g", False), ("x = 10_000", True),
+           ("x = 1 .toString()", True)]
+
+
+@pytest.mark.parametrize(("text", "valid"), NUMBERS)
+def test_numbers_followed_by_names(js, text, valid):
+    assert _accepts(js, text) == valid
 
 
 # No `++`/`--`/`[`: the grammar's documented cover-grammar looseness (`++1`, `[1] = x`)

@@ -134,6 +134,10 @@ class AsiSpec:
     ``restricted_after`` (``return``, ``break``, ``continue``, ``throw``, ``yield``) the
     statement ends (``throw`` + line break is an error: it cannot end there).
 
+    ``error_types``: terminals used by no rule, kept in the lexer so that maximal munch
+    reads their text as one (never taken) lexeme: ECMAScript's "no name or digit right
+    after a number" (``3in x`` is an error, not ``3 in x``).
+
     ``regex_types``: the terminals of ECMAScript's "regexp goal" (``/ab+c/g``). After a
     line break the lexer may also expect what follows an inserted ``_ASI``, but where a
     ``/`` can continue the statement it is a division, as ECMAScript lexes it (``a\n/b/
@@ -151,6 +155,7 @@ class AsiSpec:
     no_line_break_before: tuple[str, ...] = ("=>",)
     restricted_after: tuple[str, ...] = ("return", "break", "continue", "throw", "yield")
     regex_types: tuple[str, ...] = ("REGEX",)
+    error_types: tuple[str, ...] = ("NUMBER_NAME",)
 
 
 ECMASCRIPT_ASI = AsiSpec()
@@ -286,7 +291,7 @@ def _analyze(text: str, start: str, postlex: IndenterSpec | None,
         keep = {postlex.nl_type} if postlex is not None else set()
         asi = _asi_of(text)
         if asi is not None:  # line breaks are used by no rule: lark would drop them
-            keep |= set(asi.line_break_types)
+            keep |= set(asi.line_break_types) | set(asi.error_types)
         terminals, rules, ignore = grammar.compile([start], keep)
         analysis = LALR_Analyzer(ParserConf(rules, {}, [start]), debug=False, strict=False)
         analysis.compute_lalr()
