@@ -79,3 +79,22 @@ def test_groups_of_groups_dense_and_sparse_values(values) -> None:
         want.setdefault(v, []).append(i)
     got = groups_of(np.array(values, dtype=np.int64))
     assert [(k, idx.tolist()) for k, idx in got] == sorted(want.items())
+
+
+def test_signature_memo_on_javascript_with_asi(smollm_vocab, smollm_tokenizer):
+    """The same on javascript.lark, whose reads include ASI's (the stack after ``_ASI``,
+    the line-break bit, the division test of the lexical goal): corpus files with and
+    without semicolons, regex literals."""
+    js = Path(__file__).resolve().parent / "data" / "grammars" / "javascript"
+    names = ["asi.js", "regex_literals.js", "event_emitter.js", "class_hierarchy.js",
+             "debounce_throttle.js", "express_app.js"]
+    loaded = compile_grammar(PYTHON_LARK.parent / "javascript.lark", smollm_vocab).grammar
+    programs = [smollm_tokenizer.encode((js / n).read_text(encoding="utf-8"),
+                                        add_special_tokens=False)[:400] for n in names]
+    warm = LarkRuntime(loaded, smollm_vocab)
+    for ids in programs[:3]:
+        _walk(warm, ids)
+    plain = LarkRuntime(loaded, smollm_vocab)
+    plain.stacks.find_signature = lambda trie, stack: None  # type: ignore[method-assign]
+    for ids in programs[3:] + programs[:1]:
+        assert _walk(warm, ids) == _walk(plain, ids)
