@@ -78,26 +78,32 @@ class AsiRules:
 
     def _sequence(self, stack: int, brk: int, p: int
                   ) -> tuple[tuple[int, ...] | None, int, int]:
+        # The stack after `_ASI` is built only where the answer needs it: most tokens are
+        # taken as they come.
         stacks = self.stacks
         low = stacks.depth(stack)  # the top is always read
         if brk and p in self.p_never:
             return None, -1, low
         feed = stacks.feed_low
-        asi, lo = stacks.feed_low(stack, self.p_asi)
-        low = min(low, lo)
-        if brk and (stacks.top(stack) in self.after_states
-                    or (p in self.p_before and asi >= 0)):
-            if asi < 0:
-                return None, -1, low
-            out, lo = feed(asi, p)
-            return ((self.p_asi, p) if out >= 0 else None), out, min(low, lo)
+        after_restricted = brk and stacks.top(stack) in self.after_states
+        if after_restricted or (brk and p in self.p_before):
+            asi, lo = feed(stack, self.p_asi)
+            low = min(low, lo)
+            if after_restricted or asi >= 0:
+                if asi < 0:
+                    return None, -1, low
+                out, lo = feed(asi, p)
+                return ((self.p_asi, p) if out >= 0 else None), out, min(low, lo)
         out, lo = feed(stack, p)
         low = min(low, lo)
         if out >= 0:
             return (p,), out, low
-        if asi >= 0 and (brk or p in self.p_close):
-            out, lo = feed(asi, p)
-            return ((self.p_asi, p) if out >= 0 else None), out, min(low, lo)
+        if brk or p in self.p_close:
+            asi, lo = feed(stack, self.p_asi)
+            low = min(low, lo)
+            if asi >= 0:
+                out, lo = feed(asi, p)
+                return ((self.p_asi, p) if out >= 0 else None), out, min(low, lo)
         return None, -1, low
 
     def end_sequence(self, stack: int) -> tuple[int, ...] | None:
