@@ -154,3 +154,28 @@ def test_walks_accept_only_what_v8_accepts(walk_setup, data):
             assert asi_parses(text), repr(text)
     valid = _node_valid(accepted)
     assert all(valid), [t for t, v in zip(accepted, valid) if not v]
+
+
+ASI_TOY = r"""
+start: _stmt*
+_stmt: NAME "=" NAME _semi
+_semi: ";" | _ASI
+NAME: /[a-z]+/
+LINE_BREAK: /\n[ \n]*/
+BLOCK_COMMENT_NL: /\/\*\n\*\//
+%declare _ASI
+%ignore " "
+"""
+
+
+def test_a_user_grammar_gets_asi_by_declaring_it():
+    c = compile_grammar(ASI_TOY, make_byte_vocab())
+    assert _accepts(c, "a = b\nc = d")
+    assert _accepts(c, "a = b; c = d")
+    assert not _accepts(c, "a = b c = d")
+
+
+def test_asi_without_line_breaks_is_a_grammar_error():
+    bad = ASI_TOY.replace("LINE_BREAK: /\\n[ \\n]*/\n", "")
+    with pytest.raises(GrammarError, match="LINE_BREAK"):
+        compile_grammar(bad, make_byte_vocab())
