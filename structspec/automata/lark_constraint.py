@@ -5,7 +5,9 @@ indent levels, after newline)``: the pending lexeme's combined-DFA state, the co
 after its last ``\\n`` (only while it may still become the indenter's newline, since the
 width decides INDENT/DEDENT), the interned LALR stack (:mod:`.lalr`), the postlexer's
 bracket depth and block levels, and whether the last byte was ``\\n`` (for the ``"line"``
-stopping point). ``advance`` is pure; everything is memoized.
+stopping point). For a grammar with automatic semicolon insertion (:mod:`.lark_asi`) the
+bracket-depth slot holds the line-break bit instead, and the lexer is ECMAScript's
+(``_asi_start``). ``advance`` is pure; everything is memoized.
 
 **Semantics.** Maximal munch without backtracking, lark's contextual lexer choice
 (:mod:`.lexer`), lark's ``Indenter`` (:mod:`.lark_grammar`), exact LALR reductions. A
