@@ -91,6 +91,7 @@ def asi_parses(text: str) -> bool:
 
     from lark import Token
     from lark.lexer import LexerState
+    from lark.parsers.lalr_analysis import Shift
     from lark.utils import TextSlice
 
     p = parser("javascript", "contextual")
@@ -100,7 +101,7 @@ def asi_parses(text: str) -> bool:
                 if t.pattern.type == "str" and t.pattern.value.isidentifier()}
     asi = Token("_ASI", "")
     state = LexerState(TextSlice.cast_from(text))
-    brk, last = False, None
+    brk, last, last_went_on = False, None, False
 
     def lex(at):
         nonlocal state
@@ -127,7 +128,8 @@ def asi_parses(text: str) -> bool:
             if tok.type in _KeepLineBreaks.always_accept:
                 brk = True
                 continue
-            restricted = last in ("return", "break", "continue", "throw", "yield") or (
+            restricted = (last in ("return", "break", "continue", "throw", "yield")
+                          and last_went_on) or (
                 tok.value in ("++", "--") and _takes(ip, asi))
             if brk and tok.value == "=>":
                 return False
@@ -137,6 +139,9 @@ def asi_parses(text: str) -> bool:
                 ip.feed_token(asi)
             ip.feed_token(tok)
             brk, last = False, tok.value
+            # the keyword begins a statement or expression (it shifts on), not a property
+            # name (`a.return`): only then is its production restricted
+            last_went_on = any(act is Shift for act, _ in ip.choices().values())
     except EOFError:
         pass
     except lark.exceptions.LarkError:

@@ -64,6 +64,10 @@ GOLDEN = [
     ("x = i++ / 2 / 3\n", True),
     ("f = function () {} / 2\n", True),
     ("function g() {}\n/a/.test(s)\n", True),
+    ("x = a.return\n.y", True),  # a property name: no restriction
+    ("x = a.throw\n+ 1", True),
+    ("x = { yield: 1 }", True),
+    ("for (;;) { break\nx }", True),
 ]
 
 

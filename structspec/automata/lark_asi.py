@@ -60,9 +60,12 @@ class AsiRules:
         after = parser_ids(spec.restricted_after)
         # The LALR states entered by shifting a restricted_after token: an LR automaton's
         # state has one accessing symbol, so "the last token was `return`" is "the top
-        # state is one of these".
-        self.after_states = frozenset(code for row in t.actions for p, code in row.items()
-                                      if p in after and code >= 0)
+        # state is one of these" — those that shift something next (the statement or
+        # expression goes on); a state that only reduces is the word as a property name
+        # (`a.return`, `{ yield: 1 }`), where no restriction applies.
+        self.after_states = frozenset(
+            code for row in t.actions for p, code in row.items()
+            if p in after and code >= 0 and any(c >= 0 for c in t.actions[code].values()))
         self._seq: dict[tuple[int, int, int], tuple[tuple[int, ...] | None, int, int]] = {}
 
     def sequence(self, stack: int, brk: int, p: int
