@@ -115,11 +115,11 @@ def test_numbers_followed_by_names(js, text, valid):
     assert _accepts(js, text) == valid
 
 
-# No `++`/`--`/`[`: the grammar's documented cover-grammar looseness (`++1`, `[1] = x`)
-# is not ASI's business; the golden programs cover them under ASI.
+# No `++`/`--`/`[`/`=>`: the grammar's documented cover-grammar looseness (`++1`,
+# `[1] = x`, `(1) => x`) is not ASI's business; the golden programs cover them under ASI.
 PIECES = ["x", "y", " = ", "1", " + ", "(", ")", ";", "\n", "  ", "{", "}", "return",
           "throw ", " / ", "/a+/g", ".b", " ", "if (x) ", " else ",
-          "var ", "=> ", ", ", "/* c\n */", "// c\n", "x\n", "f(", "do ", "while (y)", "`t`",
+          "var ", ", ", "/* c\n */", "// c\n", "x\n", "f(", "do ", "while (y)", "`t`",
           "? ", " : "]
 
 
@@ -151,6 +151,8 @@ def test_walks_accept_only_what_v8_accepts(walk_setup, data):
         out += vocab.tokens[t]
         if c.is_accepting(s):
             accepted.append(out.decode())
+    # single bytes can still spell the looseness left out of PIECES
+    accepted = [t for t in accepted if not any(x in t for x in ("++", "--", "[", "=>"))]
     if not accepted:
         return
     for text in accepted:
