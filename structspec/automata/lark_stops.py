@@ -346,6 +346,13 @@ class ConstructStops:
         rs, anchor, pre, moved, solid, left, tail_nl = key
         if not moved or left:
             return False
+        lx = self.rt.key(rs)[0]
+        lex = self.rt.lex
+        if not lex.is_start(lx) and lex.winner(lx) < 0 and \
+                not lex.terms(lx) & ~self.layout_bits:
+            # C ends inside a layout lexeme that only S can complete (Python's `\` of a
+            # line join, which joins C's last line with S's first): not a stopping point
+            return False
         broke = tail_nl or self.suffix_nl  # C and S meet at a line break
         rt, lex, data = self.rt, self.rt.lex, self.suffix
         window, first, i, n = True, True, 0, len(data)
