@@ -66,6 +66,10 @@ class AsiRules:
         self.after_states = frozenset(
             code for row in t.actions for p, code in row.items()
             if p in after and code >= 0 and any(c >= 0 for c in t.actions[code].values()))
+        # the same three sets as lexer-terminal bitmasks (the runtime's rows are bitmasks)
+        self.never_bits, self.before_bits, self.close_bits = (
+            sum(1 << i for i, p in enumerate(g.parser_index) if p >= 0 and p in ps)
+            for ps in (self.p_never, self.p_before, self.p_close))
         self._seq: dict[tuple[int, int, int], tuple[tuple[int, ...] | None, int, int]] = {}
 
     def sequence(self, stack: int, brk: int, p: int

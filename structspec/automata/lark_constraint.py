@@ -127,9 +127,13 @@ class LarkRuntime:
         self.line_break_bits = self.asi.line_break_bits if self.asi else 0
         self._asi_rows: dict[tuple[int, int], tuple[int, int]] = {}
         self._slash: dict[int, list[int]] = {}
-        self._asi_bits: tuple[int, int, int] | None = None
-        self._slash_ids: frozenset[int] | None = None
         self.free_start = self.lex.start(frozenset(range(len(g.terminals))))
+        # The terminals that can begin with `/` (division, `/=`), for the regexp goal.
+        self._slash_ids = frozenset(
+            i for i in range(len(g.terminals))
+            if self.asi is not None and self.asi.regex_goal and i not in g.ignore
+            and i not in self.asi.regex_goal
+            and self.lex.step(self.lex.start(frozenset({i})), 47))
         self.eos = np.fromiter(sorted(vocab.eos_token_ids), dtype=np.int64)
         self.masks = MaskBuilder(self)
         self.initial = self.intern((self.start_lexer(0), -1, 0, 0, (0,), False))
@@ -159,14 +163,13 @@ class LarkRuntime:
         """The value of state ``state``."""
         return self._keys[state]
 
-    def start_lexer(self, stack: int, brk: int = 0) -> int:
-        """The lexer start state for the parser stack ``stack`` (lark's contextual set);
-        ``brk``: an ASI grammar's line-break bit (see ``start_low``)."""
-        return self.start_low(stack, brk)[0]
+    def start_lexer(self, stack: int) -> int:
+        """The lexer start state for the parser stack ``stack`` (lark's contextual set;
+        for an ASI grammar ECMAScript's lexer, see ``_asi_start``)."""
+        return self.start_low(stack)[0]
 
-    def start_low(self, stack: int, brk: int = 0) -> tuple[int, int]:
-        """``start_lexer`` and the lowest stack height it read. ``brk`` (an ASI grammar's
-        line-break bit) does not change it: see ``_asi_start``."""
+    def start_low(self, stack: int) -> tuple[int, int]:
+        """``start_lexer`` and the lowest stack height it read."""
         if stack == FREE:
             return self.free_start, self.INF
         if self.asi is not None:
@@ -221,16 +224,7 @@ class LarkRuntime:
         regexp goal) whose text can begin with ``/`` (division, ``/=``)."""
         got = self._slash.get(top)
         if got is None:
-            asi = self.asi
-            assert asi is not None
-            if self._slash_ids is None:
-                lex = self.lex
-                self._slash_ids = frozenset(
-                    i for i in range(len(self.g.terminals))
-                    if i not in self.g.ignore and i not in asi.regex_goal
-                    and lex.step(lex.start(frozenset({i})), 47))
-            got = [p for i, p in self._candidates(top) if i in self._slash_ids] \
-                if asi.regex_goal else []
+            got = [p for i, p in self._candidates(top) if i in self._slash_ids]
             self._slash[top] = got
         return got
 
@@ -511,14 +505,7 @@ class LarkRuntime:
         asi = self.asi
         assert asi is not None
         stacks = self.stacks
-        if self._asi_bits is None:
-            index = self.g.parser_index
-
-            def bits(ps: frozenset[int]) -> int:
-                return sum(1 << i for i, p in enumerate(index) if p >= 0 and p in ps)
-
-            self._asi_bits = (bits(asi.p_never), bits(asi.p_before), bits(asi.p_close))
-        never, before, close = self._asi_bits
+        never, before, close = asi.never_bits, asi.before_bits, asi.close_bits
         taken, levels, _, depth = self._rows.get(stack) or self._takes_row(stack)  # type: ignore[union-attr]
         low = min([depth, *(h for h, _ in levels)])
         after, lo = stacks.feed_low(stack, asi.p_asi)
@@ -646,7 +633,7 @@ class LarkRuntime:
             if stack < 0:
                 return 0, low, inf, 1
             brk = 0
-        lx, lo = self.start_low(stack, brk)
+        lx, lo = self.start_low(stack)
         y = self.intern((lx, -1, stack, brk, levels, last_nl))
         return y, min(low, lo), inf, 1
 
