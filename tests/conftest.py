@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -153,3 +155,14 @@ def fixed_cost_curve(monkeypatch):
 
     curve = cost.CostCurve((1, 2, 4, 8, 16, 32), (1.0, 1.05, 1.1, 1.2, 1.6, 2.6))
     monkeypatch.setattr(cost, "measure_cost_curve", lambda model, **kw: curve)
+
+
+def run_node(script: str, rows: list, *flags: str, why: str = "to judge JavaScript") -> list:
+    """Run ``script`` with node (``flags`` before ``-e``), ``rows`` as JSON on its stdin;
+    its stdout parsed as JSON. Skips the test without node on the PATH."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip(f"no node on the PATH {why}")
+    out = subprocess.run([node, *flags, "-e", script], input=json.dumps(rows), text=True,
+                         capture_output=True, check=True)
+    return json.loads(out.stdout)

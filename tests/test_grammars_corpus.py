@@ -26,10 +26,12 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from conftest import run_node
 
 lark = pytest.importorskip("lark")
 from lark.indenter import PythonIndenter  # noqa: E402
 
+from structspec.automata.lark_grammar import ECMASCRIPT_ASI  # noqa: E402
 from structspec.errors import GrammarError  # noqa: E402
 from structspec.grammars import (  # noqa: E402
     available,
@@ -51,7 +53,7 @@ class _KeepLineBreaks:
     """A no-op lark postlexer that keeps javascript.lark's line-break terminals (used by
     no rule; lark would drop them) for :func:`asi_parses`."""
 
-    always_accept = ("LINE_BREAK", "BLOCK_COMMENT_NL")
+    always_accept = ECMASCRIPT_ASI.line_break_types
 
     def process(self, stream):
         return stream
@@ -426,12 +428,8 @@ def _js_files() -> list[Path]:
 
 def _node_valid(rows: list[tuple[str, list[str]]]) -> list[bool]:
     """Whether node parses each ``(source, goals)``; skips the test without node."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("no node on the PATH to cross-check the JavaScript corpus")
-    out = subprocess.run([node, "--experimental-vm-modules", "--no-warnings", "-e", NODE_CHECK],
-                         input=json.dumps(rows), text=True, capture_output=True, check=True)
-    return json.loads(out.stdout)
+    return run_node(NODE_CHECK, rows, "--experimental-vm-modules", "--no-warnings",
+                    why="to cross-check the JavaScript corpus")
 
 
 def test_javascript_corpus():

@@ -9,12 +9,10 @@ repeated flags. V8 judges them in one ``node`` process (skipped without node).
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
-import subprocess
 
 import pytest
+from conftest import run_node
 
 from structspec.automata.lark_grammar import load_grammar
 from structspec.grammars import grammar_path
@@ -94,12 +92,7 @@ def _mutate(rng: random.Random, lit: str) -> str:
 
 
 def _node_valid(literals: list[str]) -> list[bool]:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("no node on the PATH to judge regular-expression literals")
-    out = subprocess.run([node, "-e", NODE_CHECK], input=json.dumps(literals), text=True,
-                         capture_output=True, check=True)
-    return json.loads(out.stdout)
+    return run_node(NODE_CHECK, literals, why="to judge regular-expression literals")
 
 
 def test_generated_subset_literals_are_matched_and_valid():

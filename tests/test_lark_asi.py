@@ -5,12 +5,8 @@ accept (soundness). V8 checks are skipped without ``node``."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-
 import pytest
-from conftest import make_byte_vocab
+from conftest import make_byte_vocab, run_node
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_grammars_corpus import asi_parses
@@ -84,12 +80,7 @@ def _accepts(c, text: str) -> bool:
 
 
 def _node_valid(programs: list[str]) -> list[bool]:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("no node on the PATH to judge JavaScript")
-    out = subprocess.run([node, "-e", NODE_CHECK], input=json.dumps(programs), text=True,
-                         capture_output=True, check=True)
-    return json.loads(out.stdout)
+    return run_node(NODE_CHECK, programs)
 
 
 @pytest.mark.parametrize(("text", "valid"), GOLDEN)
