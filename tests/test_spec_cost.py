@@ -15,6 +15,7 @@ from structspec.spec.cost import (
     AcceptanceModel,
     CostCurve,
     device_cost_curve,
+    free_nodes,
     measure_cost_curve,
     memory_use,
     plan_tree,
@@ -65,6 +66,12 @@ def test_measured_curve_is_monotone_cached_and_cheap(tiny_model):
     assert curve.sizes == (1, 2, 4, 8)
     assert all(b >= a > 0 for a, b in zip(curve.seconds, curve.seconds[1:], strict=False))
     assert device_cost_curve(model) is device_cost_curve(model)  # once per model and device
+
+
+def test_free_nodes_are_those_a_pass_of_the_root_alone_pays_for():
+    assert free_nodes(CostCurve((1, 2, 4, 8), (1.0, 1.0, 1.04, 1.3))) == 3
+    assert free_nodes(STEEP) == 0
+    assert free_nodes(FLAT) == 63
 
 
 def test_acceptance_model_is_conditional_per_drafter_and_depth():

@@ -157,6 +157,8 @@ def test_rank_literals_continues_in_request_order():
     assert rank_literals(lits, '{"a":2,"b":') == ["6", "5", "cm", "2", "1"]
     assert rank_literals(lits, '{"a":6,"b":')[:4] == ["5", "cm", "2", "6"]
     assert rank_literals(lits, '{"u":"', text_first=True)[0] == "cm"
+    # In a string slot, words not written yet come before written ones.
+    assert rank_literals(["kg", "cm", "mm"], '{"w":"cm","u":"', text_first=True)[:2] == ["kg", "mm"]
 
 
 def test_nested_drafting_reaches_the_next_value(setup):
@@ -241,6 +243,36 @@ def test_closers_propose_the_punctuation_that_ends_a_value(setup):
     assert any(t.startswith(b',"unit":"') for t in texts), texts
     assert any(t.startswith(b"}}") for t in texts), texts
     assert not any(t[:1].isdigit() for t in texts)
+
+
+def test_closers_in_a_string_end_it_first(setup):
+    """Inside a string value, the closers that end the string at their first byte ('"')
+    come first: ',"' would write a comma into the string."""
+    tok, vocab, constraints = setup
+    c = constraints["call"]
+    from structspec.automata.base import walk
+
+    text = '{"name":"get_weather","arguments":{"city":"Paris'
+    out = tok.encode(text, add_special_tokens=False)
+    ctx = _context(tok, vocab, c, [1], out)
+    ctx.history.extend(tok.encode(' ,", ,",', add_special_tokens=False))  # ',"' used most
+    builder = TreeBuilder(c, out[-1], walk(c, out), max_depth=8, max_nodes=16,
+                          max_branches=1, eos_ids=vocab.eos_token_ids)
+    build_tree(ctx, builder, make_drafters(["closers"]))
+    tree = builder.freeze()
+    assert vocab.tokens[tree.tokens[tree.children[0][0]]].startswith(b'"')
+
+
+def test_extract_literals_reads_quoted_values_in_descriptions():
+    text = ('Find the area. Schema: {"unit":{"type":"string","description":"The unit '
+            '(defaults to \'units\' if it\'s not given)"}}')
+    lits = extract_literals(text)
+    assert "units" in lits
+    assert not any("s not" in lit for lit in lits)
+    # Sentence-initial words ("Find") come after other names; punctuation is left out.
+    names = extract_literals('Find the flight of Air France. "a":[":["]')
+    assert names.index("Air France") < names.index("Find")
+    assert ":[" not in names
 
 
 def test_choices_are_the_options_not_their_prefixes():

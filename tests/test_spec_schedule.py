@@ -41,3 +41,14 @@ def test_gate_pauses_a_drafter_that_never_hits():
     for _ in range(4):
         g.record({})
     assert g.active("values")
+
+
+def test_budget_never_shrinks_below_the_free_nodes():
+    """Where a pass of a few nodes costs what a pass of the root does, the lowest level is
+    that size, not none: a lookup that hits after many misses is still drafted."""
+    s = Scheduler(16, 8, window=2, min_acceptance=0.6, min_nodes=3)
+    assert s.levels == [16, 8, 4, 3]
+    for _ in range(20):
+        s.budget()
+        s.record(offered=3, accepted=0)
+    assert s.levels[s.level] == 3 and all(s.budget().nodes == 3 for _ in range(20))

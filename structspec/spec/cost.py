@@ -89,6 +89,16 @@ class CostCurve:
                 "relative": self.relative()}
 
 
+def free_nodes(curve: CostCurve, tolerance: float = 0.05) -> int:
+    """Speculative nodes a pass can carry at (almost) no cost: the largest ``q - 1`` among
+    the curve's measured sizes ``q`` whose pass costs at most ``1 + tolerance`` times a
+    pass of the root alone (on a CPU with packed linears, ~3 nodes; where a pass of two
+    already costs more, ``0``). Pure."""
+    t1 = curve(1)
+    free = [q for q in curve.sizes if curve(q) <= t1 * (1 + tolerance)]
+    return max(free, default=1) - 1
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

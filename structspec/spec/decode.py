@@ -40,7 +40,13 @@ from structspec.engine import DecodeOutput, DecodeStats, advance_or_raise, dead_
 from structspec.errors import GenerationError
 from structspec.sampling import SamplingParams, make_generator
 from structspec.spec.accept import MaskCache, walk_tree
-from structspec.spec.cost import AcceptanceModel, CostCurve, device_cost_curve, memory_use
+from structspec.spec.cost import (
+    AcceptanceModel,
+    CostCurve,
+    device_cost_curve,
+    free_nodes,
+    memory_use,
+)
 from structspec.spec.draft_head import SOURCE as DRAFT_HEAD
 from structspec.spec.draft_head import DraftHead, final_norm, resolve_head
 from structspec.spec.draft_model import SOURCE as DRAFT_MODEL
@@ -428,7 +434,8 @@ def speculative_decode(
                           window=config.window, min_acceptance=min_acceptance,
                           probe_every=config.probe_every, curve=curve,
                           memory_probe=None if threshold is None else lambda: memory_use(device),
-                          memory_threshold=threshold or 1.0, acceptance=acceptance)
+                          memory_threshold=threshold or 1.0, acceptance=acceptance,
+                          min_nodes=free_nodes(curve) if curve is not None else 0)
     ctx.acceptance = scheduler.acceptance
     gate = DrafterGate(config.window, config.probe_every, adaptive=config.adaptive)
     masks: MaskCache | None = None

@@ -187,6 +187,10 @@ _KEY = re.compile(r"\"([^\"\\\n]{1,80})\"\s*:")
 #: Prose inside a schema: the values of these keys are read, not copied.
 _PROSE = re.compile(r"\"(?:description|title|\$comment)\"\s*:\s*\"(?:[^\"\\]|\\.)*\"")
 _NAME = re.compile(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*|\b[A-Za-z_]\w*[._]\w[\w.]*")
+#: A single-quoted value inside prose (``defaults to 'units'``): the quote opens after a
+#: non-word character and closes before one, so apostrophes (``what's``) do not match.
+_SINGLE = re.compile(r"(?<![\w'])'([^'\\\n\"]{1,80})'(?![\w'])")
+
 #: JSON Schema type names: values in a schema shown in the prompt, seldom in an answer.
 _TYPE_NAMES = frozenset({"object", "string", "integer", "number", "boolean", "array", "null"})
 #: Values a model writes without the request naming them, tried after the request's own.
@@ -209,18 +213,41 @@ def extract_literals(text: str, limit: int = 64) -> list[str]:
                 m.group(1) and any(a <= m.start() < b for a, b in prose)):
             continue
         found.append(value)
+    # Values quoted inside a description ("defaults to 'units'") are the call's likely
+    # values, though the description around them is prose.
+    for a, b in prose:
+        found.extend(m.group(1) for m in _SINGLE.finditer(text, a, b))
+    # Capitalized words that start a sentence ("Find", "What", "The") are seldom values:
+    # after the other names.
+    sentence_initial: list[str] = []
     for m in _NAME.finditer(text):
-        found.append(m.group(0))
+        name = m.group(0)
+        if " " not in name and name[:1].isupper() and _starts_sentence(text, m.start()):
+            sentence_initial.append(name)
+        else:
+            found.append(name)
+    found.extend(sentence_initial)
     out: list[str] = []
     seen: set[str] = set()
     for item in found:
         item = item.strip()
+        if not any(ch.isalnum() for ch in item):  # punctuation caught between quotes
+            continue
         if item and item not in seen:
             seen.add(item)
             out.append(item)
             if len(out) >= limit:
                 break
     return out
+
+
+def _starts_sentence(text: str, i: int) -> bool:
+    """Whether ``text[i:]`` starts a sentence or a line (only blanks after ``.!?:`` or a
+    line break before it)."""
+    j = i
+    while j > 0 and text[j - 1] in " \t":
+        j -= 1
+    return j == 0 or text[j - 1] in '.!?:\n"('
 
 
 def rank_literals(literals: Sequence[str], written: str, *, text_first: bool = False
@@ -230,10 +257,11 @@ def rank_literals(literals: Sequence[str], written: str, *, text_first: bool = F
     after the latest one written, then all the others in request order (code repeats its
     names), then :data:`DEFAULT_VALUES`; with ``text_first`` (a JSON string value) the ones
     that are not numbers go first, in that order. Pure."""
-    if text_first:
+    if text_first:  # words not written yet in request order, the written ones, numbers
         numbers = [lit for lit in literals if _NUMBER.fullmatch(lit)]
         words = [lit for lit in literals if not _NUMBER.fullmatch(lit)]
-        return (rank_literals(words, written)[: len(words)]
+        fresh = [lit for lit in words if lit not in written]
+        return (fresh + [lit for lit in words if lit in written]
                 + rank_literals(numbers, written))
     last, last_pos = -1, -1
     unwritten: list[int] = []
@@ -558,9 +586,10 @@ class ClosersDrafter:
     """Where a free value may end (a number, a string), the punctuation that ends it.
 
     Among the allowed tokens made only of punctuation (``,"``, ``}``, ``"}}``, ...) — when
-    they are not all that is allowed — the ones this output (then the prompt) used most, each
-    extended by its forced continuation (usually the next key). Numbers and strings are where
-    no other draft knows when the value stops.
+    they are not all that is allowed — first those whose first byte already ends the value
+    (``'"}'`` rather than ``',"'`` in a string), then the ones this output (then the prompt)
+    used most, each extended by its forced continuation (usually the next key). Numbers and
+    strings are where no other draft knows when the value stops.
     """
 
     name = "closers"
@@ -570,30 +599,57 @@ class ClosersDrafter:
 
     def propose(self, ctx: DraftContext, builder: TreeBuilder, frontier: int) -> None:
         state = builder.states[frontier]
-        cands = self._memo.get(state)
-        if cands is None:
+        memo = self._memo.get(state)
+        if memo is None:
             mask = ctx.constraint.allowed(state)
             allowed = mask.to_bool()
             struct = structural_tokens(ctx.vocab)[: allowed.size]
             picked = np.flatnonzero(allowed[: struct.size] & struct)
             cands = [] if picked.size == mask.count() else [
                 int(t) for t in picked if int(t) not in builder.eos_ids]
-            self._memo[state] = cands
+            memo = self._memo[state] = (cands, _immediate_enders(ctx, state, cands))
+        cands, enders = memo
         if not cands:
             return
         limit = int(ctx.options.get("closers_max", 3))
         prompt_len = ctx.prompt_len
 
-        def score(t: int) -> tuple[int, int]:
+        def score(t: int) -> tuple[bool, int, int]:
             pos = ctx.history.ends((t,))
             in_output = sum(1 for e in pos if e > prompt_len)
-            return (in_output, len(pos))
+            return (t in enders, in_output, len(pos))
 
         for token in sorted(cands, key=score, reverse=True)[:limit]:
             end = builder.add_branch(frontier, [token], self.name)
             if end is None:
                 break
             extend_forced(ctx, builder, end, max_tokens=int(ctx.options.get("closers_length", 4)))
+
+
+def _immediate_enders(ctx: DraftContext, state: State, cands: Sequence[int]) -> frozenset[int]:
+    """The candidates whose first byte already ends the value open in ``state``: after that
+    byte alone the constraint allows fewer tokens than in ``state`` (in a JSON string,
+    ``'"}'`` ends it at once, ``',"'`` writes a comma into it first). Closers that carry
+    content before the end are rarely what the model writes."""
+    c = ctx.constraint
+    n = c.allowed(state).count()
+    tokens = ctx.vocab.tokens
+    out = set()
+    verdict: dict[bytes, bool] = {}
+    for t in cands:
+        first = tokens[t][:1]
+        hit = verdict.get(first)
+        if hit is None:
+            hit = False
+            for i in ctx.vocab.ids_for(first):
+                nxt = c.advance(state, i)
+                if nxt is not None:
+                    hit = c.allowed(nxt).count() < n
+                    break
+            verdict[first] = hit
+        if hit:
+            out.add(t)
+    return frozenset(out)
 
 
 class SplitsDrafter:

@@ -53,19 +53,25 @@ class Scheduler:
             probes.
         memory_threshold: above this fraction of memory in use, budgets are halved.
         memory_every: probe memory every this many steps.
+        min_nodes: the lowest level instead of none: a tree this small costs about what a
+            pass of the root alone costs on the device (:func:`~structspec.spec.cost.free_nodes`),
+            so shrinking below it saves nothing and loses the drafts that do hit (code that
+            repeats a line of its own docstring after many misses).
     """
 
     def __init__(self, max_nodes: int, max_branches: int, *, adaptive: bool = True,
                  window: int = 8, min_acceptance: float = 0.6, probe_every: int = 16,
                  curve: CostCurve | None = None, acceptance: AcceptanceModel | None = None,
                  memory_probe: Callable[[], float | None] | None = None,
-                 memory_threshold: float = 0.9, memory_every: int = 8) -> None:
+                 memory_threshold: float = 0.9, memory_every: int = 8,
+                 min_nodes: int = 0) -> None:
         levels = []
         n = max_nodes
-        while n >= 2:
+        floor = max(0, min(min_nodes, max_nodes))
+        while n >= 2 and n > floor:
             levels.append(n)
             n //= 2
-        levels.append(0)
+        levels.append(floor)
         self.levels = levels
         self.max_nodes = max_nodes
         self.max_branches = max_branches
