@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import copy
 import io
+import re
 import tokenize
 
 import pytest
@@ -91,6 +92,57 @@ GOLDEN = [
      "return 1\n    y = 2", "dead"),
     ("python", PY_DEF, "    return y\n", "block", "y = 1\n", "accepting"),  # suffix goes on
     ("python", "x = 1\n", "y = 2\n", "block", "z = 3\n", "accepting"),  # no block: eof
+    # explicit line joins (`\\` + newline: layout that makes two physical lines one
+    # logical line) at the cursor; Python's tokenizer is the judge (ast.parse in the walks).
+    # C ending inside an unfinished join (S completes it): never a stopping point
+    ("python", PY_DEF, "\n        return y\n", "statement", "if x:\\", "no"),
+    ("python", PY_DEF, "\n        return y\n", "block", "if x:\\", "no"),
+    ("python", PY_DEF, "\n        return y\n", "eof", "if x:\\", "accepting"),
+    # a join C ends with: no line break between C and S (`if x:    return y` is one line)
+    ("python", "def f(x):\n", "    return y\n", "statement", "    if x:\\\n", "no"),
+    ("python", "def f(x):\n", "        return y\n    return 2\n", "statement",
+     "    if x:\\\n", "no"),
+    ("python", "def f(x):\n", "        return y\n    return 2\n", "statement",
+     "    if x:\n", "accepting"),  # a real line break: the head of S's body
+    ("python", "def f(x):\n", "    x\n    return y\n", "statement", "    y = \\\n", "no"),
+    ("python", "x = 1\n", " + 1\nprint(x)\n", "statement", "y = 2 \\\n", "no"),
+    ("python", "x = 1\n", " + 1\nprint(x)\n", "eof", "y = 2 \\\n", "accepting"),
+    ("python", PY_DEF, "\n    return y\n", "statement", "y = x \\\n", "accepting"),
+    ("python", "def f(x):\n    y = ", "    + 1\n    return y\n", "statement", "x \\\n",
+     "accepting"),  # the suffix finishes the cursor's statement
+    # a join C begins right after the prefix, and one inside C
+    ("python", "def f(x):\n    y = x", "\n    return y\n", "statement", "\\\n + 0",
+     "accepting"),
+    ("python", "def f(x):\n    y = x", "\n    return y\n", "statement", "\\\n + 0\n",
+     "final"),
+    ("python", "def f(x):\n    y = x", "\n    return y\n", "statement", "\\\n", "no"),
+    ("python", PY_DEF, "\n    return y\n", "statement", "y = x + \\\n        1\n", "final"),
+    # a join in the prefix's last line: the cursor's statement goes on
+    ("python", "def f(x):\n    y = x + \\\n", "\n    return y\n", "statement", "1",
+     "accepting"),
+    ("python", "def f(x):\n    y = x + \\\n    ", "\n    return y\n", "statement", "1\n",
+     "final"),
+    # inside brackets a join is whitespace too; a newline there still ends a physical
+    # line (line-based infilling of a bracketed literal: `value_map = {` + newline)
+    ("python", PY_DEF, "\n    return y\n", "statement", "y = f(x, \\\n  1)\n", "final"),
+    ("python", "def f(x):\n    y = f(x, \\\n", ")\n    return y\n", "statement", "1",
+     "accepting"),
+    ("python", PY_DEF, "  1)\n    return y\n", "statement", "y = f(x, \\\n", "no"),
+    ("python", PY_DEF, "        x)\n    return y\n", "statement", "y = f(\n", "accepting"),
+    ("python", PY_DEF, "\n        x)\n    return y\n", "statement", "y = f(x,", "accepting"),
+    ("python", PY_DEF, "x)\n    return y\n", "statement", "y = f(", "no"),
+    # inside a string `\\` + newline is part of the string
+    ("python", PY_DEF, "\n    return y\n", "statement", "y = 'a\\\nb'\n", "final"),
+    ("python", PY_DEF, "\n    return y\n", "statement", 'y = """a\\\nb"""', "accepting"),
+    ("python", PY_DEF, "b'\n    return y\n", "statement", "y = 'a\\\n", "no"),  # in a token
+    ("python", "def f(x):\n    y = 'a\\\n", "\n    return y\n", "statement", "b'",
+     "accepting"),
+    # block: joins are layout
+    ("python", PY_DEF, "\n\nprint(f(1))\n", "block", "return x \\\n    + 1", "accepting"),
+    ("python", PY_DEF, "\n\nprint(f(1))\n", "block", "y = 1 \\\n", "accepting"),
+    ("python", PY_DEF, "\n\nprint(f(1))\n", "block", "y = 1\\", "no"),
+    ("python", "def f(x):\n    if x: \\\n", "\n    return 2\n\nprint(f(1))\n", "block",
+     "return 1", "accepting"),
     # javascript
     ("javascript", "function f(x) {\n  ", "\n}\nf(1);\n", "statement", "let y = x + 1;",
      "final"),
@@ -122,6 +174,8 @@ GOLDEN = [
 def test_golden_stopping_points(grammars, name, prefix, suffix, stop, completion, expect):
     view = grammars[name].with_suffix(suffix, prefix=prefix, stop=stop)
     assert status(view, completion) == expect
+    if name == "python" and expect in ("accepting", "final"):
+        ast.parse(prefix + completion + suffix)  # Python agrees that it parses
 
 
 def test_a_completion_of_layout_only_is_never_a_statement(grammars):
@@ -245,7 +299,8 @@ def test_views_keep_the_protocol_on_a_grammar_without_ignore(bytes_only):
 # -- random walks ------------------------------------------------------------------------
 
 PY_PIECES = ["x", "y", " = ", "1", " + ", "(", ")", ", ", "\n", "    ", "\n    ",
-             "\n        ", "if x:", "else:", "return ", "pass", "f(", "#c", " "]
+             "\n        ", "if x:", "else:", "return ", "pass", "f(", "#c", " ", "\\\n",
+             " \\\n", "'a\\\nb'"]
 JS_PIECES = ["x", "y", " = ", "1", " + ", "(", ")", ", ", ";", "\n", "  ", "{", "}",
              "if (x) ", " else ", "return ", "let ", "f(", "// c\n", " "]
 SQL_PIECES = ["SELECT ", "a", "b", " FROM ", "t", " WHERE ", " = ", "1", ";", "\n", " ",
@@ -268,11 +323,8 @@ def _walk(view, vocab, data, steps):
     s, out = view.initial, b""
     n_bytes = 257
     for _ in range(steps):  # printable ASCII, tabs and newlines: the oracles' offsets
-        # (no backslash: an explicit line join at the cursor, `if x:\\` + S, is a known
-        # gap of the statement stops — the join makes C's last line and S's first one
-        # line — left to its own issue)
         ids = [t for t in view.allowed(s).ids().tolist() if t != EOS and all(
-            (32 <= b < 127 and b != 92) or b in (9, 10) for b in vocab.tokens[t])]
+            32 <= b < 127 or b in (9, 10) for b in vocab.tokens[t])]
         if not ids:
             return
         pieces = [t for t in ids if t >= n_bytes]
@@ -293,31 +345,51 @@ _LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tok
            tokenize.ENDMARKER}
 
 
-def _code_around(src: str, cut: int) -> tuple[int, int]:
-    """The end of the last code token before ``cut`` and the start of the first one at or
-    after it (comments, newlines and indentation are layout)."""
+def _code_around(src: str, cut: int) -> tuple[int, int, list[int], list[int]]:
+    """The end of the last code token before ``cut``, the start of the first one at or
+    after it (comments, newlines and indentation are layout), where logical lines end
+    (NEWLINE tokens) and where other lines end (NL tokens: blank and comment lines,
+    newlines inside brackets). An explicit line join (``\\`` + newline) has no token:
+    it makes two physical lines one."""
     lo, hi = 0, len(src)
+    newlines, nls = [], []
     for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        start = _offset(src, *tok.start)
+        if tok.type == tokenize.NEWLINE:
+            newlines.append(start)
+        elif tok.type == tokenize.NL:
+            nls.append(start)
         if tok.type in _LAYOUT:
             continue
-        start = _offset(src, *tok.start)
         if start < cut:
             lo = _offset(src, *tok.end)
         else:
             hi = min(hi, start)
-    return lo, hi
+    return lo, hi, newlines, nls
 
 
-def _straddles(body, src, lo, hi):
-    """Statements of ``body`` that begin before ``lo`` and end after ``hi`` (byte offsets)."""
-    return [n for n in body if _offset(src, n.lineno, n.col_offset) < lo
-            and _offset(src, n.end_lineno, n.end_col_offset) > hi]
+def _straddles(body, src, lo, hi, cursor, broke):
+    """Statements of ``body`` that the completion began (at or after ``cursor``) before
+    ``lo`` and that end after ``hi`` (byte offsets): none may, unless a line ends between
+    ``lo`` and ``hi`` that no explicit join continues (``broke``: line-based infilling,
+    e.g. the head of a compound statement whose body the suffix holds). One that holds
+    the cursor may go on into the suffix."""
+    return [n for n in body if cursor <= _offset(src, n.lineno, n.col_offset) < lo
+            and _offset(src, n.end_lineno, n.end_col_offset) > hi and not broke]
+
+
+_COLUMN0_JOIN = re.compile(r"(?:^|\n)(?:\\\r?\n)+[ \t\f]")
 
 
 def _py_parse(src: str, mid: str) -> ast.Module | None:
     """``ast.parse(src)`` (the soundness check), ``None`` where Python refuses what
     python.lark does not check: ``=`` targets (``1 = x``, ``x = f(), = y``) and tabs
-    mixed with spaces (docs/lark_grammars.md)."""
+    mixed with spaces (docs/lark_grammars.md); and where python.lark's indentation is not
+    Python's: a line that begins with a join at column 0 then blanks (``\\`` + newline +
+    ``  y``: Python counts the blanks after the join, the grammar's newline ends at the
+    ``\\`` with 0 columns)."""
+    if _COLUMN0_JOIN.search(src):
+        return None
     try:
         return ast.parse(src)
     except SyntaxError as exc:
@@ -330,6 +402,14 @@ PY_CASES = [  # (prefix, suffix, which body holds the cursor: a path of indices)
     (PY_DEF, "\n    return y\n", (0,)),
     ("x = 1\n", "\nprint(x)\n", ()),
     ("class A:\n    def m(self):\n        ", "\n        return 1\n", (0, 0)),
+    # line-based: the suffix begins with the next line's indentation (a join at C's end
+    # would make the two lines one), or goes on with the line C ends
+    ("def f(x):\n", "    return y\n", (0,)),
+    ("def f(x):\n", "        return y\n    return 2\n", (0,)),
+    ("x = 1\n", " + 1\nprint(x)\n", ()),
+    # the cursor after a join, and inside brackets
+    ("def f(x):\n    y = x + \\\n", "\n    return y\n", (0,)),
+    ("def f(x):\n    y = f(x,\n", ")\n    return y\n", (0,)),
 ]
 
 
@@ -352,11 +432,15 @@ def test_python_statement_walks_end_at_statement_boundaries(piece_vocabs, case, 
         body = tree.body
         for i in path:
             body = body[i].body
-        lo, hi = _code_around(src, len(prefix + mid))
-        assert not _straddles(body, src, lo, hi), (prefix, mid, suffix)
+        cut = len(prefix + mid)
+        lo, hi, newlines, nls = _code_around(src, cut)
+        broke = any(lo <= x < hi for x in newlines + nls)  # C and S meet at a line end
+        assert not _straddles(body, src, lo, hi, len(prefix), broke), repr((prefix, mid, suffix))
         if view.allowed(s).ids().tolist() == [EOS]:
-            # final at a statement's newline (its lexeme may hold the next indentation)
-            assert mid.rstrip(" \t").endswith(("\n", "\r")), repr(mid)
+            # final at a statement's newline (its lexeme may hold the next indentation, or
+            # a comment): a logical line ends in C after its last code (not a join's
+            # newline, not one inside brackets)
+            assert any(lo <= x < cut for x in newlines), repr(mid)
             break
 
 
@@ -377,7 +461,7 @@ def test_python_block_walks_close_the_block_at_the_end(piece_vocabs, data):
                 return
             func = tree.body[0]
             assert isinstance(func, ast.FunctionDef)  # the completion stayed in the block
-            lo, hi = _code_around(src, len(prefix + mid))
+            lo, hi, _, _ = _code_around(src, len(prefix + mid))
             assert lo <= _offset(src, func.end_lineno, func.end_col_offset) <= hi, repr(mid)
 
 

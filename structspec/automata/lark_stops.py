@@ -71,8 +71,9 @@ Key = tuple[int, int, bool, bool, bool, bool, bool]
 
 ``pre``: the lexeme pending at the cursor has not ended yet; ``moved``: C is not empty;
 ``solid``: a non-layout lexeme holding bytes of C has ended; ``left`` (``block``): the
-block holding the cursor ended inside C; ``tail_nl``: C's last bytes after its last
-non-blank one hold a ``\\n``."""
+block holding the cursor ended inside C; ``tail_nl``: a line break ended inside C after
+its last non-layout lexeme ended (:meth:`ConstructStops.line_break`; read only where the
+lexeme pending at C's end is layout)."""
 
 _BLANK = frozenset(b" \t\r\f")
 
@@ -248,6 +249,16 @@ class ConstructStops:
             out.append(self.rt.p_dedent)
         return out if indent == levels[-1] else None
 
+    def line_break(self, rs: int, t: int) -> bool:
+        """Whether the lexeme pending in runtime state ``rs``, ending as terminal ``t``,
+        ends a line in an indenter grammar: the newline lexeme holding a ``\\n`` (at
+        bracket depth 0 the indenter's NEWLINE; inside brackets a physical line end the
+        indenter drops, as in line-based infilling of a bracketed literal). Not one: an
+        explicit line join (``\\`` + newline, an ignored lexeme of its own: it makes two
+        physical lines one, ``if x:\\`` + newline + ``return y`` is ``if x: return y``),
+        a comment without its newline."""
+        return t == self.rt.nl and self.rt.key(rs)[1] != -1
+
     def lexeme_end(self, rs: int) -> tuple[int, _Reds, int] | None:
         """The pending lexeme of runtime state ``rs`` ending here: (its terminal, the
         reductions feeding it makes, the stack after), ``None`` if it cannot end. Mirrors
@@ -310,6 +321,7 @@ class ConstructStops:
         rt = self.rt
         lex = rt.lex
         rs, anchor, pre, moved, solid, left, tail_nl = key
+        indented = rt.nl >= 0
         for b in data:
             lx = rt.key(rs)[0]
             if lex.is_start(lx):
@@ -321,23 +333,27 @@ class ConstructStops:
                 if end is None:
                     return None
                 t, reds, after = end
+                prev = -1
                 for hit, h in reds:
                     if hit and self.block and solid and h <= anchor and not pre:
                         left = True  # the cursor's block closed, and C goes on
-                    anchor = min(anchor, h)
+                    anchor, prev = self._fold(anchor, hit, h, prev)
                 if pre:  # the lexeme at the cursor: all of it is from before the cursor
                     anchor = rt.stacks.depth(after) if after != FREE else 0
                     pre = False
                 if moved and t not in self.layout:
                     solid = True
+                if indented:
+                    tail_nl = t in self.layout and (tail_nl or self.line_break(rs, t))
             rs = rt.step_byte(rs, b)
             if not rs:
                 return None
             moved = True
-            if b == 10:
-                tail_nl = True
-            elif b not in _BLANK:
-                tail_nl = False
+            if not indented:
+                if b == 10:
+                    tail_nl = True
+                elif b not in _BLANK:
+                    tail_nl = False
         return (rs, anchor, pre, moved, solid, left, tail_nl)
 
     def accepting(self, key: Key) -> bool:
@@ -353,8 +369,12 @@ class ConstructStops:
             # C ends inside a layout lexeme that only S can complete (Python's `\` of a
             # line join, which joins C's last line with S's first): not a stopping point
             return False
-        broke = tail_nl or self.suffix_nl  # C and S meet at a line break
         rt, lex, data = self.rt, self.rt.lex, self.suffix
+        # C and S meet at a line break. Indenter grammars: a newline lexeme between C's
+        # last token and S's first (not a `\` + newline join: ``line_break``), seen in C
+        # (``tail_nl``) or below in S; others: a `\n` in the blanks where C and S meet.
+        indented = rt.nl >= 0
+        broke = tail_nl or (not indented and self.suffix_nl)
         window, first, i, n = True, True, 0, len(data)
         s = rs
         while True:
@@ -372,12 +392,18 @@ class ConstructStops:
                 t, reds, after = end
                 layout = t in self.layout
                 before = solid  # C held a non-layout token before this one
+                if indented and window:
+                    if first and not layout:
+                        broke = False  # C's last token is this one: the gap is after it
+                    elif layout and self.line_break(s, t):
+                        broke = True
                 if first:
                     solid = solid or not layout
                     if not solid:
                         return False  # C is all layout
                     if not layout and i > 0:
                         return False  # T1 ran on into S: C ended inside a token
+                prev = -1
                 for hit, h in reds:
                     if hit and h <= anchor + self.plus:
                         if layout or not first:
@@ -387,7 +413,7 @@ class ConstructStops:
                             return True  # ... and T1 is its terminator (SQL's `;`)
                         if self.block and before and h <= anchor and not pre:
                             return False  # C ran past the end of the cursor's block
-                    anchor = min(anchor, h)
+                    anchor, prev = self._fold(anchor, hit, h, prev)
                 if pre:
                     anchor = rt.stacks.depth(after) if after != FREE else 0
                     pre = False
@@ -609,11 +635,27 @@ class ConstructStops:
             anchor = min(anchor, h)
         return False
 
-    @staticmethod
-    def _lowered(reds: _Reds, anchor: int) -> int:
-        for _, h in reds:
-            anchor = min(anchor, h)
+    def _lowered(self, reds: _Reds, anchor: int) -> int:
+        """The anchor after ``reds`` (no hit among them: :meth:`_fold` each)."""
+        prev = -1
+        for hit, h in reds:
+            anchor, prev = self._fold(anchor, hit, h, prev)
         return anchor
+
+    def _fold(self, anchor: int, hit: bool, h: int, prev: int) -> tuple[int, int]:
+        """The anchor after one reduction (stop rule? ``hit``, to height ``h``; ``prev``:
+        the height of the reduction just before it in the same chain if that one was a
+        stop rule, else -1), and ``prev`` for the next one. A reduction lowers the anchor
+        to its height; and in a statement view, a non-stop-rule node that wraps a
+        statement C completed at the cursor's level (``anchor + 1``), the list
+        ``stmt+``/``_stmt*`` begun by C's first statement there, raises it to that
+        height: the list joins the text before the cursor, so C's next statement beside
+        it (one entry higher) is again at ``anchor + 1``. (Without this, C's second
+        statement at the start of a body would count as nested: ``y = 2\\n    foo(`` +
+        ``1)`` would stop.)"""
+        if self.plus and not hit and h == prev == anchor + 1:
+            return h, -1
+        return min(anchor, h), h if hit else -1
 
     def _closed_lexeme(self, lx: int) -> bool:
         """Whether no byte can extend the lexeme at lexer state ``lx``."""
