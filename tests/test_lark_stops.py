@@ -80,6 +80,11 @@ GOLDEN = [
     ("python", "def f(xs):\n", "\n        print(x)\n    return 1\n", "statement",
      "    for x in xs:", "accepting"),
     ("python", "x = 1\n", "print(1)\n", "statement", "y\n", "final"),
+    # C's second statement is C's too, also at the start of a body (where C's first one
+    # opens the body's statement list)
+    ("python", PY_DEF, "1)\n    return y\n", "statement", "y = 2\n    foo(", "no"),
+    ("python", "def f(x):\n", "1)\n", "statement", "    y = 2\n    foo(", "no"),
+    ("python", "def f(x):\n", "1)\n", "eof", "    y = 2\n    foo(", "accepting"),
     ("python", "x = 1\n", "print(1)\n", "statement", "\n", "no"),  # only layout
     # python, block: the suffix dedents right after the completion
     ("python", PY_DEF, "\n\nprint(f(1))\n", "block", "return x", "accepting"),
