@@ -10,8 +10,10 @@ see :func:`construct_rules`), read off the LALR parse of P + C + S:
 - *anchor*: the stack height up to which the parser stack holds text from before the
   cursor. A node reduced at height ``<= anchor`` contains the cursor; one at
   ``anchor + 1`` starts in C (the statement C began). Tracked exactly through every
-  reduction (a reduction to height ``h`` makes ``anchor = min(anchor, h)``); the lexeme
-  pending at the cursor (``"x = fo|"``) counts as before the cursor.
+  reduction (a reduction to height ``h`` makes ``anchor = min(anchor, h)``; for
+  statements, the list node that wraps C's first statement at ``anchor + 1`` raises it
+  there, so C's next statement is again at ``anchor + 1``: ``ConstructStops._fold``); the
+  lexeme pending at the cursor (``"x = fo|"``) counts as before the cursor.
 - *layout*: ``%ignore``\\ d lexemes and the indenter's newline (with its INDENT/DEDENTs).
   "Ends at C's end" is modulo layout: the node is reduced when the first non-layout token
   after C's last non-layout token is fed (or at end of input), and that token is in S.
@@ -25,7 +27,10 @@ non-layout byte, C does not end inside a token (``fo`` + ``o()``), P + C + S par
 - N ends further into S and contains the cursor (the suffix completes the statement or
   block the cursor is in: ``print(`` + C + ``)``), or C and S meet at a line break (C wrote
   the head of a compound statement whose body S holds, as line-based infilling does:
-  ``for x in xs:\\n`` + the indented body); or
+  ``for x in xs:\\n`` + the indented body). In an indenter grammar the line break is read
+  off the lexemes: a newline lexeme between C's last token and S's first (the indenter's
+  NEWLINE, or a newline inside brackets); an explicit line join (``\\`` + newline, an
+  ignored lexeme) is none: ``if x:\\`` + newline + ``return y`` is one line; or
 - there is no N at all (the cursor is in no such construct, e.g. ``block`` at the top
   level): any end that parses.
 
@@ -71,9 +76,10 @@ Key = tuple[int, int, bool, bool, bool, bool, bool]
 
 ``pre``: the lexeme pending at the cursor has not ended yet; ``moved``: C is not empty;
 ``solid``: a non-layout lexeme holding bytes of C has ended; ``left`` (``block``): the
-block holding the cursor ended inside C; ``tail_nl``: a line break ended inside C after
-its last non-layout lexeme ended (:meth:`ConstructStops.line_break`; read only where the
-lexeme pending at C's end is layout)."""
+block holding the cursor ended inside C; ``tail_nl``: in an indenter grammar, a line
+break (:meth:`ConstructStops.line_break`) ended inside C after its last non-layout lexeme
+(read only where the lexeme pending at C's end is layout); in others, C's last bytes after
+its last non-blank one hold a ``\\n``."""
 
 _BLANK = frozenset(b" \t\r\f")
 
