@@ -595,8 +595,12 @@ def _draft(
     builder = TreeBuilder(ctx.constraint, root, state,
                           max_depth=min(config.draft_length, remaining),
                           max_nodes=budget.nodes, max_branches=budget.branches, eos_ids=eos)
-    frontier = build_tree(ctx, builder, drafters if budget.nodes else [], forced=config.forced,
-                          active=gate.active)
+    # The drafter that hits most drafts first: where budgets are small, a drafter that
+    # never hits here (the request's literals in code) would otherwise take the branches of
+    # one that does (lookup). Unseen drafters keep the configured order (equal priors).
+    rate = scheduler.acceptance.rate
+    ordered = sorted(drafters, key=lambda d: -rate(d.name, 1)) if budget.nodes else []
+    frontier = build_tree(ctx, builder, ordered, forced=config.forced, active=gate.active)
     frontier_depth = builder.depths[frontier]
     built = builder.freeze()
     return built, scheduler.plan(built, frontier_depth, keep_all=first), frontier_depth
