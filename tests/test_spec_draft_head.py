@@ -170,6 +170,53 @@ def test_auto_finds_no_head_for_a_random_model_and_off_switches_it_off(tiny):
         assert out is None or out.stats.draft_head is None
 
 
+def _training_script():
+    """``scripts/train_draft_head.py`` as a module (it is a script, not part of the package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "train_draft_head.py"
+    spec = importlib.util.spec_from_file_location("train_draft_head", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_training_data_from_batched_generation_matches_a_plain_forward(tiny_model):
+    """The states and labels the training script records during one left-padded batched
+    ``generate`` equal what a single-row forward of each answered sequence computes."""
+    from structspec.spec.draft_head import final_norm
+
+    script = _training_script()
+    model, tok = tiny_model.model, tiny_model.tokenizer
+    eos = sorted(tiny_model.eos_token_ids)
+    group = [tok.encode(t, add_special_tokens=False)
+             for t in ("the weather in Paris", "hello", "red green blue tag id is 42")]
+    rec = script.answer_records(model, final_norm(model), group, pad=eos[0], eos=eos,
+                                max_new=12)
+    assert rec["prompt_len"] == [len(g) for g in group]
+    with torch.inference_mode():
+        for ids, hidden, labels, g in zip(rec["ids"], rec["hidden"], rec["argmax"], group,
+                                          strict=True):
+            p = len(g)
+            assert ids[:p].tolist() == g and len(ids) > p
+            assert hidden.shape == (len(ids), model.config.hidden_size)
+            plain = model.model(input_ids=ids.long()[None]).last_hidden_state[0]  # [T, H]
+            torch.testing.assert_close(hidden.float(), plain, atol=2e-2, rtol=1e-2)
+            choice = model.lm_head(plain).argmax(-1)  # [T]
+            end = len(ids) - (1 if int(ids[-1]) in eos else 0)
+            assert labels[p - 1:end].tolist() == choice[p - 1:end].tolist()
+            assert labels[:end - 1].tolist() == ids[1:end].tolist()
+
+
+def test_training_prompts_are_deterministic_and_avoid_benchmark_and_evaluation_prompts():
+    script = _training_script()
+    prompts = script.build_prompts(3000)
+    assert prompts == script.build_prompts(3000)
+    assert len(set(prompts)) == len(prompts) and 2900 <= len(prompts) <= 3000
+    assert not set(prompts) & (set(script.benchmark_prose()) | set(script.EVAL_PROMPTS))
+
+
 @pytest.mark.real_model
 def test_the_shipped_head_loads_and_keeps_prose_identical():
     from structspec.api import Generator
