@@ -134,3 +134,67 @@ def test_literals_dfa_is_exactly_the_words():
     for w in [*words, b"abcd", b"ba", b"z", b"zzz", b"c"]:
         assert dfa.matches(w) == (w in words), w
     assert literals_dfa([]).is_empty()
+
+
+# -- excluded-words groups: (?P<_without_SET_N>BODY) is BODY minus the words of SET ---------
+
+_NAME = "[A-Za-z_][A-Za-z0-9_]*"
+
+
+@pytest.mark.parametrize("build", ["eager", "lazy"])
+def test_excluded_words_group_is_body_minus_words(build):
+    """Every short string over the keywords' letters, and each keyword with one character
+    cut, added or changed: the group matches exactly the names that are not keywords, in
+    each place it stands (an operand, after `.`, repeated in a loop), eagerly and lazily."""
+    import itertools
+    import keyword
+
+    from structspec.automata.dfa import LazyDFA
+
+    pattern = (rf"\[(?P<_without_pykeywords_1>{_NAME})(?:\.(?P<_without_pystatements_2>"
+               rf"{_NAME}))*(?:,(?P<_without_pykeywords_3>{_NAME}))*\]")
+    dfa = compile_dfa(pattern) if build == "eager" else LazyDFA(pattern)
+    values = set(keyword.kwlist) - {"True", "False", "None"}
+    ident = re.compile(_NAME)
+
+    def ok(name: str, words: set[str]) -> bool:
+        return bool(ident.fullmatch(name)) and name not in words
+
+    def matches(text: str) -> bool:
+        if build == "eager":
+            return dfa.matches(text.encode())
+        s = dfa.step(dfa.start, text.encode())
+        return bool(s) and dfa.is_accepting(s)
+
+    letters = sorted(set("".join(keyword.kwlist)) | set("_0Zz"))
+    names = {"".join(c) for n in range(4) for c in itertools.product(letters, repeat=n)}
+    for w in keyword.kwlist:
+        names |= {w, *(w[:i] + w[i + 1:] for i in range(len(w)))}
+        names |= {w[:i] + c + w[i:] for i in range(len(w) + 1) for c in "aesz_1"}
+        names |= {w[:i] + c + w[i + 1:] for i in range(len(w)) for c in "aesz_1"}
+    kw = set(keyword.kwlist)
+    for name in sorted(names):
+        assert matches(f"[{name}]") == ok(name, kw), name
+        assert matches(f"[x.{name}]") == ok(name, values), name
+        assert matches(f"[x,y,{name}]") == ok(name, kw), name
+        assert matches(f"[{name}.{name},{name}]") == (ok(name, kw) and ok(name, values)), name
+
+
+def test_excluded_words_group_errors():
+    with pytest.raises(GrammarError, match="unknown word set 'nosuch'"):
+        compile_dfa(rf"(?P<_without_nosuch_1>{_NAME})")
+    with pytest.raises(GrammarError, match="cannot nest"):
+        compile_dfa(rf"(?P<_without_pykeywords_1>a(?P<_without_pykeywords_2>{_NAME}))")
+    # other named groups are plain groups
+    assert compile_dfa(rf"(?P<name>{_NAME})").matches(b"if")
+
+
+def test_excluded_words_groups_survive_the_python_regex_rewrite():
+    """lark terminals go through pyregex first: the group keeps its meaning there."""
+    from structspec.automata.pyregex import to_dfa_alternatives, to_dfa_pattern
+
+    rx = rf"(?i:x)(?P<_without_pykeywords_7>{_NAME})|y"
+    assert not compile_dfa(to_dfa_pattern(rx)).matches(b"Xif")
+    assert compile_dfa(to_dfa_pattern(rx)).matches(b"Xiff")
+    first = to_dfa_alternatives(rx)[0]
+    assert not compile_dfa(first).matches(b"xelse")

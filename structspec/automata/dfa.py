@@ -13,11 +13,20 @@ meanings for ``\\d`` (``[0-9]``), ``\\w`` (``[A-Za-z0-9_]``) and ``.`` (any char
 terminators). The match is always *whole-text*; ``^``/``$`` are accepted only at the ends.
 Look-arounds, back-references and flags are refused with :class:`GrammarError`.
 
+One extension: a named group ``(?P<_without_SET_N>BODY)`` matches BODY's texts other than
+the words of the registered set ``SET`` (:data:`WORD_SETS`; ``N`` only makes the name
+unique). ``re`` reads it as the plain group, so lark's lexer matches BODY. A regex would
+write "a name but not a keyword" as ~80 states of trie per place a name stands; here the
+trie is shared: the subset construction carries, beside each NFA state inside the group,
+the trie node of the text read so far, and leaves the group only from a node that ends no
+word (python.lark's f-string fields name ~1,400 places).
+
 A :class:`ByteDFA` is immutable and thread-safe. State 0 is the dead state.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import threading
@@ -146,12 +155,19 @@ def utf8_sequences(lo: int, hi: int) -> list[list[tuple[int, int]]]:
 
 
 class _NFA:
-    """Thompson NFA over byte ranges: ``edges[s]`` = [(lo, hi, t)], ``eps[s]`` = [t]."""
+    """Thompson NFA over byte ranges: ``edges[s]`` = [(lo, hi, t)], ``eps[s]`` = [t].
 
-    def __init__(self, limits: DFALimits) -> None:
+    ``region[s]`` is the excluded-words group state ``s`` belongs to (an index into
+    ``tries``; -1 outside every group), ``groups`` maps regex group ids to word-set names.
+    """
+
+    def __init__(self, limits: DFALimits, groups: dict[int, str] | None = None) -> None:
         self.edges: list[list[tuple[int, int, int]]] = []
         self.eps: list[list[int]] = []
         self.limits = limits
+        self.groups = groups or {}
+        self.region: list[int] = []
+        self.tries: list[_WordTrie] = []
 
     def state(self) -> int:
         if len(self.edges) >= self.limits.max_nfa_states:
@@ -160,6 +176,7 @@ class _NFA:
             )
         self.edges.append([])
         self.eps.append([])
+        self.region.append(-1)
         return len(self.edges) - 1
 
     def chars(self, ranges: Ranges) -> tuple[int, int]:
@@ -242,7 +259,20 @@ def _compile_item(nfa: _NFA, op: Any, av: Any, at_start: bool, at_end: bool) -> 
     if op is _sre.SUBPATTERN:
         if av[1] or av[2]:
             raise GrammarError("inline regex flags are not supported")
-        return _compile_items(nfa, list(av[-1]), at_start, at_end)
+        word_set = nfa.groups.get(av[0])
+        if word_set is None:
+            return _compile_items(nfa, list(av[-1]), at_start, at_end)
+        first = len(nfa.edges)
+        s, e = _compile_items(nfa, list(av[-1]), False, False)
+        region = len(nfa.tries)
+        nfa.tries.append(_word_trie(word_set))
+        for q in range(first, len(nfa.edges)):
+            if nfa.region[q] != -1:
+                raise GrammarError("excluded-words groups cannot nest")
+            nfa.region[q] = region
+        end = nfa.state()  # outside the group: reached only from a node that ends no word
+        nfa.eps[e].append(end)
+        return s, end
     if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
         lo, hi, sub = av
         unbounded = hi == _sre.MAXREPEAT
@@ -267,6 +297,75 @@ def _compile_item(nfa: _NFA, op: Any, av: Any, at_start: bool, at_end: bool) -> 
     names = {"GROUPREF": "back-references", "ASSERT": "look-arounds", "ASSERT_NOT":
              "look-arounds", "GROUPREF_EXISTS": "conditionals"}
     raise GrammarError(f"{names.get(str(op), str(op))} are not supported in regexes")
+
+
+# -- excluded words -------------------------------------------------------------------------------
+
+#: Python 3.12's keywords (``keyword.kwlist``), written out so that automata do not depend
+#: on the Python that builds them.
+PYTHON_KEYWORDS = (
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class",
+    "continue", "def", "del", "elif", "else", "except", "finally", "for", "from", "global",
+    "if", "import", "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return",
+    "try", "while", "with", "yield",
+)
+#: The word sets an excluded-words group ``(?P<_without_SET_N>...)`` may name.
+WORD_SETS: dict[str, tuple[str, ...]] = {
+    "pykeywords": PYTHON_KEYWORDS,
+    # where a value may stand: ``True``, ``False`` and ``None`` are values, not keywords
+    "pystatements": tuple(k for k in PYTHON_KEYWORDS if k not in ("False", "None", "True")),
+}
+_WITHOUT_GROUP = re.compile(r"_without_([a-z]+)_[0-9]+\Z")
+_REG_SHIFT = 32  # a subset element is ``nfa_state | trie_node << _REG_SHIFT``
+_STATE_MASK = (1 << _REG_SHIFT) - 1
+
+
+@dataclass(frozen=True)
+class _WordTrie:
+    """The trie of a word set over bytes: node 0 the root, node 1 the sink (text that no
+    word begins with), ``step[node][byte]``, ``ends[node]`` (a whole word read)."""
+
+    step: tuple[tuple[int, ...], ...]
+    ends: tuple[bool, ...]
+    bytes_used: frozenset[int]
+
+
+@functools.cache
+def _word_trie(name: str) -> _WordTrie:
+    words = WORD_SETS[name]
+    kids: list[dict[int, int]] = [{}, {}]
+    ends = [False, False]
+    for word in words:
+        node = 0
+        for b in word.encode():
+            nxt = kids[node].get(b)
+            if nxt is None:
+                nxt = len(kids)
+                kids.append({})
+                ends.append(False)
+                kids[node][b] = nxt
+            node = nxt
+        ends[node] = True
+    step = tuple(tuple(k.get(b, 1) for b in range(256)) for k in kids)
+    used = frozenset(b for k in kids for b in k)
+    return _WordTrie(step, tuple(ends), used)
+
+
+def _excluded_word_groups(parsed: Any) -> dict[int, str]:
+    """Regex group id -> word-set name, for the groups named ``_without_SET_N``.
+
+    Raises:
+        GrammarError: a group so named asks for a set that does not exist.
+    """
+    out = {}
+    for name, gid in parsed.state.groupdict.items():
+        m = _WITHOUT_GROUP.match(name)
+        if m:
+            if m.group(1) not in WORD_SETS:
+                raise GrammarError(f"unknown word set {m.group(1)!r} in group {name!r} "
+                                   f"(known: {', '.join(sorted(WORD_SETS))})")
+            out[gid] = m.group(1)
+    return out
 
 
 # -- DFA ------------------------------------------------------------------------------------------
@@ -400,12 +499,17 @@ class _Subsets:
             for lo, hi, _ in edges:
                 cuts.add(lo)
                 cuts.add(hi + 1)
+        for trie in nfa.tries:  # the tries tell their words' bytes apart
+            for b in trie.bytes_used:
+                cuts.add(b)
+                cuts.add(b + 1)
         bounds = sorted(cuts)
         self.n_classes = len(bounds) - 1
         self.class_of = np.zeros(256, dtype=np.int64)
         for ci, (a, b) in enumerate(itertools.pairwise(bounds)):
             self.class_of[a:b] = ci
         self._class_of = self.class_of.tolist()
+        self._class_byte = [bounds[ci] for ci in range(self.n_classes)]
         self.ids: dict[frozenset[int], int] = {frozenset(): 0}
         self.order: list[frozenset[int]] = [frozenset()]
         init = self.closure({start}) if keep is None or keep[start] else frozenset()
@@ -413,6 +517,8 @@ class _Subsets:
         self.ids.setdefault(init, 1)
 
     def closure(self, states: frozenset[int] | set[int]) -> frozenset[int]:
+        if self.nfa.tries:
+            return self._closure_words(states)
         eps, edges, keep = self.nfa.eps, self.nfa.edges, self.keep
         seen = set(states)
         stack = list(states)
@@ -425,17 +531,46 @@ class _Subsets:
         final = self.final
         return frozenset(s for s in seen if edges[s] or s == final)
 
+    def _closure_words(self, states: frozenset[int] | set[int]) -> frozenset[int]:
+        """:meth:`closure` over (NFA state, trie node) elements: an epsilon move that
+        leaves an excluded-words group needs a node that ends no word, and resets it."""
+        eps, edges, keep, region = self.nfa.eps, self.nfa.edges, self.keep, self.nfa.region
+        tries = self.nfa.tries
+        seen = set(states)
+        stack = list(states)
+        while stack:
+            e = stack.pop()
+            s, node = e & _STATE_MASK, e >> _REG_SHIFT
+            r = region[s]
+            for t in eps[s]:
+                if keep is not None and not keep[t]:
+                    continue
+                if r != -1 and region[t] != r:  # leaving the group
+                    if tries[r].ends[node]:
+                        continue
+                    x = t
+                else:
+                    x = t | node << _REG_SHIFT
+                if x not in seen:
+                    seen.add(x)
+                    stack.append(x)
+        final = self.final
+        return frozenset(e for e in seen if edges[e & _STATE_MASK] or e == final)
+
     def row(self, i: int) -> np.ndarray:
         """The transitions of DFA state ``i``, ``int32 [256]``; interns new targets."""
         cur = self.order[i]
         targets: list[set[int]] = [set() for _ in range(self.n_classes)]
         class_of, keep = self._class_of, self.keep
-        for s in cur:
-            for lo, hi, t in self.nfa.edges[s]:
-                if keep is not None and not keep[t]:
-                    continue
-                for ci in range(class_of[lo], class_of[hi] + 1):
-                    targets[ci].add(t)
+        if self.nfa.tries:
+            self._targets_words(cur, targets)
+        else:
+            for s in cur:
+                for lo, hi, t in self.nfa.edges[s]:
+                    if keep is not None and not keep[t]:
+                        continue
+                    for ci in range(class_of[lo], class_of[hi] + 1):
+                        targets[ci].add(t)
         class_row = np.zeros(self.n_classes, dtype=np.int32)
         memo: dict[frozenset[int], int] = {}
         ids, order = self.ids, self.order
@@ -454,6 +589,26 @@ class _Subsets:
                 memo[key] = sid
             class_row[ci] = sid
         return class_row[self.class_of]
+
+    def _targets_words(self, cur: frozenset[int], targets: list[set[int]]) -> None:
+        """The byte moves of :meth:`row` over (NFA state, trie node) elements: inside an
+        excluded-words group each byte steps the trie node (a class holds one byte of
+        the words, or none)."""
+        nfa, class_of, keep = self.nfa, self._class_of, self.keep
+        region, tries, class_byte = nfa.region, nfa.tries, self._class_byte
+        for e in cur:
+            s, node = e & _STATE_MASK, e >> _REG_SHIFT
+            r = region[s]
+            for lo, hi, t in nfa.edges[s]:
+                if keep is not None and not keep[t]:
+                    continue
+                if r == -1 or region[t] != r:  # outside a group (groups end by epsilon)
+                    for ci in range(class_of[lo], class_of[hi] + 1):
+                        targets[ci].add(t)
+                    continue
+                step = tries[r].step[node]
+                for ci in range(class_of[lo], class_of[hi] + 1):
+                    targets[ci].add(t | step[class_byte[ci]] << _REG_SHIFT)
 
 
 def _determinize(nfa: _NFA, start: int, final: int, limits: DFALimits) -> ByteDFA:
@@ -570,7 +725,7 @@ class LazyDFA(ByteDFA):
             except (re.error, OverflowError, RecursionError) as exc:
                 raise GrammarError(
                     f"invalid regular expression {pattern[:80]!r}: {exc}") from exc
-            nfa = _NFA(DFALimits(max_nfa_states=1 << 30))
+            nfa = _NFA(DFALimits(max_nfa_states=1 << 30), _excluded_word_groups(parsed))
             start, end = _compile_items(nfa, list(parsed), True, True)
             sub = _Subsets(nfa, start, end, coreachable_only=True)
             self._accepting = [end in x for x in sub.order]
@@ -707,7 +862,7 @@ def compile_dfa(pattern: str, limits: DFALimits | None = None) -> ByteDFA:
         raise GrammarError(f"invalid regular expression {pattern[:80]!r}: {exc}") from exc
     if parsed.state.flags & ~(re.UNICODE | re.U):
         raise GrammarError("regex flags are not supported")
-    nfa = _NFA(limits)
+    nfa = _NFA(limits, _excluded_word_groups(parsed))
     start, end = _compile_items(nfa, list(parsed), True, True)
     return minimized(_determinize(nfa, start, end, limits))
 

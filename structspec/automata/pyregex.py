@@ -118,11 +118,11 @@ def _char(c: int) -> str:
     return f"\\U{c:08x}"
 
 
-def _items(items: Any, flags: int) -> str:
-    return "".join(_item(op, av, flags) for op, av in items)
+def _items(items: Any, flags: int, names: dict[int, str] | None = None) -> str:
+    return "".join(_item(op, av, flags, names) for op, av in items)
 
 
-def _item(op: Any, av: Any, flags: int) -> str:
+def _item(op: Any, av: Any, flags: int, names: dict[int, str] | None = None) -> str:
     icase = bool(flags & re.IGNORECASE)
     name = str(op)
     if op is _sre.LITERAL:
@@ -151,13 +151,15 @@ def _item(op: Any, av: Any, flags: int) -> str:
     if op is _sre.CATEGORY:
         return _class_text(_category(av, flags))
     if op is _sre.BRANCH:
-        return "(?:" + "|".join(_items(b, flags) for b in av[1]) + ")"
+        return "(?:" + "|".join(_items(b, flags, names) for b in av[1]) + ")"
     if op is _sre.SUBPATTERN:
-        _group, add, remove, sub = av
-        return "(?:" + _items(sub, (flags | add) & ~remove) + ")"
+        group, add, remove, sub = av
+        # an excluded-words group (see structspec.automata.dfa) keeps its name
+        head = f"(?P<{names[group]}>" if names and group in names else "(?:"
+        return head + _items(sub, (flags | add) & ~remove, names) + ")"
     if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT):
         lo, hi, sub = av
-        body = "(?:" + _items(sub, flags) + ")"
+        body = "(?:" + _items(sub, flags, names) + ")"
         if hi == _sre.MAXREPEAT:
             return f"{body}{{{lo},}}"
         return f"{body}{{{lo},{hi}}}"
@@ -185,7 +187,7 @@ def to_dfa_pattern(pattern: str, flags: int = 0) -> str:
     all_flags = parsed.state.flags | flags
     if all_flags & re.LOCALE:
         raise GrammarError("re.LOCALE is not supported")
-    return _items(list(parsed), all_flags)
+    return _items(list(parsed), all_flags, _kept_names(parsed))
 
 
 def to_dfa_alternatives(pattern: str, flags: int = 0) -> list[str]:
@@ -206,9 +208,17 @@ def to_dfa_alternatives(pattern: str, flags: int = 0) -> list[str]:
         _group, add, remove, sub = items[0][1]
         all_flags = (all_flags | add) & ~remove
         items = list(sub)
+    names = _kept_names(parsed)
     if len(items) == 1 and items[0][0] is _sre.BRANCH:
-        return [_items(b, all_flags) for b in items[0][1][1]]
-    return [_items(items, all_flags)]
+        return [_items(b, all_flags, names) for b in items[0][1][1]]
+    return [_items(items, all_flags, names)]
+
+
+def _kept_names(parsed: Any) -> dict[int, str]:
+    """Group id -> name of the excluded-words groups (``_without_SET_N``), which the DFA
+    compiler reads; other group names are dropped."""
+    return {gid: name for name, gid in parsed.state.groupdict.items()
+            if name.startswith("_without_")}
 
 
 __all__ = ["to_dfa_alternatives", "to_dfa_pattern"]

@@ -27,22 +27,15 @@ expressions, brackets nested three deep:
 - a backslash before a brace is a character of its own (``rf"\\{x}"``; in a plain
   f-string, ``f"\\{x}"``, an invalid escape Python warns about).
 
-Keywords: the names at a field's top level — its operands (where ``True``, ``False`` and
-``None`` are values), the attributes after ``.``, the names in a nested f-string operand
-and in a format spec's nested fields — and the names in the arguments of its calls
-(positional, ``*``/``**``, keyword names and values; not the calls of a conditional
-``a if b else c``) are no keywords of Python 3.12
-(:func:`_name_without` writes "a name but not these words" as a regex of ~3 kB):
-``f"{if}"``, ``f"{x.class}"``, ``f"{a if b else def}"``, ``f"{x:{del}}"``,
-``f"{a.b(def)}"``, ``f"{f(if=1)}"`` are refused; ``f"{iffy}"``, ``f"{x.match}"``,
-``f"{f(None, iff=1)}"`` are not. A bare ``{yield}`` is a field of its own. Soundness gap:
-the other names inside brackets (subscripts, parentheses, displays, comprehensions and
-generator arguments, calls inside brackets, nested f-strings in arguments:
-``f"{a[if]}"``, ``f"{f(g(if))}"``) are not checked yet. The check costs ~3 kB of regex per
-name occurrence (~1,400 unchecked ones are left per field regex, and the block holds 8
-copies of each) and ~80 DFA states per context a name stands in (some 500 unchecked
-contexts per f-string DFA, ~40,000 states), so the rest needs the lexer's help rather than
-a larger regex.
+Keywords: no name in a field is a keyword of Python 3.12 — operands (where ``True``,
+``False`` and ``None`` are values), attributes after ``.``, keyword-argument names,
+comprehension targets, the names inside brackets and nested f-strings, the nested fields of
+a format spec: ``f"{if}"``, ``f"{x.class}"``, ``f"{a[if]}"``, ``f"{f(g(if))}"``,
+``f"{[x for in in y]}"`` are refused; ``f"{iffy}"``, ``f"{x.match}"``, ``f"{a[None]}"`` are
+not. Each name is an excluded-words group (``(?P<_without_pykeywords_N>...)``, see
+:mod:`structspec.automata.dfa`): lark reads the plain name, the DFA compiler leaves out
+the keywords with one shared trie instead of ~80 states of regex per name. A bare
+``{yield}`` is a field of its own.
 
 Left out: ``not``, ``await`` and ``yield`` but a bare ``{yield}`` and the three before a
 bracket at the start of a field (``{not(x)}``, ``{await(f).x}``, ``{yield[a] + b}``: the
@@ -65,7 +58,6 @@ _BYTES_CHAR = r"\x01-\x09\x0b\x0c\x0e-\x7f"  # ASCII without NUL, LF, CR
 _BYTES_ESC = r"\\(?:[\x01-\x09\x0b\x0c\x0e-\x77\x79-\x7f]|x" + _HEX * 2 + ")"
 _RAW_BYTES_ESC = r"\\[\x01-\x09\x0b\x0c\x0e-\x7f]"
 
-_NAME = "[A-Za-z_][A-Za-z0-9_]*"
 _D = "[0-9](?:_?[0-9])*"
 _EXP = f"[eE][-+]?{_D}"
 _FLOAT = rf"(?:{_D}\.(?:{_D})?(?:{_EXP})?|\.{_D}(?:{_EXP})?|{_D}{_EXP})"
@@ -82,62 +74,11 @@ _BINOP = (
 )
 
 
-# Python 3.12's keywords (``keyword.kwlist``), written out so that the generated block does
-# not depend on the Python that runs this module.
-_KEYWORDS = (
-    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class",
-    "continue", "def", "del", "elif", "else", "except", "finally", "for", "from", "global",
-    "if", "import", "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return",
-    "try", "while", "with", "yield",
-)
-
-
-def _name_without(words: tuple[str, ...]) -> str:
-    """A regex of the names ``[A-Za-z_][A-Za-z0-9_]*`` other than ``words``, without
-    look-arounds: ``D[A-Za-z0-9_]*|P``, where ``D`` (the words' trie, each node with the
-    characters that leave it) is a name's shortest prefix that no word begins with, and
-    ``P`` the names that are proper prefixes of words and no word themselves (``iffy`` is
-    ``iff`` then ``y``; ``cla`` is in ``P``). About 3 kB for the 35 keywords.
-    """
-    def cls(taken: set[str], first: bool) -> str:
-        chars = sorted(set(_IDENT_START if first else _IDENT_CHARS) - taken)
-        runs: list[list[str]] = []
-        for c in chars:
-            if runs and ord(c) == ord(runs[-1][-1]) + 1:
-                runs[-1].append(c)
-            else:
-                runs.append([c])
-        parts = [r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" if len(r) > 2 else r[0] + r[1]
-                 for r in runs]
-        return "[" + "".join(parts) + "]"
-
-    def kids(prefix: str) -> list[str]:
-        return sorted({w[len(prefix)] for w in words
-                       if w.startswith(prefix) and len(w) > len(prefix)})
-
-    def leave(prefix: str) -> str:  # D below ``prefix``: one or more characters
-        alts = [cls(set(kids(prefix)), not prefix)]
-        alts += [c + leave(prefix + c) for c in kids(prefix)]
-        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-
-    def stay(prefix: str) -> str:  # P below ``prefix`` (nonempty), or "" when none
-        alts = []
-        for c in kids(prefix):
-            sub = stay(prefix + c)
-            if prefix + c not in words:
-                alts.append(c + (f"(?:{sub})?" if sub else ""))
-            elif sub:
-                alts.append(c + sub)
-        return "" if not alts else alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-
-    return f"(?:{leave('')}[A-Za-z0-9_]*|{stay('')})"
-
-
-_IDENT_START = "ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
-_IDENT_CHARS = "0123456789" + _IDENT_START
-# a name where a value may stand (``True``, ``None`` are values), and one after ``.``
-_VALUE_NAME = _name_without(tuple(k for k in _KEYWORDS if k not in ("False", "None", "True")))
-_ATTR_NAME = _name_without(_KEYWORDS)
+# The names in a field: no keyword (:data:`~structspec.automata.dfa.WORD_SETS`); where a
+# value may stand ``True``, ``False`` and ``None`` are values. The groups are numbered by
+# :func:`string_terminals` (``#``), so that their names are unique.
+_VALUE_NAME = "(?P<_without_pystatements_#>[A-Za-z_][A-Za-z0-9_]*)"
+_ATTR_NAME = "(?P<_without_pykeywords_#>[A-Za-z_][A-Za-z0-9_]*)"
 
 
 def _seq(item: str, trailing: bool = True) -> str:
@@ -175,20 +116,20 @@ def _field_expr(other_quote: str) -> str:
             rf"|\({_WS}(?:{_seq(simple, False)})?{_WS}\))"
         )
 
-    nested_f = nested_f_of(_NAME, _NAME)
-    dotted = rf"{_NAME}(?:\.{_NAME})*"
+    nested_f = nested_f_of(_VALUE_NAME, _ATTR_NAME)
+    dotted = rf"{_VALUE_NAME}(?:\.{_ATTR_NAME})*"
     simple = f"(?:{dotted}|-?{_SNUM}|{inner_str})"
-    prim_s = f"(?:{_NAME}|{inner_str}|{nested_f})"
-    tr0 = tr0_of(_NAME)
+    prim_s = f"(?:{_VALUE_NAME}|{inner_str}|{nested_f})"
+    tr0 = tr0_of(_ATTR_NAME)
     # an argument may be a list comprehension of trailed names: `", ".join([f(a) for a in b])`
     lite = f"{prim_s}{tr0}*"
-    comp0 = f" +for +{_NAME}(?:{_COMMA}{_NAME})* +in +{lite}(?: +if +{lite})?"
+    comp0 = f" +for +{_ATTR_NAME}(?:{_COMMA}{_ATTR_NAME})* +in +{lite}(?: +if +{lite})?"
     listcomp0 = rf"\[{_WS}{lite}{comp0}{_WS}\]"
     prim0 = prim_s
     unary = "[-~+]?"  # not `not`: `a + not b` is an error
     opnd0 = f"{unary}(?:{_SNUM}|{prim0}{tr0}*)"
     expr0 = f"{opnd0}(?:{_BINOP}{opnd0})*"
-    comp = f" +for +{_NAME}(?:{_COMMA}{_NAME})* +in +{expr0}(?: +if +{expr0})*"
+    comp = f" +for +{_ATTR_NAME}(?:{_COMMA}{_ATTR_NAME})* +in +{expr0}(?: +if +{expr0})*"
     items = f"(?:{_seq(expr0)})?"
     # the field's top level: its names are no keywords (`True`/`None`/`False` as values)
     prim_top = f"(?:{_VALUE_NAME}|{inner_str}|{nested_f_of(_VALUE_NAME, _ATTR_NAME)})"
@@ -229,7 +170,7 @@ def _fstring_field(quote_char: str) -> str:
     q = other
     inner_str = f"{q}[^{q}\"'\\\\\\n\\r{{}}\\x00]*{q}"
     # a nested field of a format spec: a dotted name, a number or a call of simple args
-    dotted = rf"{_NAME}(?:\.{_NAME})*"
+    dotted = rf"{_VALUE_NAME}(?:\.{_ATTR_NAME})*"
     simple = f"(?:{dotted}|-?{_SNUM}|{inner_str})"
     nested = (
         rf"{_VALUE_NAME}(?:\.{_ATTR_NAME})*(?:\({_WS}(?:{_seq(simple, False)})?{_WS}\))*|{_SNUM}"
@@ -336,7 +277,8 @@ def string_terminals() -> str:
         lines.append(f"{term}: /{regex}/")
     lines.append("STRING: _STR | _RSTR | _FSTR | _RFSTR")
     lines.append("BYTES: _BSTR | _RBSTR")
-    return "\n".join(lines)
+    parts = "\n".join(lines).split("#>")  # number the excluded-words groups: unique names
+    return "".join(f"{p}{i}>" for i, p in enumerate(parts[:-1])) + parts[-1]
 
 
 if __name__ == "__main__":
