@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import copy
 import io
-import re
 import tokenize
 
 import pytest
@@ -383,18 +382,10 @@ def _straddles(body, src, lo, hi, cursor, broke):
             and _offset(src, n.end_lineno, n.end_col_offset) > hi and not broke]
 
 
-_COLUMN0_JOIN = re.compile(r"(?:^|\n)(?:\\\r?\n)+[ \t\f]")
-
-
 def _py_parse(src: str, mid: str) -> ast.Module | None:
     """``ast.parse(src)`` (the soundness check), ``None`` where Python refuses what
     python.lark does not check: ``=`` targets (``1 = x``, ``x = f(), = y``) and tabs
-    mixed with spaces (docs/lark_grammars.md); and where python.lark's indentation is not
-    Python's: a line that begins with a join at column 0 then blanks (``\\`` + newline +
-    ``  y``: Python counts the blanks after the join, the grammar's newline ends at the
-    ``\\`` with 0 columns)."""
-    if _COLUMN0_JOIN.search(src):
-        return None
+    mixed with spaces (docs/lark_grammars.md)."""
     try:
         return ast.parse(src)
     except SyntaxError as exc:

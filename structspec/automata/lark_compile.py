@@ -33,7 +33,7 @@ import numpy as np
 
 from structspec.automata.base import TokenMask
 from structspec.automata.cache import CompileCache
-from structspec.automata.lark_constraint import FREE, LarkRuntime
+from structspec.automata.lark_constraint import FREE, LINE_END, LarkRuntime
 from structspec.automata.lark_grammar import IndenterSpec, LoadedGrammar, load_grammar
 from structspec.automata.lark_stops import (
     CONSTRUCT_STOPS,
@@ -242,12 +242,12 @@ class LarkConstraint:
         parses — the completion stops here (nothing but EOS may follow). Never the
         initial state: a prefix that ends a line does not end the (empty) completion."""
         return self.stop == "line" and state != self._initial \
-            and bool(self._rt.key(state)[5]) and self.is_accepting(state)
+            and self._rt.key(state)[5] == LINE_END and self.is_accepting(state)
 
     def _stop_ok(self, state: int) -> bool:
         if self.stop == "eof":
             return True
-        return self._rt.key(state)[5] or self.suffix[:1] in (b"\n", b"\r")
+        return self._rt.key(state)[5] == LINE_END or self.suffix[:1] in (b"\n", b"\r")
 
     def forced(self, state: int) -> bytes:
         """Bytes every valid continuation from ``state`` must emit next (maybe ``b""``)."""

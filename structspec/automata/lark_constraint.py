@@ -44,7 +44,12 @@ if TYPE_CHECKING:
     from structspec.vocab import Vocabulary
 
 FREE = -2  # stack value of the tolerant, parser-free mode
-_Key = tuple[int, int, int, int, tuple[int, ...], bool]
+_Key = tuple[int, int, int, int, tuple[int, ...], int]
+
+# The last slot of a state: what its last byte was. A line end is the `\n` of a line, a
+# join end the `\n` of an explicit line join (`\` + `\n`), after which Python refuses the
+# end of the input ("unexpected EOF"; CPython takes `\` + `\r\n` there, and so do we).
+OTHER, LINE_END, JOIN_BACKSLASH, JOIN_END = 0, 1, 2, 3
 
 
 def _embedded_strings(g: LoadedGrammar) -> dict[int, set[int]]:
@@ -85,7 +90,7 @@ class LarkRuntime:
         self.stacks = ParserStacks(g.tables)
         self.tt = token_table(vocab)
         self._lock = threading.RLock()
-        self._keys: list[_Key] = [(0, 0, -1, 0, (), False)]  # 0 = dead
+        self._keys: list[_Key] = [(0, 0, -1, 0, (), OTHER)]  # 0 = dead
         self._ids: dict[_Key, int] = {}
         self._bytes: dict[tuple[int, int], int] = {}
         self._eof: dict[int, bool] = {}
@@ -136,7 +141,7 @@ class LarkRuntime:
             and self.lex.step(self.lex.start(frozenset({i})), 47))
         self.eos = np.fromiter(sorted(vocab.eos_token_ids), dtype=np.int64)
         self.masks = MaskBuilder(self)
-        self.initial = self.intern((self.start_lexer(0), -1, 0, 0, (0,), False))
+        self.initial = self.intern((self.start_lexer(0), -1, 0, 0, (0,), OTHER))
         if g.postlex is not None and g.postlex.line_start:
             # The text begins a line: its first line's indentation counts, as in Python
             # (" x = 1" is an unexpected indent), when the grammar takes a leading newline.
@@ -646,9 +651,16 @@ class LarkRuntime:
         return got
 
     def _accepts_eof(self, state: int) -> bool:
-        lx = self._keys[state][0]
+        key = self._keys[state]
+        lx, ind, stack = key[:3]
+        if key[5] == JOIN_END:
+            return False
         if not self.lex.is_start(lx):
-            state = self.end_lexeme(state)
+            if self.nl >= 0 and ind >= 0 and stack != FREE and self.lex.winner(lx) == self.nl:
+                # The input ends in a line without code (blanks, a comment): like Python,
+                # do not read its indentation (`if x:\n    y\n  ` ends the block).
+                key = (lx, -1, *key[2:])
+            state = self._end_lexeme(key)[0]
             if not state:
                 return False
         _, _, stack, paren, levels, _ = self._keys[state]
@@ -682,14 +694,20 @@ class LarkRuntime:
         return got
 
     def _step(self, state: int, b: int) -> int:
-        lx, ind, stack, paren, levels, _ = self._keys[state]
+        lx, ind, stack, paren, levels, last = self._keys[state]
         nxt = self.lex.step(lx, b)
         if nxt:
             if self.lex.terms(nxt) & self.nl_bit:
                 ind = self._indent_after(-1 if self.lex.absorbs(lx, b) else ind, b, 1 << 30)
             else:
                 ind = -1
-            key = (nxt, ind, stack, paren, levels, b == 10)
+            if b == 10:
+                last = JOIN_END if last == JOIN_BACKSLASH else LINE_END
+            elif b == 92 and self.nl >= 0 and self.lex.only_line_end(nxt):
+                last = JOIN_BACKSLASH
+            else:
+                last = OTHER
+            key = (nxt, ind, stack, paren, levels, last)
             return self.intern(key) if self.alive(key) else 0
         if self.lex.winner(lx) < 0:
             return 0

@@ -338,17 +338,39 @@ def shipped_analysis_path(grammar_file: Path) -> Path:
     return grammar_file.with_name(grammar_file.stem + ".tables.json")
 
 
-def write_shipped_analysis(grammar_file: Path) -> Path:
+def write_shipped_analysis(grammar_file: Path, *, reuse: bool = True) -> Path:
     """(Re)compute the analysis of the shipped grammar ``grammar_file`` — lark's tables and
     terminals, and every terminal's DFAs fully built and minimized — and write it next to
-    it (``python -m structspec.automata.lark_grammar NAME``). Returns the path."""
+    it (``python -m structspec.automata.lark_grammar [--rebuild] NAME``). Returns the path.
+
+    ``reuse``: keep the DFAs of the file already there for every terminal whose pattern
+    (regexp, literal, DFA format) is unchanged — python.lark's f-string terminals take
+    ~25 minutes to build and minimize, so an edit to one small terminal should not
+    rebuild them. ``--rebuild`` (after a change to the DFA compiler) builds them all."""
     text, import_paths = _read(grammar_file)
     start, postlex = _options(text, None, "auto")
     data = {"key": analysis_key(text, start, postlex), "layout": LAYOUT,
             **_analyze(text, start, postlex, import_paths)}
-    data["dfas"] = {"format": DFA_FORMAT, "terminals": {
-        t["name"]: [encode_dfa(d) for d in eager_terminal_dfas(t)] for t in data["terminals"]}}
     out = shipped_analysis_path(grammar_file)
+    before: dict[str, Any] = {}
+    if reuse:
+        try:
+            old = json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            old = {}
+        if old.get("dfas", {}).get("format") == DFA_FORMAT:
+            pattern = {t["name"]: (t["regexp"], t["literal"]) for t in old["terminals"]}
+            before = {name: (pattern[name], dfas)
+                      for name, dfas in old["dfas"]["terminals"].items() if name in pattern}
+
+    def dfas_of(t: dict[str, Any]) -> list[dict[str, Any]]:
+        kept = before.get(t["name"])
+        if kept is not None and kept[0] == (t["regexp"], t["literal"]):
+            return kept[1]
+        return [encode_dfa(d) for d in eager_terminal_dfas(t)]
+
+    data["dfas"] = {"format": DFA_FORMAT,
+                    "terminals": {t["name"]: dfas_of(t) for t in data["terminals"]}}
     out.write_text(json.dumps(data, separators=(",", ":"), sort_keys=True) + "\n",
                    encoding="utf-8")
     return out
@@ -721,5 +743,6 @@ if __name__ == "__main__":  # python -m structspec.automata.lark_grammar python
 
     from structspec.grammars import grammar_path
 
-    for name in sys.argv[1:]:
-        print(write_shipped_analysis(grammar_path(name)))
+    names = [a for a in sys.argv[1:] if a != "--rebuild"]
+    for name in names:
+        print(write_shipped_analysis(grammar_path(name), reuse="--rebuild" not in sys.argv))

@@ -116,6 +116,7 @@ class ContextualLexer:
         self._starts_of = [d.start for _, d in parts]
         self._lock = threading.RLock()
         self._comps: list[tuple[tuple[int, int], ...]] = [()]
+        self._line_end: dict[int, bool] = {}
         self._origin: list[int] = [0]  # the start state each state's lexeme began at
         self._ids: dict[tuple[int, tuple[tuple[int, int], ...]], int] = {(0, ()): 0}
         self._absorbed: dict[int, np.ndarray] = {}  # [256] bool: boundary absorbed
@@ -184,6 +185,18 @@ class ContextualLexer:
     def terms(self, state: int) -> int:
         """Bitmask of the terminals the lexeme may still become."""
         return self._terms[state]
+
+    def only_line_end(self, state: int) -> bool:
+        """Whether the lexeme in ``state`` can go on only with ``\r`` or ``\n``: just after
+        the ``\\`` of an explicit line join (inside a string or a comment a backslash can
+        be followed by more). Memoized."""
+        got = self._line_end.get(state)
+        if got is None:
+            comps = self._comps[state]
+            got = bool(comps) and all(
+                not np.delete(self._tables[pid][q], (10, 13)).any() for pid, q in comps)
+            self._line_end[state] = got
+        return got
 
     def component(self, state: int, terminal: int) -> int:
         """The DFA state of ``terminal`` inside lexer ``state`` (0 when it is not alive)."""

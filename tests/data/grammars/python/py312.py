@@ -114,3 +114,14 @@ else:
 total = 0; total += 1; total //= 2
 long_line = 1 + \
     2
+# explicit joins at the start of a line: the first join at a column > 0 sets the
+# indentation; joins at column 0 leave it to what follows
+\
+after_join = 1
+if long_line:
+    x = 1
+\
+    \
+  y = 2
+    \
+        z = 3
