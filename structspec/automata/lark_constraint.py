@@ -381,24 +381,28 @@ class LarkRuntime:
 
     def _nl_moves(self) -> list[list[tuple[int, int]]]:
         """Per state of the newline terminal's DFA: its distinct moves as (target, byte),
-        with every byte other than ``\n``, space and tab standing for all the others."""
+        with every byte other than ``\n``, form feed, space and tab standing for all the
+        others."""
         if self._nl_moves_list is None:
             table = self.g.terminals[self.nl].dfa.table
             out = []
             for row in table:
                 moves = set()
                 for b in np.flatnonzero(row).tolist():
-                    moves.add((int(row[b]), b if b in (9, 10, 32) else 0))
+                    moves.add((int(row[b]), b if b in (9, 10, 12, 32) else 0))
                 out.append(sorted(moves))
             self._nl_moves_list = out
         return self._nl_moves_list
 
     def _indent_after(self, ind: int, b: int, cap: int) -> int:
-        """Columns after the last ``\n`` once byte ``b`` is added (-1: none yet)."""
+        """Columns after the last ``\n`` once byte ``b`` is added (-1: none yet). A form
+        feed sets the column back to 0, as CPython's tokenizer does in indentation."""
         if b == 10:
             return 0
         if ind < 0:
             return -1
+        if b == 12:
+            return 0
         ind += 1 if b == 32 else self.tab_len if b == 9 else 0
         return TAB_REFUSED if ind >= TAB_REFUSED else min(cap, ind)
 

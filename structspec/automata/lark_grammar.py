@@ -56,8 +56,10 @@ class IndenterSpec:
     Newlines inside brackets are dropped; otherwise the newline terminal is followed by
     INDENT (indentation deeper than the current block) or by DEDENTs down to a level on the
     stack (a level not on the stack is an error). Indentation counts the spaces and tabs
-    (``tab_len`` each) after the last ``\\n`` of the newline lexeme, exactly as lark does.
-    At end of input a final newline is implied when missing and every block is closed.
+    (``tab_len`` each) after the last ``\\n`` of the newline lexeme, as lark does, and a form
+    feed sets the count back to 0 (CPython's tokenizer; python.lark's newline takes them).
+    At end of input a final newline is implied when missing and every block is closed,
+    and a last line without code is not read for indentation (a blank line to Python).
     With ``line_start`` (Python's rule, not lark's) the text begins at the start of a
     line, so indentation on its first line is an unexpected indent.
 

@@ -77,13 +77,16 @@ def groups_of(values: np.ndarray) -> list[tuple[int, np.ndarray]]:
     return [(int(p) + lo, idx) for p, idx in zip(present.tolist(), parts)]
 
 
-def apply_effect(ind: int, has_nl: bool, cols: int) -> int:
-    """A newline lexeme's indentation after bytes that hold a ``\\n`` (then ``cols`` after
-    the last one) or not (``cols`` added, unless no ``\\n`` was seen yet: -1)."""
-    if has_nl:
+def apply_effect(ind: int, kind: int, cols: int) -> int:
+    """A newline lexeme's indentation ``ind`` after bytes that hold a ``\\n`` (``kind``
+    1: then ``cols`` after the last ``\\n`` or form feed), only a form feed (2: ``cols``
+    after it, once a ``\\n`` was seen) or neither (0: ``cols`` added). -1: no ``\\n`` yet."""
+    if kind == 1:
         out = cols
     elif ind < 0:
         return -1
+    elif kind == 2:
+        out = cols
     else:
         out = ind + cols
     return TAB_REFUSED if out >= TAB_REFUSED else out  # a refused tab stays refused
@@ -96,7 +99,7 @@ class _Group:
     terms: int  # terminals the lexeme may still become
     ti: int  # the index of ``terms`` in its node's ``terms``
     nl_q: int  # the newline terminal's DFA state in it, or -1
-    effect: tuple[bool, int] | None  # (holds a \n, columns) when nl_q >= 0
+    effect: tuple[int, int] | None  # (apply_effect's kind, columns) when nl_q >= 0
     ids: np.ndarray
     words: np.ndarray | None
 
@@ -107,7 +110,7 @@ class _Cross:
 
     key: int  # registry id of (rows, ks): names the child node together with a start state
     end: int
-    effect: tuple[bool, int] | None
+    effect: tuple[int, int] | None
     winner: int  # the terminal the lexeme ends as at ``end`` (lexer ``winner``; -1: none)
 
 
@@ -145,28 +148,33 @@ class MaskBuilder:
 
     def _effects(self, rows: np.ndarray, lo: np.ndarray,
                  hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per row: whether bytes ``[lo, hi)`` hold a ``\\n``; the columns after the last."""
+        """Per row: :func:`apply_effect`'s kind of bytes ``[lo, hi)`` (a ``\\n``, a form feed
+        only, neither); the columns after the last ``\\n`` or form feed."""
         width = int(hi.max()) if hi.size else 0  # bytes past every hi do not matter
         data = self.tt.data[rows, :width]  # [R, W]
         pos = np.arange(width)[None, :]
         seg = (pos >= lo[:, None]) & (pos < hi[:, None])
         is_nl = (data == 10) & seg
-        has = is_nl.any(axis=1)
-        last = np.where(has, data.shape[1] - 1 - np.argmax(is_nl[:, ::-1], axis=1), -1)
+        is_ff = (data == 12) & seg
+        reset = is_nl | is_ff
+        has = reset.any(axis=1)
+        kind = np.where(is_nl.any(axis=1), 1, np.where(has, 2, 0))
+        last = np.where(has, data.shape[1] - 1 - np.argmax(reset[:, ::-1], axis=1), -1)
         cols = np.where(data == 32, 1, np.where(data == 9, self.rt.tab_len, 0))  # [R, W]
         # (every count from TAB_REFUSED on means the same: a refused tab)
-        return has, np.minimum((cols * (seg & (pos > last[:, None]))).sum(axis=1), TAB_REFUSED)
+        return kind, np.minimum((cols * (seg & (pos > last[:, None]))).sum(axis=1),
+                                TAB_REFUSED)
 
     def _split_nl(self, end: int, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray
-                  ) -> list[tuple[tuple[bool, int] | None, np.ndarray]]:
+                  ) -> list[tuple[tuple[int, int] | None, np.ndarray]]:
         """Index groups of ``rows`` by their effect on a newline lexeme (if ``end`` may
         still become one)."""
         rt = self.rt
         if not rt.lex.terms(end) & rt.nl_bit:
             return [(None, np.arange(rows.size))]
-        has, cols = self._effects(rows, lo, hi)
-        key = cols * 2 + has  # cols >= 0
-        return [((bool(k & 1), k >> 1), idx) for k, idx in groups_of(key)]
+        kind, cols = self._effects(rows, lo, hi)
+        key = cols * 4 + kind  # cols >= 0
+        return [((k & 3, k >> 2), idx) for k, idx in groups_of(key)]
 
     def _node(self, rows: np.ndarray, offs: np.ndarray, in_rows: np.ndarray,
               in_ends: np.ndarray, in_lo: np.ndarray, cr_rows: np.ndarray, cr_ks: np.ndarray,
@@ -175,7 +183,7 @@ class MaskBuilder:
         del rows, offs
         # Groups that the evaluation cannot tell apart (the same terminals, and the same
         # newline state and effect where they matter) are merged: one test each.
-        merged: dict[tuple[int, int, tuple[bool, int] | None], list[np.ndarray]] = {}
+        merged: dict[tuple[int, int, tuple[int, int] | None], list[np.ndarray]] = {}
         for end, idx in groups_of(in_ends):
             r, lo = in_rows[idx], in_lo[idx]
             q = rt.lex.component(end, rt.nl) if rt.nl >= 0 else 0

@@ -679,8 +679,9 @@ _TABLES_LOCK = threading.Lock()
 
 
 def _indent_table(tokens: tuple[bytes, ...], tab_len: int) -> tuple[np.ndarray, ...]:
-    """Per token (``[V]`` arrays): whether its leading run of spaces, tabs and newlines
-    holds a newline; the run's width after its last newline; the whole run's width
+    """Per token (``[V]`` arrays): whether its leading run of spaces, tabs, form feeds and
+    newlines holds a newline or a form feed (the column restarts); the run's width after
+    the last of them; the whole run's width
     (spaces 1, tabs ``tab_len``: the indenter's count); and whether a code byte (not blank,
     ``#`` or ``\\``) follows the run. Cached per vocabulary."""
     ck = (id(tokens), tab_len)
@@ -692,9 +693,9 @@ def _indent_table(tokens: tuple[bytes, ...], tab_len: int) -> tuple[np.ndarray, 
         w_all = np.zeros(n, dtype=np.int64)
         code = np.zeros(n, dtype=bool)
         for i, tok in enumerate(tokens):
-            run = len(tok) - len(tok.lstrip(b" \t\n"))
+            run = len(tok) - len(tok.lstrip(b" \t\n\f"))
             lead = tok[:run]
-            cut = lead.rfind(b"\n")
+            cut = max(lead.rfind(b"\n"), lead.rfind(b"\f"))  # a form feed: column 0
             after = lead[cut + 1:]
             nl_w[i] = cut >= 0
             w_after[i] = after.count(b" ") + tab_len * after.count(b"\t")
