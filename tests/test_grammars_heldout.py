@@ -289,6 +289,39 @@ def test_python_line_start_layout_accepted(program: str) -> None:
     assert accepts("python", program)
 
 
+_TARGETS = [
+    "*a, = x\n", "() = x\n", "[] = x\n", "(a) = 1\n", "((a), [b.c, d[0]]) = x\n",
+    "f(x).y = 1\n", "x = *a, *b\n", "a = *b, = c\n", "[*a, *b] = x\n", "a = yield\n",
+    "x[1:2], y.z = 1, 2\n", "a = b = c = f()\n", "x = (a, b) = 1, 2\n", "match.x = 1\n",
+    "match, a = x\n", "del (a), [b]\n", "del ()\n", "del (a.b, [c[0]])\n",
+    "del (a, *b).c\n", "for *a, b in x: pass\n", "for (a, [b, *c]) in d: pass\n",
+    "with x as (a, *b): pass\n", "[x for (*a,) in y]\n", "with (a, b as c): pass\n",
+    "x = ((a, *b), c).d\n",
+    # refused by ast.parse
+    "f() = 1\n", "a + b = c\n", "x = yield = 1\n", "(yield) = 1\n", "{a} = 1\n",
+    "a if b else c = 1\n", "await x = 1\n", "-a = 1\n", "'s' = 1\n", "x = 1 = 2\n",
+    "a.b.c[0](1) = 2\n", "lambda: 1 = 2\n", "(a := 1) = 2\n", "a, f() = 1, 2\n",
+    "(a, b + 1) = x\n", "[x for x in y] = 1\n", "not a = 1\n", "a < b = 1\n",
+    "a or b = 1\n", "match.f() = 1\n", "match, 1 = x\n", "match = yield = 1\n",
+    "f() += 1\n", "a, b += 1\n", "del f()\n", "del (1, 2)\n", "del (a, *b)\n",
+    "del [*a]\n", "del (a, (b, *c))\n", "del *a\n", "for (1, 2) in x: pass\n",
+    "for f() in x: pass\n", "for (*a) in x: pass\n", "with x as (*a): pass\n",
+    "x = 1; f() = 2\n",
+]
+
+
+@pytest.mark.parametrize("program", _TARGETS)
+def test_python_assignment_targets_agree_with_ast_parse(program: str) -> None:
+    """Targets of `=`, `for`, `with ... as`, `del`: accepted exactly where Python parses
+    them ("cannot assign to ...", "cannot delete starred" are parse errors)."""
+    try:
+        ast.parse(program)
+        ok = True
+    except SyntaxError:
+        ok = False
+    assert accepts("python", program) is ok
+
+
 _LAYOUT = ["x = 1", "y", "pass", "if x:", "else:", "def f():", "z = [", "]", "(", ")",
            "\n", "\r\n", "\\\n", " ", "    ", "\t", "\x0c", "# c", "'s\\\n'"]
 # Python's blank line made of blanks and a join (`  \` + newline + `\n`): refused (a
