@@ -296,7 +296,8 @@ _TARGETS = [
     "match, a = x\n", "del (a), [b]\n", "del ()\n", "del (a.b, [c[0]])\n",
     "del (a, *b).c\n", "for *a, b in x: pass\n", "for (a, [b, *c]) in d: pass\n",
     "with x as (a, *b): pass\n", "[x for (*a,) in y]\n", "with (a, b as c): pass\n",
-    "x = ((a, *b), c).d\n",
+    "x = ((a, *b), c).d\n", "(a) += 1\n", "(a.b): int = 1\n", "((a)) += 1\n",
+    "(a)[0] += 1\n", "(match) += 1\n", "for (a) in x: pass\n", "x = 1; (a) += 1\n",
     # refused by ast.parse
     "f() = 1\n", "a + b = c\n", "x = yield = 1\n", "(yield) = 1\n", "{a} = 1\n",
     "a if b else c = 1\n", "await x = 1\n", "-a = 1\n", "'s' = 1\n", "x = 1 = 2\n",
@@ -306,7 +307,8 @@ _TARGETS = [
     "f() += 1\n", "a, b += 1\n", "del f()\n", "del (1, 2)\n", "del (a, *b)\n",
     "del [*a]\n", "del (a, (b, *c))\n", "del *a\n", "for (1, 2) in x: pass\n",
     "for f() in x: pass\n", "for (*a) in x: pass\n", "with x as (*a): pass\n",
-    "x = 1; f() = 2\n",
+    "x = 1; f() = 2\n", "((a), b) += 1\n", "(a, b): int\n", "([a]) += 1\n",
+    "(f()) += 1\n", "match(a) += 1\n",
 ]
 
 
