@@ -404,6 +404,32 @@ def test_python_fstring_and_soft_keyword_rejects(program: str) -> None:
     assert not accepts("python", program)
 
 
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from([*_LAYOUT, "\n    ", "\n\x0c", "\\\n    ", "  \\\n",
+                                 "x = (1,\n", "    return y\n"]),
+                min_size=1, max_size=12).map("".join))
+def test_python_layout_in_real_tokens_matches_bytes(python_real, smollm_tokenizer,
+                                                    text: str) -> None:
+    """The same layout texts in the real tokenization (tokens such as ``\\\n``, ``\n\x0c``
+    or ``\n    `` cross the newline lexeme: the masks' vectorized indentation effects): every
+    token is in the mask exactly when it can be taken, and the end accepts exactly where
+    the byte-level constraint does."""
+    ids = smollm_tokenizer.encode(text, add_special_tokens=False)
+    if smollm_tokenizer.decode(ids) != text:
+        return
+    c = python_real
+    s = c.initial
+    for t in ids:
+        nxt = c.advance(s, t)
+        assert (nxt is not None) == (t in c.allowed(s)), (text, t)
+        if nxt is None:
+            assert not accepts("python", text), text
+            return
+        s = nxt
+    assert c.is_accepting(s) == accepts("python", text), text
+
+
 # ------------------------------------------------------------------ SQL, JavaScript
 
 
