@@ -663,8 +663,9 @@ class LarkRuntime:
             if self.nl >= 0 and ind >= 0 and stack != FREE and self.lex.winner(lx) == self.nl:
                 # The input ends in a line without code (blanks, a comment): like Python,
                 # do not read its indentation (`if x:\n    y\n  ` ends the block).
-                key = (lx, -1, *key[2:])
-            state = self._end_lexeme(key)[0]
+                state = self._end_lexeme((lx, -1, *key[2:]))[0]
+            else:
+                state = self.end_lexeme(state)  # memoized: masks end the same lexemes
             if not state:
                 return False
         _, _, stack, paren, levels, _ = self._keys[state]
