@@ -220,8 +220,14 @@ def test_learned_splits_steer_the_forced_chain(setup):
     learn_choice(ctx, state, out[-1], split)  # the model wrote '":' then '"'
     steered = forced_tokens(ctx, state, out[-1])
     assert steered[0] == split and vocab.decode(steered) == vocab.decode(canonical)
-    # The suffix rule carries over to other tokens ending in '"' (here '","').
+    # The suffix rule carries over to other tokens ending in '"' after a separator ('","'
+    # becomes '",' + '"'), not to an opener's ('{"' stays whole).
     assert b'"' in ctx.split_suffixes
+    from structspec.spec.drafters import _preferred
+
+    comma_quote, brace_quote = vocab.ids_for(b'","')[0], vocab.ids_for(b'{"')[0]
+    assert vocab.tokens[_preferred(ctx, comma_quote)] == b'",'
+    assert _preferred(ctx, brace_quote) == brace_quote
     learn_choice(ctx, state, out[-1], canonical[0])  # and back when the model agrees
     assert forced_tokens(ctx, state, out[-1])[0] == canonical[0]
 

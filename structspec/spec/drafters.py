@@ -409,6 +409,11 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
     return []
 
 
+#: Last bytes after which a learned split suffix is applied to other tokens (separators, not
+#: openers such as ``{`` or ``[``, which stay glued to the quote that follows).
+_SEPARATOR_ENDS = frozenset({b":", b",", b";", b"=", b" "})
+
+
 def _preferred(ctx: DraftContext, canonical: int) -> int:
     """The token the model is expected to write where ``canonical`` is the canonical split:
     a learned exact choice, else ``canonical`` shortened by a suffix the model splits off."""
@@ -418,6 +423,11 @@ def _preferred(ctx: DraftContext, canonical: int) -> int:
     if exact is not None:
         return exact
     for suffix in ctx.split_suffixes:
+        # Only after a separator: a model that writes '":' + '"' for '":"' writes '",' + '"'
+        # for '","' too, but keeps '{"' whole (BFCL, default model, 120 tasks: 660 passes
+        # with this rule, 679 when '{"' was split as well).
+        if cb[: -len(suffix)][-1:] not in _SEPARATOR_ENDS:
+            continue
         if len(cb) > len(suffix) and cb.endswith(suffix):
             shorter = ctx.vocab.ids_for(cb[: -len(suffix)])
             if shorter:
