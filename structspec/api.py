@@ -38,8 +38,12 @@ from structspec.spec.fastlinear import pack_linears, packing_available
 from structspec.spec.prefix import PrefixCache
 from structspec.vocab import Vocabulary
 
-DEFAULT_SYSTEM = "You are a precise assistant. Answer with JSON only."
 SCHEMA_INSTRUCTION = "Answer with a JSON value that matches this JSON Schema:\n{schema}"
+#: The system message when a schema is shown and no ``system`` is given. The schema goes in
+#: the system message, before the request: on the BFCL dev set (250 calls, greedy, default
+#: model) 62 calls were right this way against 30 with the schema after the request, and
+#: requests with the same schema (a tool set) share its key/values in the prefix cache.
+SCHEMA_SYSTEM = "You are a precise assistant. " + SCHEMA_INSTRUCTION
 
 
 @dataclass(frozen=True)
@@ -211,10 +215,12 @@ class Generator:
 
         Args:
             prompt: the user's request.
-            schema_text: a JSON Schema to show the model (appended to the request).
+            schema_text: a JSON Schema to show the model, in the system message (after
+                ``system`` when one is given), before the request.
             chat: ``None`` = use the chat template if the tokenizer has one; ``False`` = the
                 raw prompt text (nothing added); ``True`` = require a template.
-            system: system message for chat models (default: a short "answer with JSON").
+            system: system message for chat models (default: none, or with ``schema_text``
+                :data:`SCHEMA_SYSTEM`).
         """
         tokenizer = self.loaded.tokenizer
         has_template = bool(getattr(tokenizer, "chat_template", None))
@@ -222,13 +228,13 @@ class Generator:
             raise ValueError("chat=True but the tokenizer has no chat template")
         if chat is False or not has_template:
             return list(tokenizer.encode(prompt, add_special_tokens=False))
-        content = prompt
-        if schema_text is not None:
-            content = f"{prompt}\n\n{SCHEMA_INSTRUCTION.format(schema=schema_text)}"
         messages = []
-        if system is not None or schema_text is not None:
-            messages.append({"role": "system", "content": system or DEFAULT_SYSTEM})
-        messages.append({"role": "user", "content": content})
+        if schema_text is not None:
+            system = (SCHEMA_SYSTEM.format(schema=schema_text) if system is None else
+                      f"{system}\n\n{SCHEMA_INSTRUCTION.format(schema=schema_text)}")
+        if system is not None:
+            messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": prompt})
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "input_ids"):
             ids = ids["input_ids"]

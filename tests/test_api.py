@@ -77,7 +77,13 @@ def test_raw_prompt_skips_the_template(gen):
     assert ids == gen.loaded.tokenizer.encode("hello", add_special_tokens=False)
     templated = gen.prompt_ids("hello", schema_text='{"type":"string"}')
     assert len(templated) > len(ids)
-    assert "JSON Schema" in gen.loaded.tokenizer.decode(templated)
+    text = gen.loaded.tokenizer.decode(templated)
+    # The schema goes in the system message, before the request (BFCL: twice the calls right).
+    assert text.index('{"type":"string"}') < text.index("hello")
+    assert "JSON Schema" in text.split("hello")[0]
+    custom = gen.loaded.tokenizer.decode(
+        gen.prompt_ids("hello", schema_text='{"type":"string"}', system="Be brief."))
+    assert custom.index("Be brief.") < custom.index('{"type":"string"}') < custom.index("hello")
 
 
 @pytest.mark.parametrize(

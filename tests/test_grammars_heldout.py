@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_byte_vocab
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from structspec import GrammarError, compile_grammar
@@ -334,6 +334,8 @@ _NARROWED = re.compile(r"(?:^|\n)[ \t\f]+\\\r?\n(?:[ \t\f]|\\\r?\n)*(?:[\r\n#]|$
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(_LAYOUT), min_size=1, max_size=10).map("".join))
+@example("\x0c\\\n x = 1")  # a join at column 0 after a form feed: the blanks after it indent
+@example("y = 1\n\x0c\\\n y = 1")
 def test_python_layout_agrees_with_ast_parse(text: str) -> None:
     """Texts of lines, blanks, tabs, joins, comments and brackets: accepted exactly when
     Python parses them (soundness always; completeness outside the two narrowings)."""

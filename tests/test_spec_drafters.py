@@ -226,10 +226,56 @@ def test_learned_splits_steer_the_forced_chain(setup):
     from structspec.spec.drafters import _preferred
 
     comma_quote, brace_quote = vocab.ids_for(b'","')[0], vocab.ids_for(b'{"')[0]
-    assert vocab.tokens[_preferred(ctx, comma_quote)] == b'",'
-    assert _preferred(ctx, brace_quote) == brace_quote
+    assert vocab.tokens[_preferred(ctx, comma_quote, b"land")] == b'",'
+    assert _preferred(ctx, brace_quote, b'":') == brace_quote
     learn_choice(ctx, state, out[-1], canonical[0])  # and back when the model agrees
     assert forced_tokens(ctx, state, out[-1])[0] == canonical[0]
+
+
+def test_splits_learned_over_requests_steer_the_chain_and_hedge_the_other(setup):
+    tok, vocab, constraints = setup
+    c = constraints["call"]
+    from structspec.automata.base import walk
+    from structspec.spec.cost import AcceptanceModel
+    from structspec.spec.drafters import learn_choice
+
+    habits = AcceptanceModel()
+    out = tok.encode('{"name":"get_weather","arguments":{"city', add_special_tokens=False)
+    state = walk(c, out)
+    split, whole = vocab.ids_for(b'":')[0], vocab.ids_for(b'":"')[0]
+
+    def earlier_request(chosen):
+        ctx = _context(tok, vocab, c, [1], out)
+        ctx.acceptance = habits
+        learn_choice(ctx, state, out[-1], chosen)
+
+    def new_request():
+        ctx = _context(tok, vocab, c, [1], out)
+        ctx.acceptance = habits
+        return ctx
+
+    earlier_request(split)  # one stray split does not outvote the canonical token
+    assert forced_tokens(new_request(), state, out[-1])[0] == whole
+    earlier_request(split)
+    earlier_request(split)  # a habit: a new request's chain follows it
+    steered = forced_tokens(new_request(), state, out[-1])
+    assert steered[0] == split and vocab.decode(steered).startswith(b'":"')
+    # Torn between the two: the chain takes the likelier, the splits drafter the other,
+    # each branch spelling the same forced text.
+    earlier_request(whole)
+    earlier_request(whole)
+    builder = TreeBuilder(c, out[-1], state, max_depth=16, max_nodes=16, max_branches=4,
+                          eos_ids=vocab.eos_token_ids)
+    build_tree(new_request(), builder, make_drafters(["splits"]))
+    tree = builder.freeze()
+    assert {tree.tokens[i] for i in tree.children[0]} == {split, whole}
+    texts = {vocab.decode(tree.path_tokens(i)) for i in range(len(tree)) if not tree.children[i]}
+    assert texts == {b'":"'}
+    # Learned for punctuation only: how a name's pieces were split is not carried over.
+    name_state = walk(c, tok.encode('{"name":"get_', add_special_tokens=False))
+    ctx = new_request()
+    learn_choice(ctx, name_state, vocab.ids_for(b"_")[0], vocab.ids_for(b"w")[0])
+    assert not any(key[1].isalpha() for key in habits.splits)
 
 
 def test_closers_propose_the_punctuation_that_ends_a_value(setup):

@@ -279,6 +279,33 @@ class AcceptanceModel:
         self.decay = decay
         self.counts: dict[tuple[str, int], list[float]] = {}  # -> [proposed, accepted]
         self.chain = [0.0, 0.0]  # forced-chain nodes: [proposed, accepted]
+        # How the model tokenizes forced text: (context, canonical token) -> {chosen: weight}.
+        self.splits: dict[tuple[bytes, bytes], dict[int, float]] = {}
+
+    def record_split(self, key: tuple[bytes, bytes], chosen: int) -> None:
+        """Count that where forced text starts with canonical token ``key[1]`` (after a token
+        of context ``key[0]``), the model wrote ``chosen``; older observations fade."""
+        seen = self.splits.setdefault(key, {})
+        for token in seen:
+            seen[token] *= self.decay
+        seen[chosen] = seen.get(chosen, 0.0) + 1.0
+        if len(seen) > 4:  # keep the four most common choices
+            for token in sorted(seen, key=seen.__getitem__)[: len(seen) - 4]:
+                del seen[token]
+
+    def split_shares(self, key: tuple[bytes, bytes], canonical: int,
+                     prior: float = 1.0) -> list[tuple[int, float]]:
+        """``[(token, share)]`` of the choices recorded for ``key``, likeliest first, with
+        ``prior`` pseudo-observations of the ``canonical`` token (one stray observation does
+        not outvote the canonical split); ``[]`` when nothing was recorded."""
+        seen = self.splits.get(key)
+        if not seen:
+            return []
+        weights = dict(seen)
+        weights[canonical] = weights.get(canonical, 0.0) + prior
+        total = sum(weights.values())
+        return sorted(((t, w / total) for t, w in weights.items()),
+                      key=lambda x: (-x[1], x[0] != canonical, x[0]))  # ties: canonical
 
     def rate(self, source: str, depth: int) -> float:
         """P(a ``source`` node at ``depth`` below the frontier is accepted | its parent is)."""

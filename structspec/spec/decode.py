@@ -28,6 +28,7 @@ expected tokens per second given the device's measured cost curve
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -73,7 +74,7 @@ from structspec.spec.verify import (
 )
 from structspec.vocab import Vocabulary
 
-DEFAULT_DRAFTERS = ("values", "closers", "lookup", "alternatives", "topk")
+DEFAULT_DRAFTERS = ("splits", "values", "closers", "lookup", "alternatives", "topk")
 #: Speculative (nodes, branches) bounds when ``max_nodes``/``num_speculations`` are ``None``:
 #: structured output (few legal tokens per step) vs free text.
 AUTO_BUDGETS = {"structured": (16, 8), "free": (8, 4)}
@@ -504,6 +505,9 @@ def speculative_decode(
             _record(stats, scheduler, gate, built, tree, acc.path, frontier_depth)
 
             accepted = [tree.tokens[i] for i in acc.path[1:]]
+            if config.enabled and config.forced:  # how the model tokenized forced text
+                for a, b in itertools.pairwise(acc.path):
+                    learn_choice(ctx, tree.states[a], tree.tokens[a], tree.tokens[b])
             out.extend(accepted)
             history.extend(accepted)
             state = tree.states[acc.path[-1]]

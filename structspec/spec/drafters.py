@@ -292,8 +292,8 @@ class DraftContext:
         literals: values from the request (see :func:`extract_literals`).
         last_logits: ``[V]`` masked logits the root token was chosen from, if any.
         options: per-drafter knobs (``lookup_max_n``, ``alternatives_max``, ``topk``, ...).
-        choices: canonical first token (bytes) of some forced text -> the token the model
-            chose there instead (see :func:`learn_choice`).
+        choices: ``(context, canonical first token)`` of some forced text -> the token the
+            model last wrote there in this output (see :func:`learn_choice`).
         split_suffixes: suffixes the model splits off canonical tokens (ordered set).
         draft_model: a :class:`~structspec.spec.draft_model.DraftModel` for the
             ``draft_model`` drafter, or ``None``.
@@ -314,7 +314,7 @@ class DraftContext:
     literals: list[str] = field(default_factory=list)
     last_logits: torch.Tensor | None = None
     options: dict[str, Any] = field(default_factory=dict)
-    choices: dict[bytes, int] = field(default_factory=dict)
+    choices: dict[tuple[bytes, bytes], int] = field(default_factory=dict)
     split_suffixes: dict[bytes, None] = field(default_factory=dict)
     draft_model: Any = None
     acceptance: Any = None
@@ -370,10 +370,10 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
     """The tokens of the text forced in ``state``, tokenized canonically after ``prev_token``.
 
     Where the constraint allows exactly one token (and the state does not accept), that
-    token. Where the model has shown it splits some forced text differently (``ctx.choices``,
-    learned by :func:`learn_choice` — e.g. ``'":'`` then ``'"'`` rather than the canonical
-    ``'":"'``), its split is used and the rest re-tokenized after it. May be empty; the builder
-    still checks each token's legality.
+    token. Where the model has shown it splits some forced text differently (learned by
+    :func:`learn_choice` — e.g. ``'{'`` then ``'"'`` rather than the canonical ``'{"'`` as
+    the first token of an answer), its split is used and the rest re-tokenized after it (see
+    :func:`_preferred`). May be empty; the builder still checks each token's legality.
     """
     c = ctx.constraint
     mask = c.allowed(state)
@@ -383,20 +383,21 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
     if not text:
         return []
     tokens = ctx.vocab.tokens
-    ids = list(ctx.canon.tokens_after(tokens[prev_token], text))
-    if ctx.choices or ctx.split_suffixes:
+    prev = tokens[prev_token]
+    ids = list(ctx.canon.tokens_after(prev, text))
+    if ctx.choices or ctx.split_suffixes or (
+            ctx.acceptance is not None and getattr(ctx.acceptance, "splits", None)):
         out: list[int] = []
         pos = 0
         while ids:
-            first = _preferred(ctx, ids[0])
+            first = _preferred(ctx, ids[0], prev)
             if first != ids[0] and not text.startswith(tokens[first], pos):
                 first = ids[0]  # the learned split does not fit this text
             out.append(first)
             pos += len(tokens[first])
-            if first == ids[0]:
-                ids = ids[1:]
-            else:  # re-tokenize what is left after the model's split
-                ids = list(ctx.canon.tokens_after(tokens[first], text[pos:]))
+            prev = tokens[first]
+            # After the model's own split, re-tokenize what is left.
+            ids = ids[1:] if first == ids[0] else list(ctx.canon.tokens_after(prev, text[pos:]))
         ids = out
     if ids and ids[0] in mask:
         return ids
@@ -409,23 +410,46 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
     return []
 
 
-#: Last bytes after which a learned split suffix is applied to other tokens (separators, not
-#: openers such as ``{`` or ``[``, which stay glued to the quote that follows).
+#: Last bytes after which a split suffix is learned and applied to other tokens: separators,
+#: not openers such as ``{`` or ``[``, which a model keeps glued to the quote that follows.
 _SEPARATOR_ENDS = frozenset({b":", b",", b";", b"=", b" "})
 
 
-def _preferred(ctx: DraftContext, canonical: int) -> int:
-    """The token the model is expected to write where ``canonical`` is the canonical split:
-    a learned exact choice, else ``canonical`` shortened by a suffix the model splits off."""
+def _punctuation(token: bytes) -> bool:
+    """Whether ``token`` has no letter or digit: the tokens whose splits are learned (how a
+    model splits ``'","'`` carries over between outputs; how it splits a name's pieces does
+    not)."""
+    return not any(chr(b).isalnum() or b >= 0x80 for b in token)
+
+
+def split_context(prev: bytes) -> bytes:
+    """The context a tokenization choice is learned in: the previous token's last byte where
+    it is punctuation or a line break (``'{'`` nested after ``'":'`` and ``'{'`` as the first
+    token of an answer, after the template's ``'\\n'``, are split differently), else
+    ``b"w"`` (after a word or a number). Pure."""
+    last = prev[-1:]
+    return b"w" if not last or last.isalnum() or last == b"_" or last[0] >= 0x80 else last
+
+
+def _preferred(ctx: DraftContext, canonical: int, prev: bytes) -> int:
+    """The token the model is expected to write where ``canonical`` is the canonical split,
+    after a token ``prev``: its choice in the same context earlier in this output, else its
+    usual choice there over earlier requests (``ctx.acceptance``), else ``canonical``
+    shortened by a suffix it split off after a separator in this output, else
+    ``canonical``."""
     tokens = ctx.vocab.tokens
     cb = tokens[canonical]
-    exact = ctx.choices.get(cb)
+    key = (split_context(prev), cb)
+    exact = ctx.choices.get(key)
     if exact is not None:
         return exact
+    if ctx.acceptance is not None and getattr(ctx.acceptance, "splits", None):
+        shares = ctx.acceptance.split_shares(key, canonical)
+        if shares:
+            return shares[0][0]
     for suffix in ctx.split_suffixes:
-        # Only after a separator: a model that writes '":' + '"' for '":"' writes '",' + '"'
-        # for '","' too, but keeps '{"' whole (BFCL, default model, 120 tasks: 660 passes
-        # with this rule, 679 when '{"' was split as well).
+        # Only after a separator: a model that writes '",' + '"' for '","' may write '":'
+        # + '"' for '":"', but keeps '{"' whole.
         if cb[: -len(suffix)][-1:] not in _SEPARATOR_ENDS:
             continue
         if len(cb) > len(suffix) and cb.endswith(suffix):
@@ -436,25 +460,29 @@ def _preferred(ctx: DraftContext, canonical: int) -> int:
 
 
 def learn_choice(ctx: DraftContext, state: State, prev_token: int, chosen: int) -> None:
-    """Remember how the model split forced text: in ``state`` (after ``prev_token``) it chose
-    ``chosen``. Records the exact choice, and when ``chosen`` is the canonical token minus a
-    suffix (``'":'`` for ``'":"'``), that suffix, so ``'","'`` is split the same way next.
-    Mutates ``ctx``; cheap (memoized tokenization)."""
+    """Remember how the model tokenized forced text: in ``state`` (after ``prev_token``) it
+    wrote ``chosen``. Records the choice for this output and (in ``ctx.acceptance``) across
+    requests, keyed by the canonical first token and :func:`split_context`; and when
+    ``chosen`` is the canonical token minus a suffix after a separator (``'",'`` for
+    ``'","'``), that suffix. Mutates ``ctx``; cheap (memoized tokenization)."""
     text = ctx.constraint.forced(state)
     if not text:
         return
     tokens = ctx.vocab.tokens
-    ids = ctx.canon.tokens_after(tokens[prev_token], text)
-    if not ids:
+    prev = tokens[prev_token]
+    ids = ctx.canon.tokens_after(prev, text)
+    got = tokens[chosen]
+    if not ids or not got or not text.startswith(got):
         return
     canonical = tokens[ids[0]]
-    got = tokens[chosen]
-    if chosen == ids[0] or not got or not text.startswith(got):
-        if ctx.choices.get(canonical, ids[0]) != ids[0] or _preferred(ctx, ids[0]) != ids[0]:
-            ctx.choices[canonical] = ids[0]
+    if not _punctuation(canonical):
         return
-    ctx.choices[canonical] = chosen
-    if canonical.startswith(got) and len(ctx.split_suffixes) < 8:
+    key = (split_context(prev), canonical)
+    ctx.choices[key] = chosen
+    if ctx.acceptance is not None and hasattr(ctx.acceptance, "record_split"):
+        ctx.acceptance.record_split(key, chosen)
+    if (chosen != ids[0] and canonical.startswith(got) and got[-1:] in _SEPARATOR_ENDS
+            and len(ctx.split_suffixes) < 8):
         ctx.split_suffixes[canonical[len(got):]] = None
 
 
@@ -663,15 +691,22 @@ def _immediate_enders(ctx: DraftContext, state: State, cands: Sequence[int]) -> 
 
 
 class SplitsDrafter:
-    """Other splits of forced text along the forced chain: where the chain writes ``'":"'``,
-    a branch that writes ``'":'`` (and its forced continuation) instead. Models do not always
-    follow the canonical tokenization of text they did not choose."""
+    """The other tokenization of forced text where the model is torn: along the forced
+    chain, where this model has written a forced text's first token more than one way over
+    earlier requests (``ctx.acceptance``; e.g. ``'","'`` whole or ``'",'`` then ``'"'``),
+    a branch with the choice the chain did not take (its share at least ``splits_min_share``)
+    and its forced continuation. Models do not always follow the canonical tokenization of
+    text they did not choose, and do not always split it the same way."""
 
     name = "splits"
 
     def propose(self, ctx: DraftContext, builder: TreeBuilder, frontier: int) -> None:
+        acceptance = ctx.acceptance
+        if acceptance is None or not getattr(acceptance, "splits", None):
+            return
         tokens = ctx.vocab.tokens
-        length = int(ctx.options.get("splits_length", 6))
+        length = int(ctx.options.get("splits_length", 8))
+        min_share = float(ctx.options.get("splits_min_share", 0.2))
         chain = []
         node = frontier
         while node > 0:
@@ -685,24 +720,26 @@ class SplitsDrafter:
             text = ctx.constraint.forced(state)
             if not text:
                 continue
-            mask = ctx.constraint.allowed(state)
-            taken = tokens[builder.tokens[child]]
-            best = None
-            for cut in range(min(len(text), 16), 0, -1):
-                if cut == len(taken):
+            prev = tokens[builder.tokens[parent]]
+            ids = ctx.canon.tokens_after(prev, text)
+            if not ids:
+                continue
+            shares = acceptance.split_shares((split_context(prev), tokens[ids[0]]), ids[0])
+            mask = None
+            for token, share in shares:
+                if share < min_share or token == builder.tokens[child]:
                     continue
-                ids = [i for i in ctx.vocab.ids_for(text[:cut]) if i in mask]
-                if ids:  # the longest other split
-                    best = ids[0]
-                    break
-            if best is None:
-                continue
-            end = builder.add_branch(parent, [best], self.name)
-            if end is None:
-                if builder.room(parent) <= 0 or builder.branches >= builder.max_branches:
-                    return
-                continue
-            extend_forced(ctx, builder, end, max_tokens=length)
+                if not text.startswith(tokens[token]):
+                    continue
+                mask = ctx.constraint.allowed(state) if mask is None else mask
+                if token not in mask or builder.child(parent, token) is not None:
+                    continue
+                end = builder.add_branch(parent, [token], self.name)
+                if end is None:
+                    if builder.room(parent) <= 0 or builder.branches >= builder.max_branches:
+                        return
+                    continue
+                extend_forced(ctx, builder, end, max_tokens=length)
 
 
 class TopKDrafter:

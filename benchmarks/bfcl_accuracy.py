@@ -1,0 +1,144 @@
+"""BFCL function calls right, per way of showing the schema to the model.
+
+For each task of ``../shared/data/bfcl/bfcl_dev.jsonl`` the default model writes the call
+greedily under the task's ``call_json_schema`` (speculation on: the same output as off, just
+faster), and the call is compared with the task's ``ground_truth_bfcl``: the function name,
+every argument it gives among the allowed values (strings compared case-insensitively), no
+argument the ground truth does not list, and every argument without a ``""`` (may be left
+out) in its allowed values present. Layouts:
+
+- ``system`` (what ``Generator.prompt_ids`` does): the schema in the system message, then
+  the request as the user message;
+- ``request``: the schema after the request in the user message, under a short system
+  message (structspec's layout before it moved the schema).
+
+    python benchmarks/bfcl_accuracy.py [--n 250] [--offset 0] [--layouts system,request]
+        [--threads T] [--json-out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+import structspec  # noqa: E402
+from structspec.api import SCHEMA_INSTRUCTION, Generator  # noqa: E402
+from structspec.errors import GenerationError  # noqa: E402
+from structspec.sampling import SamplingParams  # noqa: E402
+from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
+from structspec.spec.cost import AcceptanceModel  # noqa: E402
+from structspec.spec.prefix import PrefixCache  # noqa: E402
+
+BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
+#: The system message of the ``request`` layout (structspec's before the schema moved).
+REQUEST_LAYOUT_SYSTEM = "You are a precise assistant. Answer with JSON only."
+
+
+def call_is_right(text: str, ground_truth: list[dict]) -> bool:
+    """Whether the JSON call ``text`` matches BFCL's ``ground_truth`` (one call). Pure."""
+    try:
+        call = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(call, dict) or len(ground_truth) != 1:
+        return False
+    (name, allowed), = ground_truth[0].items()
+    args = call.get("arguments", {})
+    if call.get("name") != name or not isinstance(args, dict):
+        return False
+    if any(key not in allowed for key in args):
+        return False
+    for key, values in allowed.items():
+        if key not in args:
+            if "" not in values:
+                return False
+            continue
+        value = args[key]
+        if not any(value == v or (isinstance(v, str) and isinstance(value, str)
+                                  and value.lower() == v.lower()) for v in values):
+            return False
+    return True
+
+
+def prompt_ids(gen: Generator, layout: str, request: str, schema_text: str) -> list[int]:
+    """The templated prompt of ``request`` with ``schema_text`` shown the ``layout`` way."""
+    if layout == "system":
+        return gen.prompt_ids(request, schema_text=schema_text)
+    messages = [{"role": "system", "content": REQUEST_LAYOUT_SYSTEM},
+                {"role": "user",
+                 "content": f"{request}\n\n{SCHEMA_INSTRUCTION.format(schema=schema_text)}"}]
+    ids = gen.loaded.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                   tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=250)
+    ap.add_argument("--offset", type=int, default=0)
+    ap.add_argument("--layouts", default="system,request")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--json-out")
+    args = ap.parse_args(argv)
+    if not BFCL.exists():
+        print(f"skipped: {BFCL} is absent (the shared test data)")
+        return 0
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = [json.loads(line) for line in BFCL.read_text().splitlines() if line.strip()]
+    rows = rows[args.offset:args.offset + args.n]
+    gen = Generator(None)
+    summary = {}
+    for layout in args.layouts.split(","):
+        if layout not in ("system", "request"):
+            raise SystemExit(f"--layouts: unknown layout {layout!r} (system, request)")
+        prefixes, acceptance = PrefixCache(), AcceptanceModel()
+        right = passes = tokens = prompt_tokens = 0
+        start = time.perf_counter()
+        for row in rows:
+            constraint = structspec.compile_json_schema(row["call_json_schema"], gen.vocab)
+            schema_text = json.dumps(constraint.schema, separators=(",", ":"))
+            ids = prompt_ids(gen, layout, row["messages"][-1]["content"], schema_text)
+            prompt_tokens += len(ids)
+            try:
+                out = speculative_decode(gen.loaded.model, gen.vocab, ids, constraint,
+                                         max_new_tokens=args.max_new_tokens,
+                                         sampling=SamplingParams(), config=SpecConfig(),
+                                         tokenizer=gen.loaded.tokenizer, acceptance=acceptance,
+                                         prefix_cache=prefixes)
+                text, stats = gen.vocab.decode_text(out.token_ids), out.stats
+                tokens += len(out.token_ids)
+            except GenerationError as exc:  # unfinished: wrong
+                text, stats = "", getattr(exc, "stats", None)
+            passes += stats.forward_passes if stats is not None else 0
+            right += call_is_right(text, row["ground_truth_bfcl"])
+        summary[layout] = {"right": right, "n": len(rows), "accuracy": round(right / len(rows), 3),
+                           "prompt_tokens": prompt_tokens, "prefix_reused": prefixes.reused_tokens,
+                           "tokens_per_pass": round(tokens / max(1, passes), 2),
+                           "seconds": round(time.perf_counter() - start, 1)}
+        print(f"{layout:8s} right {right}/{len(rows)} ({100 * right / len(rows):.1f}%)  "
+              f"prompt tokens {prompt_tokens} (prefix cache {prefixes.reused_tokens})  "
+              f"tokens/pass {summary[layout]['tokens_per_pass']}  "
+              f"{summary[layout]['seconds']} s", flush=True)
+    if args.json_out:
+        Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json_out).write_text(json.dumps({"offset": args.offset, "layouts": summary},
+                                                  indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
