@@ -31,7 +31,7 @@ unconstrained (``speedup_vs_hf``) and, for JSON, with xgrammar's logits processo
 (``speedup_vs_hf_xgrammar``); ``--no-peers`` skips them.
 
     python benchmarks/speculative.py --task json [--data FILE] [--offset K] [--n 5]
-        [--max-new-tokens 160]
+        [--max-new-tokens 160] [--layout system|request]
         [--no-pack] [--threads T] [--repeats R] [--draft-model ID] [--no-draft-head]
         [--no-cost-model]
         [--no-prefix-cache] [--json-out F]
@@ -130,8 +130,11 @@ def _prompt_of(row: dict, path: Path) -> str:
 
 
 def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
-               offset: int = 0) -> list[dict]:
+               offset: int = 0, layout: str = "system") -> list[dict]:
     """``[{"id", "prompt_ids", "constraint"}]`` for ``kind``.
+
+    ``layout`` (JSON): ``"system"`` shows the schema as ``Generator.prompt_ids`` does, in the
+    system message; ``"request"`` after the request (see ``benchmarks/bfcl_accuracy.py``).
 
     ``data`` replaces the default task file (held-out prompts and schemas): JSONL rows in the
     default file's format (``json``: ``messages`` + ``call_json_schema``; ``code``:
@@ -151,9 +154,14 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
             constraint = structspec.compile_json_schema(schema, gen.vocab)
             schema_text = json.dumps(constraint.schema, separators=(",", ":"))
             prompt = _prompt_of(row, path)
+            if layout == "system":
+                ids = gen.prompt_ids(prompt, schema_text=schema_text)
+            else:
+                from bfcl_accuracy import prompt_ids
+
+                ids = prompt_ids(gen, layout, prompt, schema_text)
             tasks.append({"id": str(row.get("id", f"json_{index}")), "constraint": constraint,
-                          "schema": schema,
-                          "prompt_ids": gen.prompt_ids(prompt, schema_text=schema_text)})
+                          "schema": schema, "prompt_ids": ids})
         return tasks
     code_path = Path(data) if data and kind == "code" else CODE_DATA
     if kind == "code" and code_path.exists():
@@ -274,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="task file instead of the default (held-out tasks): JSONL in the "
                          "default file's format, or for prose one prompt per line")
     ap.add_argument("--offset", type=int, default=0, help="skip this many tasks first")
+    ap.add_argument("--layout", choices=("system", "request"), default="system",
+                    help="JSON: the schema in the system message (as Generator.prompt_ids) or "
+                         "after the request (structspec's layout before)")
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--no-pack", action="store_true", help="keep the plain nn.Linear layers")
@@ -308,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_pack and args.device == "cpu" and packing_available(gen.loaded.model):
         pack_linears(gen.loaded.model)
         packed = True
-    tasks = load_tasks(args.task, args.n, gen, args.data, args.offset)
+    tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, args.layout)
     base_cfg = SpecConfig(enabled=False)
     draft = None
     if args.draft_model:
@@ -406,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     summary = {
         "task": args.task, "data": args.data, "offset": args.offset, "n": len(rows),
+        "layout": args.layout if args.task == "json" else None,
         "packed": packed, "threads": torch.get_num_threads(),
         "load": round(os.getloadavg()[0], 2),
         "cost_model": spec_cfg.cost_model, "draft_model": args.draft_model,

@@ -262,7 +262,8 @@ def speculative_depths(tree: DraftTree, frontier_depth: int) -> list[int]:
 
 class AcceptanceModel:
     """Running acceptance rate per ``(drafter, depth below the frontier)``, conditional on
-    the parent being accepted, and of the forced chain.
+    the parent being accepted, and of the forced chain; and how the model tokenizes forced
+    punctuation (:meth:`record_split`), which the forced chain follows.
 
     Args:
         prior: the rate assumed for a drafter never seen at depth 1.

@@ -16,9 +16,11 @@ sources (DESIGN.md, "Speculation"):
   just written.
 - ``closers``: where a free value (number, string) may end, the punctuation that would end
   it — the tokens this output used most — with the forced continuation (the next key).
-- ``splits``: other tokenizations of forced text along the forced chain (models do not
-  always split ``'":"'`` canonically); with :func:`learn_choice` the forced chain itself
-  follows the splits the model has shown.
+- ``splits``: the other tokenization of forced punctuation along the forced chain where
+  the model has written it both ways over earlier requests (``'{"'`` or ``'{'`` + ``'"'``
+  to open an answer); with :func:`learn_choice` the forced chain itself follows the
+  model's usual split, learned per context in this output and across requests
+  (``AcceptanceModel.splits``).
 - ``topk``: the most likely tokens of the target's last distribution, for the first free
   position (a stale guess: it predicted the token *before*; cheap and sometimes right).
 - ``draft_model`` (:mod:`structspec.spec.draft_model`): a small model with the target's
