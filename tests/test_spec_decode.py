@@ -20,6 +20,7 @@ from structspec.errors import GenerationError
 from structspec.masks import apply_mask, mask_to_bool
 from structspec.sampling import SamplingParams, probabilities
 from structspec.spec import SpecConfig, SpecStats, speculative_decode
+from structspec.spec.cost import AcceptanceModel
 from structspec.spec.decode import certain_tokens
 from structspec.spec.drafters import register_drafter
 from structspec.vocab import Vocabulary
@@ -70,6 +71,26 @@ def test_speculative_greedy_equals_plain_greedy(tiny, words, name, max_new, node
         stats = spec[3].stats
         assert isinstance(stats, SpecStats) and stats.new_tokens == len(spec[0])
         assert stats.forward_passes <= plain[3].stats.forward_passes
+
+
+_HABITS = AcceptanceModel()  # learned across the examples below, as a Generator's requests do
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
+       name=st.sampled_from(["call", "tag", "list"]), max_new=st.integers(1, 48))
+def test_learned_splits_never_change_the_output(tiny, words, name, max_new):
+    """Tokenization habits learned over earlier requests (and the ``splits`` drafter that
+    hedges from them) shape the trees, never the output."""
+    model, tok, vocab, constraints = tiny
+    prompt = tok.encode(" ".join(words), add_special_tokens=False)
+    c = constraints[name]
+    plain = _run(decode, model, vocab, prompt, c, max_new_tokens=max_new, sampling=GREEDY)
+    cfg = SpecConfig(drafters=("splits", "values", "closers", "lookup", "alternatives"))
+    spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=max_new,
+                sampling=GREEDY, config=cfg, tokenizer=tok, acceptance=_HABITS)
+    assert spec[:3] == plain[:3]
 
 
 @pytest.mark.parametrize("name", ["call", "tag", "list", "free"])

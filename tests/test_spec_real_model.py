@@ -24,10 +24,12 @@ def test_speculative_equals_plain_on_bfcl_calls(gen, shared_data):
     from structspec.errors import GenerationError
     from structspec.sampling import SamplingParams
     from structspec.spec import speculative_decode
+    from structspec.spec.cost import AcceptanceModel
 
     with open(shared_data / "bfcl" / "bfcl_dev.jsonl") as f:
         rows = [json.loads(line) for line in f][:3]
     model, tok = gen.loaded.model, gen.loaded.tokenizer
+    habits = AcceptanceModel()  # kept across the calls, as a Generator does: learned splits
     for row in rows:
         c = structspec.compile_json_schema(row["call_json_schema"], gen.vocab)
         ids = gen.prompt_ids(row["messages"][-1]["content"],
@@ -39,7 +41,8 @@ def test_speculative_equals_plain_on_bfcl_calls(gen, shared_data):
             plain = exc.token_ids
         try:
             out = speculative_decode(model, gen.vocab, ids, c, max_new_tokens=96,
-                                     sampling=SamplingParams(), tokenizer=tok)
+                                     sampling=SamplingParams(), tokenizer=tok,
+                                     acceptance=habits)
             spec, passes = out.token_ids, out.stats.forward_passes
         except GenerationError as exc:
             spec, passes = exc.token_ids, exc.stats.forward_passes
