@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -47,6 +47,9 @@ import torch
 from structspec.automata.base import Constraint, State
 from structspec.spec.tree import TreeBuilder
 from structspec.vocab import Vocabulary
+
+if TYPE_CHECKING:
+    from structspec.spec.cost import AcceptanceModel
 
 FORCED = "forced"
 
@@ -319,7 +322,7 @@ class DraftContext:
     choices: dict[tuple[bytes, bytes], int] = field(default_factory=dict)
     split_suffixes: dict[bytes, None] = field(default_factory=dict)
     draft_model: Any = None
-    acceptance: Any = None
+    acceptance: AcceptanceModel | None = None
     draft_head: Any = None
     head_anchor: Any = None
 
@@ -387,8 +390,7 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
     tokens = ctx.vocab.tokens
     prev = tokens[prev_token]
     ids = list(ctx.canon.tokens_after(prev, text))
-    if ctx.choices or ctx.split_suffixes or (
-            ctx.acceptance is not None and getattr(ctx.acceptance, "splits", None)):
+    if ctx.choices or ctx.split_suffixes or _split_habits(ctx) is not None:
         out: list[int] = []
         pos = 0
         while ids:
@@ -424,6 +426,13 @@ def _punctuation(token: bytes) -> bool:
     return not any(chr(b).isalnum() or b >= 0x80 for b in token)
 
 
+def _split_habits(ctx: DraftContext) -> AcceptanceModel | None:
+    """``ctx.acceptance`` when it has learned how the model splits forced text, else
+    ``None`` (nothing to consult)."""
+    acceptance = ctx.acceptance
+    return acceptance if acceptance is not None and acceptance.splits else None
+
+
 def split_context(prev: bytes) -> bytes:
     """The context a tokenization choice is learned in: the previous token's last byte where
     it is punctuation or a line break (``'{'`` nested after ``'":'`` and ``'{'`` as the first
@@ -445,8 +454,9 @@ def _preferred(ctx: DraftContext, canonical: int, prev: bytes) -> int:
     exact = ctx.choices.get(key)
     if exact is not None:
         return exact
-    if ctx.acceptance is not None and getattr(ctx.acceptance, "splits", None):
-        shares = ctx.acceptance.split_shares(key, canonical)
+    habits = _split_habits(ctx)
+    if habits is not None:
+        shares = habits.split_shares(key, canonical)
         if shares:
             return shares[0][0]
     for suffix in ctx.split_suffixes:
@@ -481,7 +491,7 @@ def learn_choice(ctx: DraftContext, state: State, prev_token: int, chosen: int) 
         return
     key = (split_context(prev), canonical)
     ctx.choices[key] = chosen
-    if ctx.acceptance is not None and hasattr(ctx.acceptance, "record_split"):
+    if ctx.acceptance is not None:
         ctx.acceptance.record_split(key, chosen)
     if (chosen != ids[0] and canonical.startswith(got) and got[-1:] in _SEPARATOR_ENDS
             and len(ctx.split_suffixes) < 8):
@@ -703,8 +713,8 @@ class SplitsDrafter:
     name = "splits"
 
     def propose(self, ctx: DraftContext, builder: TreeBuilder, frontier: int) -> None:
-        acceptance = ctx.acceptance
-        if acceptance is None or not getattr(acceptance, "splits", None):
+        acceptance = _split_habits(ctx)
+        if acceptance is None:
             return
         tokens = ctx.vocab.tokens
         length = int(ctx.options.get("splits_length", 8))
