@@ -7,12 +7,15 @@ every argument it gives among the allowed values (strings compared case-insensit
 argument the ground truth does not list, and every argument without a ``""`` (may be left
 out) in its allowed values present. Layouts:
 
-- ``system`` (what ``Generator.prompt_ids`` does): the schema in the system message, then
-  the request as the user message;
-- ``request``: the schema after the request in the user message, under a short system
+- ``system`` (what ``Generator.prompt_ids`` does): the schema in the system message as a
+  typed JSON template (:mod:`structspec.schema_prompt`), then the request as the user message;
+- ``system-json``: the same with the schema as compact JSON Schema (structspec's layout
+  before the template);
+- ``request``: the JSON Schema after the request in the user message, under a short system
   message (structspec's layout before it moved the schema).
 
-    python benchmarks/bfcl_accuracy.py [--n 250] [--offset 0] [--layouts system,request]
+    python benchmarks/bfcl_accuracy.py [--n 250] [--offset 0]
+        [--layouts system,system-json,request]
         [--threads T] [--json-out F]
 """
 
@@ -32,9 +35,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 import structspec  # noqa: E402
-from structspec.api import SCHEMA_INSTRUCTION, Generator  # noqa: E402
+from structspec.api import Generator  # noqa: E402
 from structspec.errors import GenerationError  # noqa: E402
 from structspec.sampling import SamplingParams  # noqa: E402
+from structspec.schema_prompt import SCHEMA_JSON_INSTRUCTION  # noqa: E402
 from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
 from structspec.spec.cost import AcceptanceModel  # noqa: E402
 from structspec.spec.prefix import PrefixCache  # noqa: E402
@@ -42,6 +46,7 @@ from structspec.spec.prefix import PrefixCache  # noqa: E402
 BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
 #: The system message of the ``request`` layout (structspec's before the schema moved).
 REQUEST_LAYOUT_SYSTEM = "You are a precise assistant. Answer with JSON only."
+LAYOUTS = ("system", "system-json", "request")
 
 
 def call_is_right(text: str, ground_truth: list[dict]) -> bool:
@@ -70,13 +75,16 @@ def call_is_right(text: str, ground_truth: list[dict]) -> bool:
     return True
 
 
-def prompt_ids(gen: Generator, layout: str, request: str, schema_text: str) -> list[int]:
-    """The templated prompt of ``request`` with ``schema_text`` shown the ``layout`` way."""
+def prompt_ids(gen: Generator, layout: str, request: str, schema: object) -> list[int]:
+    """The templated prompt of ``request`` with ``schema`` shown the ``layout`` way."""
     if layout == "system":
-        return gen.prompt_ids(request, schema_text=schema_text)
+        return gen.prompt_ids(request, schema=schema)
+    if layout == "system-json":
+        return gen.prompt_ids(request, schema=schema, schema_style="json")
+    schema_text = json.dumps(schema, separators=(",", ":"))
     messages = [{"role": "system", "content": REQUEST_LAYOUT_SYSTEM},
                 {"role": "user",
-                 "content": f"{request}\n\n{SCHEMA_INSTRUCTION.format(schema=schema_text)}"}]
+                 "content": f"{request}\n\n{SCHEMA_JSON_INSTRUCTION.format(schema=schema_text)}"}]
     ids = gen.loaded.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
                                                    tokenize=True)
     if isinstance(ids, dict) or hasattr(ids, "input_ids"):
@@ -88,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=250)
     ap.add_argument("--offset", type=int, default=0)
-    ap.add_argument("--layouts", default="system,request")
+    ap.add_argument("--layouts", default=",".join(LAYOUTS))
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--json-out")
@@ -103,15 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     gen = Generator(None)
     summary = {}
     for layout in args.layouts.split(","):
-        if layout not in ("system", "request"):
-            raise SystemExit(f"--layouts: unknown layout {layout!r} (system, request)")
+        if layout not in LAYOUTS:
+            raise SystemExit(f"--layouts: unknown layout {layout!r} ({', '.join(LAYOUTS)})")
         prefixes, acceptance = PrefixCache(), AcceptanceModel()
         right = passes = tokens = prompt_tokens = 0
         start = time.perf_counter()
         for row in rows:
             constraint = structspec.compile_json_schema(row["call_json_schema"], gen.vocab)
-            schema_text = json.dumps(constraint.schema, separators=(",", ":"))
-            ids = prompt_ids(gen, layout, row["messages"][-1]["content"], schema_text)
+            ids = prompt_ids(gen, layout, row["messages"][-1]["content"], constraint.schema)
             prompt_tokens += len(ids)
             try:
                 out = speculative_decode(gen.loaded.model, gen.vocab, ids, constraint,
@@ -129,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                            "prompt_tokens": prompt_tokens, "prefix_reused": prefixes.reused_tokens,
                            "tokens_per_pass": round(tokens / max(1, passes), 2),
                            "seconds": round(time.perf_counter() - start, 1)}
-        print(f"{layout:8s} right {right}/{len(rows)} ({100 * right / len(rows):.1f}%)  "
+        print(f"{layout:11s} right {right}/{len(rows)} ({100 * right / len(rows):.1f}%)  "
               f"prompt tokens {prompt_tokens} (prefix cache {prefixes.reused_tokens})  "
               f"tokens/pass {summary[layout]['tokens_per_pass']}  "
               f"{summary[layout]['seconds']} s", flush=True)

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skip {name}: {exc}", file=sys.stderr)
             continue
         compile_s = time.perf_counter() - t0
-        ids = gen.prompt_ids(prompt, schema_text=json.dumps(schema, separators=(",", ":")))
+        ids = gen.prompt_ids(prompt, schema=schema)
         # Warm-up (first-touch masks, allocator), then interleaved repeats. An output cut by
         # the token limit is still a fair per-token measurement.
         out_ids, _ = _constrained(model, vocab, ids, constraint, args.max_new_tokens, greedy)

@@ -31,7 +31,7 @@ unconstrained (``speedup_vs_hf``) and, for JSON, with xgrammar's logits processo
 (``speedup_vs_hf_xgrammar``); ``--no-peers`` skips them.
 
     python benchmarks/speculative.py --task json [--data FILE] [--offset K] [--n 5]
-        [--max-new-tokens 160] [--layout system|request]
+        [--max-new-tokens 160] [--layout system|system-json|request]
         [--no-pack] [--threads T] [--repeats R] [--draft-model ID] [--no-draft-head]
         [--no-cost-model]
         [--no-prefix-cache] [--json-out F]
@@ -134,7 +134,8 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
     """``[{"id", "prompt_ids", "constraint"}]`` for ``kind``.
 
     ``layout`` (JSON): ``"system"`` shows the schema as ``Generator.prompt_ids`` does, in the
-    system message; ``"request"`` after the request (see ``benchmarks/bfcl_accuracy.py``).
+    system message as a typed template; ``"system-json"`` there as JSON Schema;
+    ``"request"`` as JSON Schema after the request (see ``benchmarks/bfcl_accuracy.py``).
 
     ``data`` replaces the default task file (held-out prompts and schemas): JSONL rows in the
     default file's format (``json``: ``messages`` + ``call_json_schema``; ``code``:
@@ -152,14 +153,9 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
             if schema is None:
                 raise SystemExit(f"{path}: row {index} has no 'call_json_schema' (or 'schema')")
             constraint = structspec.compile_json_schema(schema, gen.vocab)
-            schema_text = json.dumps(constraint.schema, separators=(",", ":"))
-            prompt = _prompt_of(row, path)
-            if layout == "system":
-                ids = gen.prompt_ids(prompt, schema_text=schema_text)
-            else:
-                from bfcl_accuracy import prompt_ids
+            from bfcl_accuracy import prompt_ids
 
-                ids = prompt_ids(gen, layout, prompt, schema_text)
+            ids = prompt_ids(gen, layout, _prompt_of(row, path), constraint.schema)
             tasks.append({"id": str(row.get("id", f"json_{index}")), "constraint": constraint,
                           "schema": schema, "prompt_ids": ids})
         return tasks
@@ -282,9 +278,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="task file instead of the default (held-out tasks): JSONL in the "
                          "default file's format, or for prose one prompt per line")
     ap.add_argument("--offset", type=int, default=0, help="skip this many tasks first")
-    ap.add_argument("--layout", choices=("system", "request"), default="system",
-                    help="JSON: the schema in the system message (as Generator.prompt_ids) or "
-                         "after the request (structspec's layout before)")
+    ap.add_argument("--layout", choices=("system", "system-json", "request"), default="system",
+                    help="JSON: the schema in the system message as a typed template (as "
+                         "Generator.prompt_ids) or as JSON Schema, or after the request")
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--no-pack", action="store_true", help="keep the plain nn.Linear layers")

@@ -105,6 +105,10 @@ def _build_parser() -> argparse.ArgumentParser:
                      help="JSON whitespace policy (default: compact)")
     gen.add_argument("--lenient", action="store_true",
                      help="accept keywords that cannot be enforced exactly; validate afterwards")
+    gen.add_argument("--schema-style", choices=["template", "json"], default="template",
+                     help="how the schema is shown to the model: a typed JSON template "
+                          "(default; JSON Schema where a template cannot state it) or JSON "
+                          "Schema")
     gen.add_argument("--raw-prompt", action="store_true",
                      help="do not apply the chat template nor show the schema to the model")
     gen.add_argument("--device", default="cpu", help="torch device (default: cpu)")
@@ -273,7 +277,7 @@ def _generate(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         seed=args.seed,
         chat=False if raw_prompt else None,
-        schema_in_prompt=not raw_prompt,
+        schema_in_prompt=False if raw_prompt else args.schema_style,
         whitespace=args.whitespace,
         lenient=args.lenient,
         **({} if retries is None else {"max_retries": retries}),

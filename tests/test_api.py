@@ -75,15 +75,22 @@ def test_regex_and_free_text(gen):
 def test_raw_prompt_skips_the_template(gen):
     ids = gen.prompt_ids("hello", chat=False)
     assert ids == gen.loaded.tokenizer.encode("hello", add_special_tokens=False)
-    templated = gen.prompt_ids("hello", schema_text='{"type":"string"}')
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    templated = gen.prompt_ids("hello", schema=schema)
     assert len(templated) > len(ids)
     text = gen.loaded.tokenizer.decode(templated)
-    # The schema goes in the system message, before the request (BFCL: twice the calls right).
-    assert text.index('{"type":"string"}') < text.index("hello")
-    assert "JSON Schema" in text.split("hello")[0]
+    # The schema goes in the system message, before the request (BFCL: twice the calls right),
+    # as a typed template by default.
+    assert text.index('"city"?: string') < text.index("hello")
+    as_json = gen.loaded.tokenizer.decode(gen.prompt_ids("hello", schema=schema,
+                                                         schema_style="json"))
+    assert as_json.index('{"type":"object"') < as_json.index("hello")
+    assert "JSON Schema" in as_json.split("hello")[0]
     custom = gen.loaded.tokenizer.decode(
-        gen.prompt_ids("hello", schema_text='{"type":"string"}', system="Be brief."))
-    assert custom.index("Be brief.") < custom.index('{"type":"string"}') < custom.index("hello")
+        gen.prompt_ids("hello", schema=schema, system="Be brief."))
+    assert custom.index("Be brief.") < custom.index('"city"') < custom.index("hello")
+    with pytest.raises(ValueError, match="schema_style"):
+        gen.prompt_ids("hello", schema=schema, schema_style="yaml")
 
 
 @pytest.mark.parametrize(

@@ -32,8 +32,7 @@ def test_speculative_equals_plain_on_bfcl_calls(gen, shared_data):
     habits = AcceptanceModel()  # kept across the calls, as a Generator does: learned splits
     for row in rows:
         c = structspec.compile_json_schema(row["call_json_schema"], gen.vocab)
-        ids = gen.prompt_ids(row["messages"][-1]["content"],
-                             schema_text=json.dumps(c.schema, separators=(",", ":")))
+        ids = gen.prompt_ids(row["messages"][-1]["content"], schema=c.schema)
         try:
             plain = decode(model, gen.vocab, ids, c, max_new_tokens=96,
                            sampling=SamplingParams()).token_ids
@@ -82,8 +81,7 @@ def test_the_default_model_as_its_own_draft_model(gen, shared_data):
         row = json.loads(f.readline())
     model, tok = gen.loaded.model, gen.loaded.tokenizer
     c = structspec.compile_json_schema(row["call_json_schema"], gen.vocab)
-    ids = gen.prompt_ids(row["messages"][-1]["content"],
-                         schema_text=json.dumps(c.schema, separators=(",", ":")))
+    ids = gen.prompt_ids(row["messages"][-1]["content"], schema=c.schema)
     plain = decode(model, gen.vocab, ids, c, max_new_tokens=64, sampling=SamplingParams())
     cfg = SpecConfig(draft_model=DraftModel(model, tok), drafters=("draft_model",),
                      cost_curve=CostCurve((1, 64), (1.0, 1.0)), adaptive=False,

@@ -1,0 +1,199 @@
+"""How a JSON Schema is shown to the model in the prompt.
+
+The constraint already enforces the schema, so the prompt only has to tell the model what
+each field *means* and which shape to expect. A JSON Schema spends most of its tokens on
+keyword syntax (``{"type":"integer","description":...}``): on the BFCL dev set the compact
+JSON is 128 tokens per call schema on average, and the prompt is prefilled on every
+request, speculation or not. :func:`render_schema` writes the same schema as a typed JSON
+template, the form function-calling prompts use::
+
+    {
+      "name": "calculate_triangle_area",
+      "arguments": {
+        "base": integer, // The base of the triangle.
+        "unit"?: string // The unit of measure
+      }
+    }
+
+It is written by hand because no library renders a JSON Schema this way while guaranteeing
+that nothing is lost: a schema that uses a validation keyword the template cannot state
+(``$ref``, ``allOf``, ``not``, ``patternProperties``, ``if`` ...) is shown as compact JSON
+Schema instead, whole, so the model never sees a wider shape than the one enforced.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+#: Validation keywords of draft 2020-12 (and older drafts) that the template cannot state.
+_UNSTATED = frozenset({
+    "$ref", "$dynamicRef", "$recursiveRef", "$defs", "definitions", "allOf", "not", "if",
+    "then", "else", "dependentSchemas", "dependentRequired", "dependencies",
+    "patternProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
+    "prefixItems", "contains", "minContains", "maxContains", "additionalItems",
+    "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary",
+})
+
+#: Validation keywords the template states (everything else that is not in ``_UNSTATED`` is
+#: an annotation or unknown, and constrains nothing).
+_STATED = frozenset({
+    "type", "properties", "required", "additionalProperties", "items", "enum", "const",
+    "anyOf", "oneOf", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf", "minLength", "maxLength", "pattern", "format", "minItems", "maxItems",
+    "uniqueItems", "minProperties", "maxProperties",
+})
+
+SCHEMA_JSON_INSTRUCTION = "Answer with a JSON value that matches this JSON Schema:\n{schema}"
+SCHEMA_TEMPLATE_INSTRUCTION = (
+    "Answer with a JSON value of this form (keys marked ? are optional):\n{schema}")
+
+
+def renders_as_template(schema: Any) -> bool:
+    """Whether :func:`render_schema` can state every constraint of ``schema`` as a template."""
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, dict) or not _UNSTATED.isdisjoint(schema):
+        return False
+    # A value list or a union is shown alone: beside other validation keywords (other than
+    # "type", which the template applies) it would show a wider shape than enforced.
+    validating = _STATED.intersection(schema) - {"type"}
+    if ("const" in schema or "enum" in schema) and len(validating) > 1:
+        return False
+    unions = [schema[k] for k in ("anyOf", "oneOf") if k in schema]
+    if unions and (len(validating) > 1 or any(
+            isinstance(o, dict) and "type" in o and "type" in schema for o in unions[0])):
+        return False
+    for key, value in schema.items():
+        if key == "properties":
+            subschemas = list(value.values()) if isinstance(value, dict) else [None]
+        elif key in ("items", "additionalProperties"):
+            subschemas = [value]
+        elif key in ("anyOf", "oneOf"):
+            subschemas = value if isinstance(value, list) else [None]
+        else:
+            continue
+        if not all(map(renders_as_template, subschemas)):
+            return False
+    return True
+
+
+def schema_instruction(schema: Any) -> str:
+    """The instruction that shows ``schema`` to the model: a template where one says it all,
+    else the compact JSON Schema."""
+    if renders_as_template(schema):
+        return SCHEMA_TEMPLATE_INSTRUCTION.format(schema=render_schema(schema))
+    return SCHEMA_JSON_INSTRUCTION.format(schema=json.dumps(schema, separators=(",", ":")))
+
+
+def render_schema(schema: Any) -> str:
+    """``schema`` as a typed JSON template (see the module docstring), or as compact JSON
+    Schema when it uses a keyword the template cannot state."""
+    if not renders_as_template(schema):
+        return json.dumps(schema, separators=(",", ":"))
+    text = _Renderer().value(schema, 0)
+    comment = _Renderer.comment(schema)
+    return f"// {comment}\n{text}" if comment else text
+
+
+def _has_type(value: Any, types: Any) -> bool:
+    """Whether ``value`` has one of the JSON Schema ``types`` (``None``: any type)."""
+    if types is None:
+        return True
+    if isinstance(types, str):
+        types = [types]
+    kind = {type(None): "null", bool: "boolean", str: "string", list: "array",
+            dict: "object"}.get(type(value))
+    if kind is None:  # a number
+        kind = "integer" if float(value).is_integer() else "number"
+    return kind in types or (kind == "integer" and "number" in types)
+
+
+def _one_line(text: Any) -> str:
+    return " ".join(str(text).split())
+
+
+class _Renderer:
+    """Renders a schema that :func:`renders_as_template` accepts."""
+
+    indent = "  "
+
+    def value(self, schema: Any, depth: int) -> str:
+        """The template of one value, without its description (the caller places that)."""
+        if schema is True or schema == {}:
+            return "any"
+        if schema is False:
+            return "never"
+        assert isinstance(schema, dict)
+        if "const" in schema or "enum" in schema:
+            values = [schema["const"]] if "const" in schema else schema["enum"]
+            fits = [v for v in values if _has_type(v, schema.get("type"))]
+            return " | ".join(json.dumps(v) for v in fits) if fits else "never"
+        for key in ("anyOf", "oneOf"):
+            if key in schema:
+                rest = {k: v for k, v in schema.items() if k != key}
+                options = [self.value({**rest, **o} if isinstance(o, dict) else o, depth)
+                           for o in schema[key]]
+                return " | ".join(dict.fromkeys(options))
+        types = schema.get("type")
+        if isinstance(types, list):
+            return " | ".join(self.value({**schema, "type": t}, depth) for t in types)
+        if types is None:
+            if "properties" in schema or "additionalProperties" in schema:
+                types = "object"
+            elif "items" in schema:
+                types = "array"
+        if types == "object":
+            return self.object(schema, depth)
+        if types == "array":
+            items = schema.get("items", True)
+            inner = self.value(items, depth)
+            if " | " in inner:
+                inner = f"({inner})"
+            return inner + "[]" + self.notes(schema, ("minItems", "maxItems", "uniqueItems"))
+        if types in ("string", "integer", "number", "boolean", "null"):
+            return types + self.notes(schema, (
+                "format", "pattern", "minLength", "maxLength", "minimum", "maximum",
+                "exclusiveMinimum", "exclusiveMaximum", "multipleOf"))
+        return "any"
+
+    def object(self, schema: dict[str, Any], depth: int) -> str:
+        properties: dict[str, Any] = schema.get("properties") or {}
+        extra = schema.get("additionalProperties", True)
+        notes = self.notes(schema, ("minProperties", "maxProperties"))
+        if not properties and extra is True:
+            return "object" + notes
+        required = set(schema.get("required") or ())
+        pad = self.indent * (depth + 1)
+        lines = []
+        entries = [(json.dumps(k) + ("" if k in required else "?"), v)
+                   for k, v in properties.items()]
+        entries += [(json.dumps(k), True) for k in sorted(required) if k not in properties]
+        # Other keys, when allowed, are shown only where they carry a schema or are all
+        # there is: a "..." after every property list costs tokens and invites extra keys.
+        if extra is not False and (extra is not True or not properties):
+            entries.append(("[key: string]", extra))
+        if not entries:
+            return "{}" + notes
+        for i, (key, sub) in enumerate(entries):
+            comma = "," if i < len(entries) - 1 else ""
+            line = f"{pad}{key}: {self.value(sub, depth + 1)}{comma}"
+            comment = self.comment(sub)
+            lines.append(f"{line} // {comment}" if comment else line)
+        closing = self.indent * depth + "}"
+        return "{\n" + "\n".join(lines) + "\n" + closing + notes
+
+    @staticmethod
+    def comment(schema: Any) -> str:
+        if not isinstance(schema, dict):
+            return ""
+        text = _one_line(schema.get("description") or schema.get("title") or "")
+        if "default" in schema:
+            default = f"default {json.dumps(schema['default'])}"
+            text = f"{text} ({default})" if text else default
+        return text
+
+    @staticmethod
+    def notes(schema: dict[str, Any], keys: tuple[str, ...]) -> str:
+        said = [f"{k} {json.dumps(schema[k])}" for k in keys if k in schema]
+        return f" ({', '.join(said)})" if said else ""
