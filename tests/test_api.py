@@ -91,6 +91,8 @@ def test_raw_prompt_skips_the_template(gen):
     assert custom.index("Be brief.") < custom.index('"city"') < custom.index("hello")
     with pytest.raises(ValueError, match="schema_style"):
         gen.prompt_ids("hello", schema=schema, schema_style="yaml")
+    with pytest.raises(ValueError, match="schema_in_prompt"):
+        gen.run("hello", schema=schema, schema_in_prompt="yaml")
 
 
 @pytest.mark.parametrize(
