@@ -15,20 +15,26 @@ template, the form function-calling prompts use::
       }
     }
 
+Definitions referenced by local ``$ref`` (``#/$defs/Name``, ``#/definitions/Name`` — what
+Pydantic writes for nested models and enums) are shown once, by name, before the template
+(``Address = {...}``), so recursive schemas render too.
+
 It is written by hand because no library renders a JSON Schema this way while guaranteeing
 that nothing is lost: a schema that uses a validation keyword the template cannot state
-(``$ref``, ``allOf``, ``not``, ``patternProperties``, ``if`` ...) is shown as compact JSON
-Schema instead, whole, so the model never sees a wider shape than the one enforced.
+(``allOf``, ``not``, ``patternProperties``, ``if``, a ``$ref`` to anything but a local
+definition ...) is shown as compact JSON Schema instead, whole, so the model never sees a
+wider shape than the one enforced. ``oneOf`` is shown as a union, like ``anyOf``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 #: Validation keywords of draft 2020-12 (and older drafts) that the template cannot state.
 _UNSTATED = frozenset({
-    "$ref", "$dynamicRef", "$recursiveRef", "$defs", "definitions", "allOf", "not", "if",
+    "$dynamicRef", "$recursiveRef", "allOf", "not", "if",
     "then", "else", "dependentSchemas", "dependentRequired", "dependencies",
     "patternProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
     "prefixItems", "contains", "minContains", "maxContains", "additionalItems",
@@ -44,6 +50,9 @@ _STATED = frozenset({
     "uniqueItems", "minProperties", "maxProperties",
 })
 
+#: A local reference the template names: ``#/$defs/Name`` or ``#/definitions/Name``.
+_LOCAL_REF = re.compile(r"#/(\$defs|definitions)/([A-Za-z_][A-Za-z0-9_.\-]*)\Z")
+
 SCHEMA_JSON_INSTRUCTION = "Answer with a JSON value that matches this JSON Schema:\n{schema}"
 SCHEMA_TEMPLATE_INSTRUCTION = (
     "Answer with a JSON value of this form (keys marked ? are optional):\n{schema}")
@@ -53,11 +62,52 @@ def renders_as_template(schema: Any) -> bool:
     """Whether :func:`render_schema` can state every constraint of ``schema`` as a template."""
     if isinstance(schema, bool):
         return True
+    if not isinstance(schema, dict):
+        return False
+    definitions = _definitions(schema)
+    if definitions is None:
+        return False
+    return (_stated(schema, definitions, root=True)
+            and all(_stated(sub, definitions) for _, sub in definitions.values()))
+
+
+def _definitions(root: dict[str, Any]) -> dict[str, tuple[str, Any]] | None:
+    """``{"#/$defs/Name": (shown name, schema)}`` of the root's definitions; ``None`` when
+    they are not name -> schema maps."""
+    found: dict[str, tuple[str, Any]] = {}
+    names: set[str] = set()
+    for key in ("$defs", "definitions"):
+        table = root.get(key)
+        if table is None:
+            continue
+        if not isinstance(table, dict):
+            return None
+        for name, sub in table.items():
+            shown = name
+            while shown in names:  # the same name under both keywords
+                shown += "_"
+            names.add(shown)
+            found[f"#/{key}/{name}"] = (shown, sub)
+    return found
+
+
+def _stated(schema: Any, definitions: dict[str, tuple[str, Any]], root: bool = False) -> bool:
+    """Whether the template states every constraint of ``schema`` (a subschema of a root
+    with ``definitions``)."""
+    if isinstance(schema, bool):
+        return True
     if not isinstance(schema, dict) or not _UNSTATED.isdisjoint(schema):
         return False
+    if not root and ("$defs" in schema or "definitions" in schema or "$id" in schema):
+        return False  # nested resources: their references resolve elsewhere
+    validating = _STATED.intersection(schema) - {"type"}
+    if "$ref" in schema:
+        # A reference is shown as the definition's name: alone, or it would read wider.
+        ref = schema["$ref"]
+        return (isinstance(ref, str) and _LOCAL_REF.match(ref) is not None
+                and ref in definitions and not validating and "type" not in schema)
     # A value list or a union is shown alone: beside other validation keywords (other than
     # "type", which the template applies) it would show a wider shape than enforced.
-    validating = _STATED.intersection(schema) - {"type"}
     if ("const" in schema or "enum" in schema) and len(validating) > 1:
         return False
     unions = [schema[k] for k in ("anyOf", "oneOf") if k in schema]
@@ -73,7 +123,7 @@ def renders_as_template(schema: Any) -> bool:
             subschemas = value if isinstance(value, list) else [None]
         else:
             continue
-        if not all(map(renders_as_template, subschemas)):
+        if not all(_stated(sub, definitions) for sub in subschemas):
             return False
     return True
 
@@ -91,9 +141,27 @@ def render_schema(schema: Any) -> str:
     Schema when it uses a keyword the template cannot state."""
     if not renders_as_template(schema):
         return json.dumps(schema, separators=(",", ":"))
-    text = _Renderer().value(schema, 0)
-    comment = _Renderer.comment(schema)
-    return f"// {comment}\n{text}" if comment else text
+    definitions = _definitions(schema) if isinstance(schema, dict) else {}
+    renderer = _Renderer(definitions or {})
+    main, main_ref = schema, None
+    while isinstance(main, dict) and "$ref" in main:  # the root is a definition: inline it
+        main_ref = main["$ref"]
+        main = definitions[main_ref][1]
+    text = renderer.value(main, 0)
+    shown = []
+    done: set[str] = set()
+    while len(done) < len(renderer.used):  # definitions used, and those they use
+        for ref in [r for r in renderer.used if r not in done]:
+            done.add(ref)
+            if ref == main_ref:  # recursive: the main template carries its name
+                text = f"{definitions[ref][0]} = {text}"
+                continue
+            name, sub = definitions[ref]
+            note = _Renderer.comment(sub)
+            shown.append((f"// {note}\n" if note else "") + f"{name} = {renderer.value(sub, 0)}")
+    comment = _Renderer.comment(main) or _Renderer.comment(schema)
+    body = f"// {comment}\n{text}" if comment else text
+    return "\n".join([*shown, body])
 
 
 def _has_type(value: Any, types: Any) -> bool:
@@ -118,6 +186,10 @@ class _Renderer:
 
     indent = "  "
 
+    def __init__(self, definitions: dict[str, tuple[str, Any]]) -> None:
+        self.definitions = definitions
+        self.used: dict[str, None] = {}  # references met, in order
+
     def value(self, schema: Any, depth: int) -> str:
         """The template of one value, without its description (the caller places that)."""
         if schema is True or schema == {}:
@@ -125,6 +197,9 @@ class _Renderer:
         if schema is False:
             return "never"
         assert isinstance(schema, dict)
+        if "$ref" in schema:
+            self.used.setdefault(schema["$ref"], None)
+            return self.definitions[schema["$ref"]][0]
         if "const" in schema or "enum" in schema:
             values = [schema["const"]] if "const" in schema else schema["enum"]
             fits = [v for v in values if _has_type(v, schema.get("type"))]
@@ -187,7 +262,8 @@ class _Renderer:
     def comment(schema: Any) -> str:
         if not isinstance(schema, dict):
             return ""
-        text = _one_line(schema.get("description") or schema.get("title") or "")
+        # Titles are left out: Pydantic titles every field with its own name ("Zip Code").
+        text = _one_line(schema.get("description") or "")
         if "default" in schema:
             default = f"default {json.dumps(schema['default'])}"
             text = f"{text} ({default})" if text else default

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel, Field
 
 from structspec.schema_prompt import (
     SCHEMA_JSON_INSTRUCTION,
@@ -55,7 +56,13 @@ def test_a_call_schema_as_a_template() -> None:
 
 
 @pytest.mark.parametrize("schema", [
-    {"$ref": "#/$defs/a", "$defs": {"a": {"type": "string"}}},
+    {"$ref": "other.json#/$defs/a"},
+    {"$ref": "#/$defs/a/properties/b", "$defs": {"a": {"properties": {"b": {}}}}},
+    {"$ref": "#/$defs/a", "minLength": 1, "$defs": {"a": {"type": "string"}}},
+    {"$ref": "#/$defs/missing", "$defs": {"a": {"type": "string"}}},
+    {"properties": {"a": {"$defs": {"b": {}}, "$ref": "#/$defs/b"}}},
+    {"$defs": {"b": {}}, "properties": {"a": {"$id": "http://x/", "$ref": "#/$defs/b"}}},
+    {"$ref": "#/$defs/a", "$defs": {"a": {"not": {"type": "string"}}}},
     {"type": "object", "properties": {"a": {"allOf": [{"type": "string"}]}}},
     {"type": "array", "items": {"not": {"type": "null"}}},
     {"type": "object", "patternProperties": {"^x": {"type": "integer"}}},
@@ -144,6 +151,63 @@ def test_the_template_names_every_key_and_value(schema: Any) -> None:
     keys, values = _keys_and_values(schema)
     for piece in keys + values:
         assert piece in text
+
+
+class Address(BaseModel):
+    street: str = Field(description="Street and number")
+    country: Literal["FR", "DE"] = "FR"
+
+
+class Person(BaseModel):
+    """Someone to write to."""
+
+    name: str
+    address: Address
+    previous: list[Address] = []
+    friends: list[Person] = []
+    age: int | None = None
+
+
+def test_pydantic_models_render_their_definitions_by_name() -> None:
+    schema = Person.model_json_schema()
+    assert "$defs" in schema
+    assert renders_as_template(schema)
+    # The root is a recursive definition: shown last, under its name.
+    assert render_schema(schema) == "\n".join([
+        "Address = {",
+        '  "street": string, // Street and number',
+        '  "country"?: "FR" | "DE" // default "FR"',
+        "}",
+        "// Someone to write to.",
+        "Person = {",
+        '  "name": string,',
+        '  "address": Address,',
+        '  "previous"?: Address[], // default []',
+        '  "friends"?: Person[], // default []',
+        '  "age"?: integer | null // default null',
+        "}",
+    ])
+    # Titles (Pydantic's "Street" for street) are left out; descriptions are kept.
+    assert "Street and" in render_schema(Address.model_json_schema())
+    assert "Street\n" not in render_schema(Address.model_json_schema())
+
+
+class Order(BaseModel):
+    to: Address
+    items: list[str]
+
+
+def test_a_definition_used_below_the_root_is_named_before_it() -> None:
+    assert render_schema(Order.model_json_schema()) == "\n".join([
+        "Address = {",
+        '  "street": string, // Street and number',
+        '  "country"?: "FR" | "DE" // default "FR"',
+        "}",
+        "{",
+        '  "to": Address,',
+        '  "items": string[]',
+        "}",
+    ])
 
 
 def test_suite_schemas_render(shared_data: Path) -> None:
