@@ -37,14 +37,15 @@ _UNSTATED = frozenset({
     "$dynamicRef", "$recursiveRef", "allOf", "not", "if",
     "then", "else", "dependentSchemas", "dependentRequired", "dependencies",
     "patternProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems",
-    "prefixItems", "contains", "minContains", "maxContains", "additionalItems",
+    "contains", "minContains", "maxContains", "additionalItems",
     "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary",
 })
 
 #: Validation keywords the template states (everything else that is not in ``_UNSTATED`` is
 #: an annotation or unknown, and constrains nothing).
 _STATED = frozenset({
-    "type", "properties", "required", "additionalProperties", "items", "enum", "const",
+    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "enum",
+    "const",
     "anyOf", "oneOf", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "multipleOf", "minLength", "maxLength", "pattern", "format", "minItems", "maxItems",
     "uniqueItems", "minProperties", "maxProperties",
@@ -119,7 +120,7 @@ def _stated(schema: Any, definitions: dict[str, tuple[str, Any]], root: bool = F
             subschemas = list(value.values()) if isinstance(value, dict) else [None]
         elif key in ("items", "additionalProperties"):
             subschemas = [value]
-        elif key in ("anyOf", "oneOf"):
+        elif key in ("anyOf", "oneOf", "prefixItems"):
             subschemas = value if isinstance(value, list) else [None]
         else:
             continue
@@ -216,10 +217,18 @@ class _Renderer:
         if types is None:
             if "properties" in schema or "additionalProperties" in schema:
                 types = "object"
-            elif "items" in schema:
+            elif "items" in schema or "prefixItems" in schema:
                 types = "array"
         if types == "object":
             return self.object(schema, depth)
+        if types == "array" and "prefixItems" in schema:  # a tuple: [integer, string, ...]
+            parts = [self.value(sub, depth) for sub in schema["prefixItems"]]
+            rest = schema.get("items", True)
+            if rest is not False:
+                more = self.value(rest, depth)
+                parts.append(f"...({more})[]" if " | " in more else f"...{more}[]")
+            return "[" + ", ".join(parts) + "]" + self.notes(
+                schema, ("minItems", "maxItems", "uniqueItems"))
         if types == "array":
             items = schema.get("items", True)
             inner = self.value(items, depth)

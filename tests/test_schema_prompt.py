@@ -66,7 +66,7 @@ def test_a_call_schema_as_a_template() -> None:
     {"type": "object", "properties": {"a": {"allOf": [{"type": "string"}]}}},
     {"type": "array", "items": {"not": {"type": "null"}}},
     {"type": "object", "patternProperties": {"^x": {"type": "integer"}}},
-    {"type": "array", "prefixItems": [{"type": "integer"}]},
+    {"type": "array", "prefixItems": [{"not": {}}]},
     # A value list or a union beside other validation keywords would read wider than it is.
     {"type": "string", "enum": ["a", "bb"], "minLength": 2},
     {"properties": {"a": {}}, "anyOf": [{"properties": {"b": {}}}]},
@@ -94,6 +94,10 @@ def test_what_a_template_cannot_state_is_shown_as_json_schema(schema: Any) -> No
     ({"type": "string", "format": "date", "description": "When"},
      '// When\nstring (format "date")'),
     ({"type": "array", "items": {"enum": [1, 2]}}, "(1 | 2)[]"),
+    ({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
+      "items": False, "minItems": 2}, "[integer, string] (minItems 2)"),
+    ({"prefixItems": [{"type": "null"}], "items": {"type": ["string", "null"]}},
+     "[null, ...(string | null)[]]"),
     ({"type": "object", "properties": {"a": {"type": "null"}}, "required": ["a", "b"],
       "additionalProperties": False}, '{\n  "a": null,\n  "b": any\n}'),
 ])
