@@ -41,8 +41,9 @@ from structspec.vocab import Vocabulary
 
 #: Opens the system message when a schema is shown and no ``system`` is given. The schema
 #: goes in the system message, before the request: on the BFCL dev set (250 calls, greedy,
-#: default model) 62 calls were right this way against 30 with the schema after the request,
-#: and requests with the same schema (a tool set) share its key/values in the prefix cache.
+#: default model) 76 calls were right this way as a template, 62 as JSON Schema, against 30
+#: with the JSON Schema after the request; and requests with the same schema (a tool set)
+#: share its key/values in the prefix cache.
 SCHEMA_SYSTEM = "You are a precise assistant."
 #: How a schema is shown (``schema_in_prompt``): ``"template"`` a typed JSON template, or
 #: the JSON Schema where a template cannot state it (:mod:`structspec.schema_prompt`);
