@@ -101,6 +101,10 @@ def _stated(schema: Any, definitions: dict[str, tuple[str, Any]], root: bool = F
         return False
     if not root and ("$defs" in schema or "definitions" in schema or "$id" in schema):
         return False  # nested resources: their references resolve elsewhere
+    if not (isinstance(schema.get("enum", []), list)
+            and isinstance(schema.get("required", []), list)
+            and isinstance(schema.get("type", ""), (str, list))):
+        return False  # not a valid schema: shown as it is
     validating = _STATED.intersection(schema) - {"type"}
     if "$ref" in schema:
         # A reference is shown as the definition's name: alone, or it would read wider.

@@ -71,6 +71,10 @@ def test_a_call_schema_as_a_template() -> None:
     {"type": "string", "enum": ["a", "bb"], "minLength": 2},
     {"properties": {"a": {}}, "anyOf": [{"properties": {"b": {}}}]},
     {"type": "string", "anyOf": [{"type": "integer"}]},
+    # Not valid schemas (Generator validates first): shown as they are, never a crash.
+    {"enum": 5},
+    {"type": "object", "properties": {"a": {}}, "required": "a"},
+    {"type": 3},
 ])
 def test_what_a_template_cannot_state_is_shown_as_json_schema(schema: Any) -> None:
     assert not renders_as_template(schema)
