@@ -38,7 +38,7 @@ import structspec  # noqa: E402
 from structspec.api import Generator  # noqa: E402
 from structspec.errors import GenerationError  # noqa: E402
 from structspec.sampling import SamplingParams  # noqa: E402
-from structspec.schema_prompt import SCHEMA_JSON_INSTRUCTION  # noqa: E402
+from structspec.schema_prompt import schema_instruction  # noqa: E402
 from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
 from structspec.spec.cost import AcceptanceModel  # noqa: E402
 from structspec.spec.prefix import PrefixCache  # noqa: E402
@@ -81,10 +81,9 @@ def prompt_ids(gen: Generator, layout: str, request: str, schema: object) -> lis
         return gen.prompt_ids(request, schema=schema)
     if layout == "system-json":
         return gen.prompt_ids(request, schema=schema, schema_style="json")
-    schema_text = json.dumps(schema, separators=(",", ":"))
     messages = [{"role": "system", "content": REQUEST_LAYOUT_SYSTEM},
                 {"role": "user",
-                 "content": f"{request}\n\n{SCHEMA_JSON_INSTRUCTION.format(schema=schema_text)}"}]
+                 "content": f"{request}\n\n{schema_instruction(schema, 'json')}"}]
     ids = gen.loaded.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
                                                    tokenize=True)
     if isinstance(ids, dict) or hasattr(ids, "input_ids"):

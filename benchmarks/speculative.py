@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
+from bfcl_accuracy import LAYOUTS, prompt_ids  # noqa: E402  (beside this script)
 
 import structspec  # noqa: E402
 from structspec.api import Generator  # noqa: E402
@@ -153,8 +154,6 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
             if schema is None:
                 raise SystemExit(f"{path}: row {index} has no 'call_json_schema' (or 'schema')")
             constraint = structspec.compile_json_schema(schema, gen.vocab)
-            from bfcl_accuracy import prompt_ids
-
             ids = prompt_ids(gen, layout, _prompt_of(row, path), constraint.schema)
             tasks.append({"id": str(row.get("id", f"json_{index}")), "constraint": constraint,
                           "schema": schema, "prompt_ids": ids})
@@ -278,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="task file instead of the default (held-out tasks): JSONL in the "
                          "default file's format, or for prose one prompt per line")
     ap.add_argument("--offset", type=int, default=0, help="skip this many tasks first")
-    ap.add_argument("--layout", choices=("system", "system-json", "request"), default="system",
+    ap.add_argument("--layout", choices=LAYOUTS, default="system",
                     help="JSON: the schema in the system message as a typed template (as "
                          "Generator.prompt_ids) or as JSON Schema, or after the request")
     ap.add_argument("--n", type=int, default=5)

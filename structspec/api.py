@@ -32,7 +32,7 @@ from structspec.engine import DecodeStats, decode, free_text
 from structspec.errors import GenerationError, GrammarError, SchemaError
 from structspec.models import LoadedModel, load_model
 from structspec.sampling import SamplingParams
-from structspec.schema_prompt import SCHEMA_JSON_INSTRUCTION, schema_instruction
+from structspec.schema_prompt import SCHEMA_STYLES, schema_instruction
 from structspec.spec import SpecConfig, UnsupportedModelError, speculative_decode
 from structspec.spec.cost import AcceptanceModel
 from structspec.spec.fastlinear import pack_linears, packing_available
@@ -45,10 +45,6 @@ from structspec.vocab import Vocabulary
 #: with the JSON Schema after the request; and requests with the same schema (a tool set)
 #: share its key/values in the prefix cache.
 SCHEMA_SYSTEM = "You are a precise assistant."
-#: How a schema is shown (``schema_in_prompt``): ``"template"`` a typed JSON template, or
-#: the JSON Schema where a template cannot state it (:mod:`structspec.schema_prompt`);
-#: ``"json"`` always the compact JSON Schema.
-SCHEMA_STYLES = ("template", "json")
 
 
 @dataclass(frozen=True)
@@ -223,7 +219,8 @@ class Generator:
             prompt: the user's request.
             schema: a JSON Schema (dict or bool) to show the model, in the system message
                 (after ``system`` when one is given), before the request.
-            schema_style: how to show it, one of :data:`SCHEMA_STYLES`.
+            schema_style: how to show it, one of
+                :data:`~structspec.schema_prompt.SCHEMA_STYLES`.
             chat: ``None`` = use the chat template if the tokenizer has one; ``False`` = the
                 raw prompt text (nothing added); ``True`` = require a template.
             system: system message for chat models (default: none, or with ``schema``
@@ -237,14 +234,7 @@ class Generator:
             return list(tokenizer.encode(prompt, add_special_tokens=False))
         messages = []
         if schema is not None:
-            if schema_style == "template":
-                instruction = schema_instruction(schema)
-            elif schema_style == "json":
-                instruction = SCHEMA_JSON_INSTRUCTION.format(
-                    schema=json.dumps(schema, separators=(",", ":")))
-            else:
-                raise ValueError(f"schema_style must be one of {SCHEMA_STYLES}, "
-                                 f"not {schema_style!r}")
+            instruction = schema_instruction(schema, schema_style)
             system = (f"{SCHEMA_SYSTEM} {instruction}" if system is None else
                       f"{system}\n\n{instruction}")
         if system is not None:
@@ -314,7 +304,7 @@ class Generator:
             system: system message for chat models.
             schema_in_prompt: show the schema to the model in the prompt (chat models):
                 ``True`` or ``"template"`` as a typed JSON template, ``"json"`` as JSON
-                Schema (:data:`SCHEMA_STYLES`), ``False`` not at all.
+                Schema (:mod:`structspec.schema_prompt`), ``False`` not at all.
             whitespace: JSON whitespace policy, ``"compact"`` or ``"flexible"``.
             lenient: accept schemas with keywords that cannot be enforced exactly;
                 generate under a superset and validate afterwards.

@@ -54,6 +54,9 @@ _STATED = frozenset({
 #: A local reference the template names: ``#/$defs/Name`` or ``#/definitions/Name``.
 _LOCAL_REF = re.compile(r"#/(\$defs|definitions)/([A-Za-z_][A-Za-z0-9_.\-]*)\Z")
 
+#: How a schema can be shown: ``"template"`` a typed JSON template (the compact JSON Schema
+#: where a template cannot state it), ``"json"`` always the compact JSON Schema.
+SCHEMA_STYLES = ("template", "json")
 SCHEMA_JSON_INSTRUCTION = "Answer with a JSON value that matches this JSON Schema:\n{schema}"
 SCHEMA_TEMPLATE_INSTRUCTION = (
     "Answer with a JSON value of this form (keys marked ? are optional):\n{schema}")
@@ -133,19 +136,32 @@ def _stated(schema: Any, definitions: dict[str, tuple[str, Any]], root: bool = F
     return True
 
 
-def schema_instruction(schema: Any) -> str:
-    """The instruction that shows ``schema`` to the model: a template where one says it all,
-    else the compact JSON Schema."""
-    if renders_as_template(schema):
-        return SCHEMA_TEMPLATE_INSTRUCTION.format(schema=render_schema(schema))
-    return SCHEMA_JSON_INSTRUCTION.format(schema=json.dumps(schema, separators=(",", ":")))
+def schema_instruction(schema: Any, style: str = "template") -> str:
+    """The instruction that shows ``schema`` to the model in ``style`` (one of
+    :data:`SCHEMA_STYLES`; ``ValueError`` otherwise)."""
+    if style not in SCHEMA_STYLES:
+        raise ValueError(f"schema_style must be one of {SCHEMA_STYLES}, not {style!r}")
+    template = _template(schema) if style == "template" else None
+    if template is not None:
+        return SCHEMA_TEMPLATE_INSTRUCTION.format(schema=template)
+    return SCHEMA_JSON_INSTRUCTION.format(schema=_compact_json(schema))
 
 
 def render_schema(schema: Any) -> str:
     """``schema`` as a typed JSON template (see the module docstring), or as compact JSON
     Schema when it uses a keyword the template cannot state."""
+    template = _template(schema)
+    return _compact_json(schema) if template is None else template
+
+
+def _compact_json(schema: Any) -> str:
+    return json.dumps(schema, separators=(",", ":"))
+
+
+def _template(schema: Any) -> str | None:
+    """``schema`` as a typed JSON template, or ``None`` where one cannot state it all."""
     if not renders_as_template(schema):
-        return json.dumps(schema, separators=(",", ":"))
+        return None
     definitions = _definitions(schema) if isinstance(schema, dict) else {}
     renderer = _Renderer(definitions or {})
     main, main_ref = schema, None
@@ -184,6 +200,10 @@ def _has_type(value: Any, types: Any) -> bool:
 
 def _one_line(text: Any) -> str:
     return " ".join(str(text).split())
+
+
+#: Array keywords shown as notes after the array's template.
+_ARRAY_NOTES = ("minItems", "maxItems", "uniqueItems")
 
 
 class _Renderer:
@@ -231,14 +251,13 @@ class _Renderer:
             if rest is not False:
                 more = self.value(rest, depth)
                 parts.append(f"...({more})[]" if " | " in more else f"...{more}[]")
-            return "[" + ", ".join(parts) + "]" + self.notes(
-                schema, ("minItems", "maxItems", "uniqueItems"))
+            return "[" + ", ".join(parts) + "]" + self.notes(schema, _ARRAY_NOTES)
         if types == "array":
             items = schema.get("items", True)
             inner = self.value(items, depth)
             if " | " in inner:
                 inner = f"({inner})"
-            return inner + "[]" + self.notes(schema, ("minItems", "maxItems", "uniqueItems"))
+            return inner + "[]" + self.notes(schema, _ARRAY_NOTES)
         if types in ("string", "integer", "number", "boolean", "null"):
             return types + self.notes(schema, (
                 "format", "pattern", "minLength", "maxLength", "minimum", "maximum",
