@@ -14,6 +14,9 @@ from setuptools import Extension, setup
 _HERE = Path(__file__).parent
 _NATIVE = _HERE / "structspec" / "_native"
 _SOURCES = sorted(_NATIVE.glob("*.c"))
+# Kernels that split their work over threads (OpenMP; the soname matches the libgomp torch
+# loads, so both share one runtime).
+_OPENMP = {"smallgemm": ["-fopenmp"]}
 _HEADERS = [str(h.relative_to(_HERE)) for h in sorted(_NATIVE.glob("*.h"))]  # shared by all
 
 setup(
@@ -23,7 +26,8 @@ setup(
             [str(src.relative_to(_HERE))],
             depends=_HEADERS,
             include_dirs=[numpy.get_include()],
-            extra_compile_args=["-O3"],
+            extra_compile_args=["-O3", *_OPENMP.get(src.stem, [])],
+            extra_link_args=_OPENMP.get(src.stem, []),
             optional=True,
         )
         for src in _SOURCES

@@ -3,10 +3,12 @@
 On a prefix of ~350 tokens in the KV cache, times one forward pass of ``q`` new tokens (a
 draft tree of ``q`` nodes — a chain — through ``structspec.spec.verify.verify_tree``, then
 rolled back) for ``q`` in 1, 2, 4, 8, 16, 32, with the model's ``nn.Linear`` layers as they
-are and packed for oneDNN (:func:`structspec.spec.fastlinear.pack_linears`). Measurements
-of the two variants are interleaved (the same packed modules are swapped in and out), and
-each point is the median of ``--repeats`` runs. Also reports the largest logit difference
-between the variants and whether the argmax agrees.
+are ("plain") and packed by each kernel that runs here ("panel", "onednn":
+:func:`structspec.spec.fastlinear.pack_linears`). Measurements of the variants are
+interleaved (the same packed modules are swapped in and out), and each point is the median
+of ``--repeats`` runs. Also reports, per kernel, the largest logit difference from the plain
+model and whether the argmax agrees, and whether a row's logits are bitwise the same in the
+32-row pass and in a pass of that row alone.
 
     python benchmarks/cost_curve.py [--repeats R] [--prefix N] [--threads T] [--json-out F]
 
@@ -30,7 +32,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 from structspec.models import load_model  # noqa: E402
-from structspec.spec.fastlinear import PackedLinear, pack_linears, packing_available  # noqa: E402
+from structspec.spec.fastlinear import (  # noqa: E402
+    PackedLinear,
+    available_kernels,
+    pack_linears,
+    unpack_linears,
+)
 from structspec.spec.tree import chain  # noqa: E402
 from structspec.spec.verify import rollback, verify_tree  # noqa: E402
 
@@ -40,17 +47,25 @@ TEXT = ("The quick brown fox jumps over the lazy dog while the committee reviews
 
 
 class _Swapper:
-    """Swap packed linears in and out without re-packing."""
+    """Swap each kernel's packed linears in and out without re-packing."""
 
-    def __init__(self, model) -> None:
-        pack_linears(model)
-        self.sites = [(parent, name, child) for parent in model.modules()
-                      if not isinstance(parent, PackedLinear)
-                      for name, child in parent.named_children() if isinstance(child, PackedLinear)]
+    def __init__(self, model, kernels: tuple[str, ...]) -> None:
+        self.sites: dict[str, list] = {}
+        for kernel in kernels:
+            pack_linears(model, kernel)
+            self.sites[kernel] = [
+                (parent, name, child) for parent in model.modules()
+                if not isinstance(parent, PackedLinear)
+                for name, child in parent.named_children() if isinstance(child, PackedLinear)]
+            unpack_linears(model)
 
-    def use(self, packed: bool) -> None:
-        for parent, name, module in self.sites:
-            setattr(parent, name, module if packed else module.original)
+    def use(self, variant: str) -> None:
+        for kernel, sites in self.sites.items():
+            for parent, name, module in sites:
+                if kernel == variant:
+                    setattr(parent, name, module)
+                elif getattr(parent, name) is module:
+                    setattr(parent, name, module.original)
 
 
 def _time_pass(model, cache, prefix_len: int, tokens: list[int]) -> tuple[float, torch.Tensor]:
@@ -60,6 +75,12 @@ def _time_pass(model, cache, prefix_len: int, tokens: list[int]) -> tuple[float,
     elapsed = time.perf_counter() - t0
     rollback(cache, prefix_len)
     return elapsed, logits
+
+
+def _row_bitwise(model, cache, prefix_len: int, new: list[int], logits: torch.Tensor) -> bool:
+    """Whether the first row of a 32-row pass equals, bit for bit, a pass of that row alone."""
+    _, alone = _time_pass(model, cache, prefix_len, new[:1])
+    return bool(torch.equal(alone[0], logits[0]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,20 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = loaded.model, loaded.tokenizer
     ids = tok.encode(TEXT * 20, add_special_tokens=False)[: args.prefix]
     new = tok.encode(TEXT * 2, add_special_tokens=False)[args.prefix % 7:][: max(SIZES)]
-    variants = ["plain"]
-    swap = None
-    if packing_available(model):
-        swap = _Swapper(model)
-        variants.append("packed")
+    kernels = available_kernels()
+    variants = ["plain", *kernels]
+    swap = _Swapper(model, kernels)
     times: dict[str, dict[int, list[float]]] = {v: {q: [] for q in SIZES} for v in variants}
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
         model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True, logits_to_keep=1)
-        diff, agree = 0.0, True
+        checks: dict[str, dict] = {}
         for repeat in range(args.repeats + 1):  # the first round warms up
             for variant in variants:
-                if swap is not None:
-                    swap.use(variant == "packed")
+                swap.use(variant)
                 for q in SIZES:
                     t, logits = _time_pass(model, cache, len(ids), new[:q])
                     if repeat:
@@ -100,8 +118,10 @@ def main(argv: list[str] | None = None) -> int:
                         if variant == "plain":
                             ref = logits.clone()
                         else:
-                            diff = float((logits - ref).abs().max())
-                            agree = bool((logits.argmax(-1) == ref.argmax(-1)).all())
+                            checks[variant] = {
+                                "max_logit_diff": float((logits - ref).abs().max()),
+                                "argmax_agree": bool((logits.argmax(-1) == ref.argmax(-1)).all()),
+                                "row_bitwise": _row_bitwise(model, cache, len(ids), new, logits)}
     result = {"threads": torch.get_num_threads(), "prefix": len(ids),
               "load": round(os.getloadavg()[0], 2), "ms": {}, "relative": {}}
     print(f"prefix={len(ids)} threads={result['threads']} load={result['load']}")
@@ -113,11 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     for q in SIZES:
         print(f"{q:>4} " + " ".join(f"{result['ms'][v][q]:>12.1f} {result['relative'][v][q]:>12.2f}"
                                     for v in variants))
-    if swap is not None:
-        result["max_logit_diff"] = diff
-        result["argmax_agree"] = agree
-        print(f"max |logit diff| packed vs plain over {max(SIZES)} rows: {diff:.2e}; "
-              f"argmax identical: {agree}")
+    result["checks"] = checks
+    for variant, check in checks.items():
+        print(f"{variant}: max |logit diff| vs plain over {max(SIZES)} rows "
+              f"{check['max_logit_diff']:.2e}; argmax identical: {check['argmax_agree']}; "
+              f"first row bitwise equal to a 1-row pass: {check['row_bitwise']}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1))
     return 0

@@ -155,11 +155,11 @@ _CURVES: weakref.WeakKeyDictionary[Any, dict[tuple, CostCurve]] = weakref.WeakKe
 
 def device_cost_curve(model: Any) -> CostCurve:
     """The cost curve of ``model`` on its device, measured on first use and cached for the
-    life of the model object (keyed by device, dtype, whether its linears are packed and the
+    life of the model object (keyed by device, dtype, the kernel of its packed linears and the
     number of torch threads)."""
-    from structspec.spec.fastlinear import is_packed
+    from structspec.spec.fastlinear import packed_kernel
 
-    key = (str(model.device), str(getattr(model, "dtype", "")), is_packed(model),
+    key = (str(model.device), str(getattr(model, "dtype", "")), packed_kernel(model),
            torch.get_num_threads())
     per_model = _CURVES.setdefault(model, {})
     curve = per_model.get(key)

@@ -1,16 +1,25 @@
-"""Packed oneDNN linears: make forward passes of a few rows cheap on CPU.
+"""Packed linears: make forward passes of a few rows cheap on CPU.
 
 A draft tree is a pass of 2–32 rows. On CPU, MKL's SGEMM re-reads each weight matrix per
 few rows, so a 8-row pass of the default model costs ~2.3× a 1-row pass instead of the
-~1.3–1.5× arithmetic allows. Packing each ``nn.Linear`` weight once into oneDNN's blocked
-layout (``torch.ops.mkldnn._reorder_linear_weight``) and calling
-``torch.ops.mkldnn._linear_pointwise`` measured (DESIGN.md, AMD Zen 3, 350-token prefix):
-t(2) 1.15×, t(8) 1.52×, t(32) 2.19× of t(1), and t(1) itself ~25% faster, with logits
-within 1e-4 of the unpacked model.
+~1.3–1.5× arithmetic allows. Two kernels pack each ``nn.Linear`` weight once:
 
-:func:`pack_linears` swaps modules in place and keeps the originals, so
-:func:`unpack_linears` restores the model exactly. Packed weights are an extra copy of every
-linear weight (≈ the model's size again). Inference only (no autograd through the packed op).
+- ``"panel"`` (default where it runs): our AVX2+FMA kernel (``structspec/_native/smallgemm.c``):
+  the weight in panels of 16 output columns, streamed once per pass while up to 6 rows are
+  multiplied against it. On an AVX2 EPYC (2 cores, the 210 linears of the default model,
+  ``docs/performance.md``) it is 1.2–1.8× faster than oneDNN at every pass size from 1 to 400
+  rows, on 1 and 2 threads. Each output is the same in-order FMA chain over the input
+  features whatever the number of rows, so a row's result is **bitwise** the same in a pass
+  of 1 row and in a tree pass of 32: speculation and plain decoding see identical numbers
+  from these layers.
+- ``"onednn"``: oneDNN's blocked layout (``torch.ops.mkldnn._reorder_linear_weight`` +
+  ``_linear_pointwise``), where the panel kernel is not built or the CPU lacks AVX2/FMA
+  (DESIGN.md, AMD Zen 3: t(2) 1.15×, t(8) 1.52×, t(32) 2.19× of t(1)).
+
+Both stay within 1e-4 of the unpacked model. :func:`pack_linears` swaps modules in place and
+keeps the originals, so :func:`unpack_linears` restores the model exactly. Packed weights are
+an extra copy of every linear weight (≈ the model's size again). Inference only (no autograd
+through the packed op).
 """
 
 from __future__ import annotations
@@ -20,17 +29,40 @@ from typing import Any
 import torch
 from torch import nn
 
+from structspec import _native
 
-def packing_available(model: Any | None = None) -> bool:
-    """Whether :func:`pack_linears` can pack ``model`` (ops present, CPU, float32)."""
+#: The packing kernels, best first.
+KERNELS = ("panel", "onednn")
+
+
+def _onednn_available() -> bool:
     ops = getattr(torch.ops, "mkldnn", None)
     try:
-        has_ops = (ops is not None and hasattr(ops, "_reorder_linear_weight")
-                   and hasattr(ops, "_linear_pointwise") and torch.backends.mkldnn.is_available())
+        return (ops is not None and hasattr(ops, "_reorder_linear_weight")
+                and hasattr(ops, "_linear_pointwise") and torch.backends.mkldnn.is_available())
     except (AttributeError, RuntimeError):  # pragma: no cover - exotic builds
-        has_ops = False
-    if not has_ops or model is None:
-        return has_ops
+        return False
+
+
+def available_kernels() -> tuple[str, ...]:
+    """The kernels of :data:`KERNELS` that run here, best first (the panel kernel needs the
+    native module ``smallgemm``, an x86-64 CPU with AVX2 and FMA, and native kernels not
+    switched off by ``STRUCTSPEC_NATIVE=off``)."""
+    found = []
+    module = _native.load("smallgemm")
+    if module is not None and module.available():
+        found.append("panel")
+    if _onednn_available():
+        found.append("onednn")
+    return tuple(found)
+
+
+def packing_available(model: Any | None = None) -> bool:
+    """Whether :func:`pack_linears` can pack ``model`` (a kernel runs here; CPU, float32)."""
+    if not available_kernels():
+        return False
+    if model is None:
+        return True
     try:
         param = next(model.parameters())
     except StopIteration:
@@ -39,22 +71,35 @@ def packing_available(model: Any | None = None) -> bool:
 
 
 class PackedLinear(nn.Module):
-    """An ``nn.Linear`` whose weight is packed once for oneDNN. Inference only.
+    """An ``nn.Linear`` whose weight is packed once for a small-pass kernel. Inference only.
 
     Attributes:
         original: the replaced ``nn.Linear`` (kept for :func:`unpack_linears`).
+        kernel: ``"panel"`` or ``"onednn"`` (:data:`KERNELS`).
     """
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, kernel: str = "panel") -> None:
         super().__init__()
+        if kernel not in KERNELS:
+            raise ValueError(f"unknown linear kernel {kernel!r}; expected one of {KERNELS}")
         self.original = linear
+        self.kernel = kernel
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         with torch.no_grad():
-            weight = linear.weight.detach().contiguous()
+            weight = linear.weight.detach().to(torch.float32).contiguous()
             # Plain attributes, not buffers: state_dict and .to() keep seeing the original.
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
             self._bias = None if linear.bias is None else linear.bias.detach().contiguous()
+            if kernel == "panel":
+                self._gemm = _native.load("smallgemm")
+                if self._gemm is None or not self._gemm.available():
+                    raise RuntimeError("the panel kernel (native smallgemm, AVX2+FMA) is "
+                                       "not available here")
+                n, k = self.out_features, self.in_features
+                self._packed = torch.empty(self._gemm.packed_size(n, k), dtype=torch.float32)
+                self._gemm.pack(self._packed.data_ptr(), weight.data_ptr(), n, k)
+            else:
+                self._packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -64,33 +109,50 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
         if x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
             return self.original(x)
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self._packed, self._bias,
-                                                  "none", [], "")
+        x = x.contiguous()
+        if self.kernel == "onednn":
+            return torch.ops.mkldnn._linear_pointwise(x, self._packed, self._bias,
+                                                      "none", [], "")
+        rows = x.numel() // self.in_features
+        out = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32)
+        if rows:
+            self._gemm.linear(x.data_ptr(), rows, self.in_features, self._packed.data_ptr(),
+                              self.out_features,
+                              0 if self._bias is None else self._bias.data_ptr(),
+                              out.data_ptr(), torch.get_num_threads())
+        return out
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, packed=oneDNN"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"packed={self.kernel}")
 
 
-def pack_linears(model: nn.Module) -> nn.Module:
+def pack_linears(model: nn.Module, kernel: str | None = None) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (``lm_head`` included) by a
     :class:`PackedLinear`, in place; returns ``model``.
 
-    Does nothing (and returns ``model`` unchanged) when packing is unavailable: the oneDNN ops
-    are missing, or the model is not float32 on CPU. Idempotent. Mutates ``model``; not
-    thread-safe against concurrent forwards. The originals stay registered (as
-    ``<name>.original``), so parameters and ``model.device`` are unchanged but ``state_dict``
-    keys are not: call :func:`unpack_linears` before saving. Calls run under ``torch.no_grad`` or
-    ``inference_mode`` use the packed path; with autograd enabled each layer falls back to its
-    original ``nn.Linear``.
+    ``kernel``: one of :data:`KERNELS`; by default the best that runs here
+    (:func:`available_kernels`). Does nothing (and returns ``model`` unchanged) when packing is
+    unavailable: no kernel runs here, or the model is not float32 on CPU; a named kernel that
+    does not run here raises ``ValueError``. Idempotent (already packed layers keep their
+    kernel). Mutates ``model``; not thread-safe against concurrent forwards. The originals
+    stay registered (as ``<name>.original``), so parameters and ``model.device`` are unchanged
+    but ``state_dict`` keys are not: call :func:`unpack_linears` before saving. Calls run under
+    ``torch.no_grad`` or ``inference_mode`` use the packed path; with autograd enabled each
+    layer falls back to its original ``nn.Linear``.
     """
+    kernels = available_kernels()
+    if kernel is not None and kernel not in kernels:
+        raise ValueError(f"linear kernel {kernel!r} does not run here; available: {kernels}")
     if not packing_available(model):
         return model
+    chosen = kernel or kernels[0]
     for parent in list(model.modules()):
         if isinstance(parent, PackedLinear):
             continue
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                setattr(parent, name, PackedLinear(child))
+                setattr(parent, name, PackedLinear(child, chosen))
     return model
 
 
@@ -105,4 +167,9 @@ def unpack_linears(model: nn.Module) -> nn.Module:
 
 def is_packed(model: nn.Module) -> bool:
     """Whether any linear of ``model`` is packed."""
-    return any(isinstance(m, PackedLinear) for m in model.modules())
+    return packed_kernel(model) is not None
+
+
+def packed_kernel(model: nn.Module) -> str | None:
+    """The kernel of ``model``'s packed linears (the first found), or ``None``."""
+    return next((m.kernel for m in model.modules() if isinstance(m, PackedLinear)), None)

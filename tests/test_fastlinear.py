@@ -1,0 +1,111 @@
+"""Packed linears (``structspec.spec.fastlinear``): both kernels match ``nn.Linear``; the panel
+kernel gives every row bitwise the same result whatever the number of rows in the pass."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from structspec.spec.fastlinear import (
+    KERNELS,
+    PackedLinear,
+    available_kernels,
+    pack_linears,
+    packed_kernel,
+    packing_available,
+    unpack_linears,
+)
+
+HAVE = available_kernels()
+panel = pytest.mark.skipif("panel" not in HAVE,
+                           reason="panel kernel not built here or the CPU lacks AVX2/FMA")
+
+
+def _linear(k: int, n: int, bias: bool, seed: int = 0) -> nn.Linear:
+    torch.manual_seed(seed)
+    return nn.Linear(k, n, bias=bias).eval()
+
+
+@pytest.mark.parametrize("kernel", HAVE)
+@pytest.mark.parametrize(("k", "n", "bias"), [(576, 192, False), (37, 50, True), (16, 1, True),
+                                              (5, 33, False)])
+def test_kernels_match_nn_linear(kernel, k, n, bias):
+    lin = _linear(k, n, bias)
+    packed = PackedLinear(lin, kernel)
+    x = torch.randn(2, 7, k)
+    with torch.inference_mode():
+        got, ref = packed(x), lin(x)
+    assert got.shape == ref.shape == (2, 7, n)
+    assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4)
+
+
+@panel
+@settings(max_examples=40, deadline=None)
+@given(k=st.integers(1, 300), n=st.integers(1, 70), rows=st.integers(1, 40),
+       bias=st.booleans(), seed=st.integers(0, 2**16))
+def test_panel_rows_are_bitwise_independent_of_the_pass(k, n, rows, bias, seed):
+    """Row i of a pass of ``rows`` rows equals a pass of row i alone, bit for bit, and each
+    row is within float32 rounding of the float64 product."""
+    lin = _linear(k, n, bias, seed)
+    packed = PackedLinear(lin, "panel")
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, k, generator=gen)
+    with torch.inference_mode():
+        full = packed(x)
+        for i in {0, rows // 2, rows - 1}:
+            assert torch.equal(packed(x[i:i + 1]), full[i:i + 1])
+    ref = x.double() @ lin.weight.double().T + (0 if lin.bias is None else lin.bias.double())
+    assert (full.double() - ref).abs().max().item() < 1e-4 * (1 + k ** 0.5)
+
+
+@panel
+def test_panel_handles_no_rows_and_non_contiguous_input():
+    lin = _linear(40, 24, True)
+    packed = PackedLinear(lin, "panel")
+    with torch.inference_mode():
+        assert packed(torch.empty(0, 40)).shape == (0, 24)
+        x = torch.randn(40, 6).T  # non-contiguous [6, 40]
+        assert torch.allclose(packed(x), lin(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", HAVE)
+def test_autograd_falls_back_to_the_original(kernel):
+    lin = _linear(8, 4, True)
+    packed = PackedLinear(lin, kernel)
+    x = torch.randn(3, 8, requires_grad=True)
+    packed(x).sum().backward()
+    assert x.grad is not None and lin.weight.grad is not None
+
+
+def test_unknown_kernel_is_refused():
+    with pytest.raises(ValueError, match="unknown linear kernel 'fast'"):
+        PackedLinear(_linear(4, 4, False), "fast")
+    with pytest.raises(ValueError, match="does not run here"):
+        pack_linears(nn.Sequential(_linear(4, 4, False)), "fast")
+    assert set(HAVE) <= set(KERNELS)
+
+
+def test_native_switch_off_disables_the_panel_kernel(monkeypatch):
+    monkeypatch.setenv("STRUCTSPEC_NATIVE", "off")
+    assert "panel" not in available_kernels()
+
+
+@pytest.mark.skipif(not HAVE, reason="no packing kernel runs here")
+def test_pack_linears_uses_the_best_kernel_and_unpacks():
+    model = nn.Sequential(_linear(12, 20, True), nn.ReLU(), _linear(20, 3, False))
+    x = torch.randn(5, 12)
+    with torch.inference_mode():
+        ref = model(x)
+        assert packing_available(model)
+        pack_linears(model)
+        assert packed_kernel(model) == HAVE[0]
+        pack_linears(model)  # idempotent
+        assert all(type(m).__name__ != "Linear" for m in model)
+        assert torch.allclose(model(x), ref, atol=1e-5)
+    unpack_linears(model)
+    assert packed_kernel(model) is None
+    with torch.inference_mode():
+        assert torch.equal(model(x), ref)
