@@ -63,8 +63,9 @@ from structspec.engine import free_text  # noqa: E402
 from structspec.errors import GenerationError  # noqa: E402
 from structspec.sampling import SamplingParams  # noqa: E402
 from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
+from structspec.spec.attention import use_grouped_sdpa  # noqa: E402
 from structspec.spec.cost import AcceptanceModel, device_cost_curve  # noqa: E402
-from structspec.spec.fastlinear import pack_linears, packing_available  # noqa: E402
+from structspec.spec.fastlinear import pack_linears, packed_kernel, packing_available  # noqa: E402
 from structspec.spec.prefix import PrefixCache  # noqa: E402
 
 BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
@@ -282,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                          "Generator.prompt_ids) or as JSON Schema, or after the request")
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--max-new-tokens", type=int, default=160)
-    ap.add_argument("--no-pack", action="store_true", help="keep the plain nn.Linear layers")
+    ap.add_argument("--no-pack", action="store_true",
+                    help="keep the plain nn.Linear layers and transformers' sdpa attention")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     ap.add_argument("--repeats", type=int, default=1, help="runs per variant; the fastest counts")
     ap.add_argument("--max-nodes", type=int, default=None,
@@ -314,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_pack and args.device == "cpu" and packing_available(gen.loaded.model):
         pack_linears(gen.loaded.model)
         packed = True
+    if not args.no_pack:
+        use_grouped_sdpa(gen.loaded.model)
     tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, args.layout)
     base_cfg = SpecConfig(enabled=False)
     draft = None
@@ -331,7 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         curve = device_cost_curve(gen.loaded.model)
         curve_s = time.perf_counter() - t0
         print(f"cost curve (ms) {curve.as_dict()['ms']} measured in {curve_s:.2f} s")
-    print(f"model={gen.loaded.name} packed={packed} threads={torch.get_num_threads()} "
+    print(f"model={gen.loaded.name} linears={packed_kernel(gen.loaded.model)} "
+          f"attention={gen.loaded.model.config._attn_implementation} "
+          f"threads={torch.get_num_threads()} "
           f"load={os.getloadavg()[0]:.2f} task={args.task} n={len(tasks)}")
     peers = None if args.no_peers else _Peers(gen)
     shared = None if args.fresh_acceptance else AcceptanceModel()
@@ -413,7 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "task": args.task, "data": args.data, "offset": args.offset, "n": len(rows),
         "layout": args.layout if args.task == "json" else None,
-        "packed": packed, "threads": torch.get_num_threads(),
+        "packed": packed, "linear_kernel": packed_kernel(gen.loaded.model),
+        "attention": gen.loaded.model.config._attn_implementation,
+        "threads": torch.get_num_threads(),
         "load": round(os.getloadavg()[0], 2),
         "cost_model": spec_cfg.cost_model, "draft_model": args.draft_model,
         "draft_head": next((r.get("draft_head") for r in rows if r.get("draft_head")), None),

@@ -34,6 +34,7 @@ from structspec.models import LoadedModel, load_model
 from structspec.sampling import SamplingParams
 from structspec.schema_prompt import SCHEMA_STYLES, schema_instruction
 from structspec.spec import SpecConfig, UnsupportedModelError, speculative_decode
+from structspec.spec.attention import use_grouped_sdpa
 from structspec.spec.cost import AcceptanceModel
 from structspec.spec.fastlinear import pack_linears, packing_available
 from structspec.spec.prefix import PrefixCache
@@ -117,6 +118,13 @@ def resolve_grammar(grammar: str | os.PathLike[str]) -> str | Path:
     return grammar
 
 
+def _fast_cpu_paths(model: Any) -> None:
+    """Packed linears and grouped tree attention, where they apply (no-ops elsewhere)."""
+    if packing_available(model):
+        pack_linears(model)
+    use_grouped_sdpa(model)
+
+
 class Generator:
     """Structured generation with one model.
 
@@ -127,8 +135,11 @@ class Generator:
         device: torch device for a model loaded here.
         speculation: default speculative-decoding settings (``None``: :class:`SpecConfig`
             defaults, speculation on); ``run(speculative=...)`` overrides per call.
-        pack: on CPU, replace the model's linear layers by packed oneDNN ones (same outputs
-            within 1e-4; passes of a few tokens get much cheaper, which speculation needs).
+        pack: on CPU, replace the model's linear layers by packed ones
+            (:mod:`structspec.spec.fastlinear`; same outputs within 1e-4) and keep its
+            grouped-query attention grouped under tree masks
+            (:mod:`structspec.spec.attention`): passes of a few tokens get much cheaper,
+            which speculation needs.
         draft_model: a small model with the same tokenizer to draft with (a model spec, a
             :class:`~structspec.models.LoadedModel` or a
             :class:`~structspec.spec.draft_model.DraftModel`); loaded here (and packed like
@@ -149,11 +160,11 @@ class Generator:
             from structspec.spec.draft_model import DraftModel
 
             draft = DraftModel.resolve(draft_model, device=device, pack=pack)
-            if pack and packing_available(draft.model):
-                pack_linears(draft.model)
+            if pack:
+                _fast_cpu_paths(draft.model)
             self.speculation = replace(self.speculation, draft_model=draft)
-        if pack and packing_available(self.loaded.model):
-            pack_linears(self.loaded.model)
+        if pack:
+            _fast_cpu_paths(self.loaded.model)
         self.vocab = Vocabulary.from_tokenizer(
             self.loaded.tokenizer,
             eos_token_ids=self.loaded.eos_token_ids,

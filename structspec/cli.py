@@ -130,7 +130,8 @@ def _build_parser() -> argparse.ArgumentParser:
                       help="a small model with the same tokenizer to draft with (HF id, "
                       "local directory or .gguf file)")
     spec.add_argument("--no-pack", action="store_true",
-                      help="keep the model's plain linear layers (no oneDNN packing)")
+                      help="keep the model's plain linear layers and attention (no packed "
+                           "kernels, no grouped tree attention)")
     return parser
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from structspec.automata.regex import compile_regex
+from structspec.spec.attention import use_grouped_sdpa
 from structspec.spec.fastlinear import pack_linears, packing_available, unpack_linears
 from structspec.spec.tree import DraftTree, TreeBuilder, chain, tree_attention
 from structspec.spec.verify import (
@@ -34,15 +35,19 @@ def _random_tree(rng: random.Random, n: int, vocab_size: int) -> DraftTree:
 
 @pytest.fixture(scope="module")
 def models(tiny_model):
-    """The tiny model (sdpa) and an eager-attention copy with the same weights."""
+    """The tiny model (sdpa), an eager-attention copy with the same weights, and a copy
+    switched to grouped tree attention (:func:`use_grouped_sdpa`)."""
     from transformers import LlamaForCausalLM
 
     sdpa = tiny_model.model
-    config = sdpa.config.__class__.from_dict(sdpa.config.to_dict())
-    config._attn_implementation = "eager"
-    eager = LlamaForCausalLM(config).eval()
-    eager.load_state_dict(sdpa.state_dict())
-    return {"sdpa": sdpa, "eager": eager}
+    copies = {}
+    for attn in ("eager", "grouped"):
+        config = sdpa.config.__class__.from_dict(sdpa.config.to_dict())
+        config._attn_implementation = "eager" if attn == "eager" else "sdpa"
+        copies[attn] = LlamaForCausalLM(config).eval()
+        copies[attn].load_state_dict(sdpa.state_dict())
+    assert use_grouped_sdpa(copies["grouped"])
+    return {"sdpa": sdpa, **copies}
 
 
 def _prefill(model, ids):
@@ -95,7 +100,7 @@ def test_tree_builder_keeps_every_node_legal(byte_vocab):
         assert c.advance(tree.states[tree.parents[i]], tree.tokens[i]) == tree.states[i]
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager", "grouped"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_tree_logits_equal_sequential_logits(models, attn, seed):
     model = models[attn]
@@ -112,7 +117,7 @@ def test_tree_logits_equal_sequential_logits(models, attn, seed):
         assert torch.allclose(logits[i], ref, atol=1e-4), (i, (logits[i] - ref).abs().max())
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager", "grouped"])
 def test_prefill_and_first_tree_in_one_pass(models, attn):
     model = models[attn]
     rng = random.Random(7)
@@ -213,6 +218,7 @@ def test_models_without_4d_masks_are_refused(models):
         check_tree_support(Fake())
     check_tree_support(models["sdpa"])
     check_tree_support(models["eager"])
+    check_tree_support(models["grouped"])
 
 
 @pytest.mark.skipif(not packing_available(), reason="oneDNN linear ops unavailable")

@@ -20,10 +20,11 @@ from typing import Any
 import torch
 
 from structspec.errors import StructSpecError
+from structspec.spec.attention import IMPLEMENTATION
 from structspec.spec.tree import DraftTree, tree_attention
 
 # Attention implementations known to honour a custom 4D additive mask.
-TREE_ATTENTION_IMPLEMENTATIONS = frozenset({"eager", "sdpa"})
+TREE_ATTENTION_IMPLEMENTATIONS = frozenset({"eager", "sdpa", IMPLEMENTATION})
 
 
 class UnsupportedModelError(StructSpecError, ValueError):
