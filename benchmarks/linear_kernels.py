@@ -1,0 +1,89 @@
+"""Time of the default model's linear layers per pass size, for each packing kernel.
+
+The 30 layers × 7 linears of SmolLM2-135M (q, k, v, o: 576→576/192; gate, up: 576→1536;
+down: 1536→576), random float32 weights (cost does not depend on the values), packed by each
+kernel that runs here (:func:`structspec.spec.fastlinear.available_kernels`) and as plain
+``nn.Linear``; for each number of rows, the fastest of ``--repeats`` sweeps through all 210
+layers, kernels interleaved. Also checks that every kernel agrees with ``nn.Linear``.
+
+    python benchmarks/linear_kernels.py [--threads T] [--rows 1,2,4,8] [--repeats R] [--json-out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from structspec.spec.fastlinear import PackedLinear, available_kernels  # noqa: E402
+
+SHAPES = [(576, 576), (576, 192), (576, 192), (576, 576), (576, 1536), (576, 1536), (1536, 576)]
+LAYERS = 30
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rows", default="1,2,4,6,8,12,16,32,64,256")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json-out")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    kernels = available_kernels()
+    variants = ["plain", *kernels]
+    layers = []
+    for k, n in SHAPES * LAYERS:
+        lin = nn.Linear(k, n, bias=False).eval()
+        layers.append((k, {"plain": lin, **{kern: PackedLinear(lin, kern) for kern in kernels}}))
+    rows = [int(r) for r in args.rows.split(",")]
+    inputs = {k: torch.randn(max(rows), k) for k in {k for k, _ in SHAPES}}
+
+    def sweep(variant: str, m: int) -> None:
+        for k, mods in layers:
+            mods[variant](inputs[k][:m])
+
+    ms: dict[str, dict[int, float]] = {v: {} for v in variants}
+    with torch.inference_mode():
+        for k, mods in layers[:7]:  # agreement with nn.Linear
+            ref = mods["plain"](inputs[k][:5])
+            for kern in kernels:
+                assert torch.allclose(mods[kern](inputs[k][:5]), ref, atol=1e-4), kern
+        for m in rows:
+            best = {v: float("inf") for v in variants}
+            for v in variants:
+                sweep(v, m)  # warm-up
+            for _ in range(args.repeats):
+                for v in variants:
+                    t0 = time.perf_counter()
+                    sweep(v, m)
+                    best[v] = min(best[v], time.perf_counter() - t0)
+            for v in variants:
+                ms[v][m] = round(1000 * best[v], 2)
+    print(f"threads={args.threads} load={os.getloadavg()[0]:.2f} "
+          f"({LAYERS * len(SHAPES)} linears, ms per sweep)")
+    print(f"{'rows':>5} " + " ".join(f"{v:>9}" for v in variants)
+          + "".join(f" {'onednn/' + k:>14}" for k in kernels if k != "onednn"
+                    and "onednn" in kernels))
+    for m in rows:
+        ratios = "".join(f" {ms['onednn'][m] / ms[k][m]:>14.2f}" for k in kernels
+                         if k != "onednn" and "onednn" in kernels)
+        print(f"{m:>5} " + " ".join(f"{ms[v][m]:>9.1f}" for v in variants) + ratios)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(
+            {"threads": args.threads, "load": round(os.getloadavg()[0], 2),
+             "kernels": list(kernels), "ms": ms}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
