@@ -109,3 +109,36 @@ def test_pack_linears_uses_the_best_kernel_and_unpacks():
     assert packed_kernel(model) is None
     with torch.inference_mode():
         assert torch.equal(model(x), ref)
+
+
+half = pytest.mark.skipif("panel_f16" not in available_kernels(lossy=True),
+                          reason="half-precision panels need the native kernel and F16C")
+
+
+@half
+@settings(max_examples=25, deadline=None)
+@given(k=st.integers(1, 200), n=st.integers(1, 50), rows=st.integers(1, 20),
+       bias=st.booleans(), seed=st.integers(0, 2**16))
+def test_half_panels_compute_in_float32_on_rounded_weights(k, n, rows, bias, seed):
+    """``panel_f16`` equals, bit for bit, the float32 panel kernel on the weights rounded to
+    half precision; rows stay independent of the pass."""
+    lin = _linear(k, n, bias, seed)
+    rounded = _linear(k, n, bias, seed)
+    with torch.no_grad():
+        rounded.weight.copy_(lin.weight.half().float())
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed))
+    with torch.inference_mode():
+        got = PackedLinear(lin, "panel_f16")(x)
+        assert torch.equal(got, PackedLinear(rounded, "panel")(x))
+        assert torch.equal(PackedLinear(lin, "panel_f16")(x[-1:]), got[-1:])
+
+
+@half
+def test_lossy_kernel_is_never_the_default():
+    model = nn.Sequential(_linear(8, 8, False))
+    pack_linears(model)
+    assert packed_kernel(model) in KERNELS
+    assert "panel_f16" not in available_kernels()
+    unpack_linears(model)
+    pack_linears(model, "panel_f16")
+    assert packed_kernel(model) == "panel_f16"

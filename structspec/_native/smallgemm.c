@@ -16,6 +16,10 @@
  * plain decoding see the same numbers from these layers.
  *
  * Threads: OpenMP over panels, with the count the caller passes (torch.get_num_threads()).
+ *
+ * Half precision (opt-in, for drafters only: their numbers never reach the output): the
+ * same panels stored as IEEE halves (F16C), widened to float32 as they are loaded, so a
+ * pass reads half the bytes; the arithmetic is float32 as above.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -64,16 +68,22 @@ static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) 
     }
 #define SG_STORE(i)                                                                        \
     if (NR > i) store_row(out + i * ldo, _mm256_add_ps(lo##i, b0), _mm256_add_ps(hi##i, b1), cols);
-#define SG_KERNEL(R)                                                                      \
-    __attribute__((target("avx2,fma"))) static void kernel_##R(                           \
-        const float *x, Py_ssize_t k, const float *panel, const float *bias16,            \
+/* Weight loads: 16 floats, or 16 halves widened to floats (F16C). */
+#define SG_LOADW_F32(p, kk)                                                                \
+    __m256 w0 = _mm256_loadu_ps((p) + (kk) * PANEL);                                       \
+    __m256 w1 = _mm256_loadu_ps((p) + (kk) * PANEL + 8);
+#define SG_LOADW_F16(p, kk)                                                                \
+    __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + (kk) * PANEL)));   \
+    __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + (kk) * PANEL + 8)));
+#define SG_KERNEL(NAME, R, WT, LOADW, TGT)                                                 \
+    __attribute__((target(TGT))) static void NAME##_##R(                                   \
+        const float *x, Py_ssize_t k, const WT *panel, const float *bias16,               \
         float *out, Py_ssize_t ldo, Py_ssize_t cols) {                                    \
         enum { NR = R };                                                                  \
         __m256 lo0 = _mm256_setzero_ps(), hi0 = lo0, lo1 = lo0, hi1 = lo0, lo2 = lo0,     \
                hi2 = lo0, lo3 = lo0, hi3 = lo0, lo4 = lo0, hi4 = lo0, lo5 = lo0, hi5 = lo0; \
         for (Py_ssize_t kk = 0; kk < k; kk++) {                                           \
-            __m256 w0 = _mm256_loadu_ps(panel + kk * PANEL);                              \
-            __m256 w1 = _mm256_loadu_ps(panel + kk * PANEL + 8);                          \
+            LOADW(panel, kk)                                                              \
             SG_FMA(0) SG_FMA(1) SG_FMA(2) SG_FMA(3) SG_FMA(4) SG_FMA(5)                   \
         }                                                                                 \
         __m256 b0 = _mm256_loadu_ps(bias16), b1 = _mm256_loadu_ps(bias16 + 8);            \
@@ -93,49 +103,70 @@ __attribute__((target("avx2,fma"))) static inline void store_row(float *dst, __m
     }
 }
 
-SG_KERNEL(1)
-SG_KERNEL(2)
-SG_KERNEL(3)
-SG_KERNEL(4)
-SG_KERNEL(5)
-SG_KERNEL(6)
+#define SG_KERNELS(NAME, WT, LOADW, TGT)                                                   \
+    SG_KERNEL(NAME, 1, WT, LOADW, TGT)                                                     \
+    SG_KERNEL(NAME, 2, WT, LOADW, TGT)                                                     \
+    SG_KERNEL(NAME, 3, WT, LOADW, TGT)                                                     \
+    SG_KERNEL(NAME, 4, WT, LOADW, TGT)                                                     \
+    SG_KERNEL(NAME, 5, WT, LOADW, TGT)                                                     \
+    SG_KERNEL(NAME, 6, WT, LOADW, TGT)
 
-typedef void (*kernel_fn)(const float *, Py_ssize_t, const float *, const float *, float *,
-                          Py_ssize_t, Py_ssize_t);
-static const kernel_fn KERNELS[ROWS + 1] = {NULL,     kernel_1, kernel_2, kernel_3,
-                                            kernel_4, kernel_5, kernel_6};
+SG_KERNELS(kf32, float, SG_LOADW_F32, "avx2,fma")
+SG_KERNELS(kf16, uint16_t, SG_LOADW_F16, "avx2,fma,f16c")
 
-static void run_linear(const float *x, Py_ssize_t m, Py_ssize_t k, const float *packed,
-                       Py_ssize_t n, const float *bias, float *out, int threads) {
-    Py_ssize_t np = panels_of(n);
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && np > 1)
-    for (Py_ssize_t p = 0; p < np; p++) {
-        float bias16[PANEL];
-        Py_ssize_t cols = n - p * PANEL < PANEL ? n - p * PANEL : PANEL;
-        for (Py_ssize_t j = 0; j < PANEL; j++)
-            bias16[j] = (bias != NULL && j < cols) ? bias[p * PANEL + j] : 0.0f;
-        const float *panel = packed + p * k * PANEL;
-        for (Py_ssize_t m0 = 0; m0 < m; m0 += ROWS) {
-            Py_ssize_t rows = m - m0 < ROWS ? m - m0 : ROWS;
-            KERNELS[rows](x + m0 * k, k, panel, bias16, out + m0 * n + p * PANEL, n, cols);
-        }
+/* The driver: OpenMP over panels, row blocks of up to 6 inside each. */
+#define SG_RUN(NAME, WT)                                                                   \
+    static void run_##NAME(const float *x, Py_ssize_t m, Py_ssize_t k, const WT *packed,  \
+                           Py_ssize_t n, const float *bias, float *out, int threads) {    \
+        typedef void (*fn)(const float *, Py_ssize_t, const WT *, const float *, float *, \
+                           Py_ssize_t, Py_ssize_t);                                       \
+        static const fn table[ROWS + 1] = {NULL,      NAME##_1, NAME##_2, NAME##_3,       \
+                                           NAME##_4,  NAME##_5, NAME##_6};                \
+        Py_ssize_t np = panels_of(n);                                                     \
+        _Pragma("omp parallel for schedule(static) num_threads(threads) if (threads > 1 && np > 1)") \
+        for (Py_ssize_t p = 0; p < np; p++) {                                             \
+            float bias16[PANEL];                                                          \
+            Py_ssize_t cols = n - p * PANEL < PANEL ? n - p * PANEL : PANEL;              \
+            for (Py_ssize_t j = 0; j < PANEL; j++)                                        \
+                bias16[j] = (bias != NULL && j < cols) ? bias[p * PANEL + j] : 0.0f;      \
+            const WT *panel = packed + p * k * PANEL;                                     \
+            for (Py_ssize_t m0 = 0; m0 < m; m0 += ROWS) {                                 \
+                Py_ssize_t rows = m - m0 < ROWS ? m - m0 : ROWS;                          \
+                table[rows](x + m0 * k, k, panel, bias16, out + m0 * n + p * PANEL, n, cols); \
+            }                                                                             \
+        }                                                                                 \
     }
+
+SG_RUN(kf32, float)
+SG_RUN(kf16, uint16_t)
+
+/* Round packed float32 panels to half precision (round to nearest even). */
+__attribute__((target("avx2,f16c"))) static void to_half(uint16_t *dst, const float *src,
+                                                         Py_ssize_t count) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= count; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < count; i++) dst[i] = (uint16_t)_cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 #endif
 
-static int cpu_ok(void) {
+static int cpu_ok(int half) {
 #if SG_X86
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           (!half || __builtin_cpu_supports("f16c"));
 #else
+    (void)half;
     return 0;
 #endif
 }
 
 static PyObject *sg_available(PyObject *self, PyObject *args) {
     (void)self;
-    (void)args;
-    return PyBool_FromLong(cpu_ok());
+    int half = 0;
+    if (!PyArg_ParseTuple(args, "|p", &half)) return NULL;
+    return PyBool_FromLong(cpu_ok(half));
 }
 
 static PyObject *sg_packed_size(PyObject *self, PyObject *args) {
@@ -145,15 +176,37 @@ static PyObject *sg_packed_size(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(panels_of(n) * k * PANEL);
 }
 
-/* pack(dst_ptr, w_ptr, n, k): dst must hold packed_size(n, k) floats. */
+/* pack(dst_ptr, w_ptr, n, k, half=False): dst must hold packed_size(n, k) floats (halves
+ * when half). */
 static PyObject *sg_pack(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long dst, w;
     Py_ssize_t n, k;
-    if (!PyArg_ParseTuple(args, "KKnn", &dst, &w, &n, &k)) return NULL;
+    int half = 0;
+    if (!PyArg_ParseTuple(args, "KKnn|p", &dst, &w, &n, &k, &half)) return NULL;
     if (n <= 0 || k <= 0) {
         PyErr_SetString(PyExc_ValueError, "pack: n and k must be positive");
         return NULL;
+    }
+    if (half) {
+#if SG_X86
+        if (!cpu_ok(1)) {
+            PyErr_SetString(PyExc_RuntimeError, "half-precision panels need AVX2, FMA and F16C");
+            return NULL;
+        }
+        Py_ssize_t count = panels_of(n) * k * PANEL;
+        float *tmp = malloc((size_t)count * sizeof(float));
+        if (tmp == NULL) return PyErr_NoMemory();
+        Py_BEGIN_ALLOW_THREADS
+        pack_weight(tmp, (const float *)(uintptr_t)w, n, k);
+        to_half((uint16_t *)(uintptr_t)dst, tmp, count);
+        Py_END_ALLOW_THREADS
+        free(tmp);
+        Py_RETURN_NONE;
+#else
+        PyErr_SetString(PyExc_RuntimeError, "smallgemm is built for x86-64 only");
+        return NULL;
+#endif
     }
     Py_BEGIN_ALLOW_THREADS
     pack_weight((float *)(uintptr_t)dst, (const float *)(uintptr_t)w, n, k);
@@ -161,27 +214,35 @@ static PyObject *sg_pack(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* linear(x_ptr, m, k, packed_ptr, n, bias_ptr or 0, out_ptr, threads). */
+/* linear(x_ptr, m, k, packed_ptr, n, bias_ptr or 0, out_ptr, threads, half=False). */
 static PyObject *sg_linear(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long x, packed, bias, out;
     Py_ssize_t m, k, n;
-    int threads;
-    if (!PyArg_ParseTuple(args, "KnnKnKKi", &x, &m, &k, &packed, &n, &bias, &out, &threads))
+    int threads, half = 0;
+    if (!PyArg_ParseTuple(args, "KnnKnKKi|p", &x, &m, &k, &packed, &n, &bias, &out, &threads,
+                          &half))
         return NULL;
     if (m < 0 || k <= 0 || n <= 0) {
         PyErr_SetString(PyExc_ValueError, "linear: bad shape");
         return NULL;
     }
 #if SG_X86
-    if (!cpu_ok()) {
-        PyErr_SetString(PyExc_RuntimeError, "smallgemm needs a CPU with AVX2 and FMA");
+    if (!cpu_ok(half)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        half ? "half-precision panels need AVX2, FMA and F16C"
+                             : "smallgemm needs a CPU with AVX2 and FMA");
         return NULL;
     }
+    const float *b = bias ? (const float *)(uintptr_t)bias : NULL;
+    threads = threads < 1 ? 1 : threads;
     Py_BEGIN_ALLOW_THREADS
-    run_linear((const float *)(uintptr_t)x, m, k, (const float *)(uintptr_t)packed, n,
-               bias ? (const float *)(uintptr_t)bias : NULL, (float *)(uintptr_t)out,
-               threads < 1 ? 1 : threads);
+    if (half)
+        run_kf16((const float *)(uintptr_t)x, m, k, (const uint16_t *)(uintptr_t)packed, n, b,
+                 (float *)(uintptr_t)out, threads);
+    else
+        run_kf32((const float *)(uintptr_t)x, m, k, (const float *)(uintptr_t)packed, n, b,
+                 (float *)(uintptr_t)out, threads);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 #else
@@ -192,11 +253,15 @@ static PyObject *sg_linear(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef METHODS[] = {
-    {"available", sg_available, METH_NOARGS, "Whether this CPU runs the kernel (AVX2 + FMA)."},
-    {"packed_size", sg_packed_size, METH_VARARGS, "Floats needed to pack an n x k weight."},
-    {"pack", sg_pack, METH_VARARGS, "pack(dst_ptr, w_ptr, n, k): pack a weight into panels."},
+    {"available", sg_available, METH_VARARGS,
+     "available(half=False): whether this CPU runs the kernel (AVX2 + FMA, + F16C for half)."},
+    {"packed_size", sg_packed_size, METH_VARARGS,
+     "Elements (floats, or halves) needed to pack an n x k weight."},
+    {"pack", sg_pack, METH_VARARGS,
+     "pack(dst_ptr, w_ptr, n, k, half=False): pack a float32 weight into panels."},
     {"linear", sg_linear, METH_VARARGS,
-     "linear(x_ptr, m, k, packed_ptr, n, bias_ptr, out_ptr, threads): out = x W^T + b."},
+     "linear(x_ptr, m, k, packed_ptr, n, bias_ptr, out_ptr, threads, half=False): "
+     "out = x W^T + b."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "smallgemm",

@@ -16,10 +16,13 @@ few rows, so a 8-row pass of the default model costs ~2.3× a 1-row pass instead
   ``_linear_pointwise``), where the panel kernel is not built or the CPU lacks AVX2/FMA
   (DESIGN.md, AMD Zen 3: t(2) 1.15×, t(8) 1.52×, t(32) 2.19× of t(1)).
 
-Both stay within 1e-4 of the unpacked model. :func:`pack_linears` swaps modules in place and
-keeps the originals, so :func:`unpack_linears` restores the model exactly. Packed weights are
-an extra copy of every linear weight (≈ the model's size again). Inference only (no autograd
-through the packed op).
+Both stay within 1e-4 of the unpacked model. A third, lossy kernel, ``"panel_f16"``, stores
+the panels in half precision (read at half the bytes, computed in float32): for drafters only
+(the learned draft head), whose numbers never reach the output; it is never chosen by default.
+
+:func:`pack_linears` swaps modules in place and keeps the originals, so :func:`unpack_linears`
+restores the model exactly. Packed weights are an extra copy of every linear weight (≈ the
+model's size again). Inference only (no autograd through the packed op).
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from torch import nn
 
 from structspec import _native
 
-#: The packing kernels, best first.
+#: The packing kernels that keep the model's outputs (within 1e-4), best first.
 KERNELS = ("panel", "onednn")
+#: Kernels that round the weights (half precision): for drafters, never a default.
+LOSSY_KERNELS = ("panel_f16",)
 
 
 def _onednn_available() -> bool:
@@ -44,16 +49,19 @@ def _onednn_available() -> bool:
         return False
 
 
-def available_kernels() -> tuple[str, ...]:
-    """The kernels of :data:`KERNELS` that run here, best first (the panel kernel needs the
-    native module ``smallgemm``, an x86-64 CPU with AVX2 and FMA, and native kernels not
-    switched off by ``STRUCTSPEC_NATIVE=off``)."""
+def available_kernels(lossy: bool = False) -> tuple[str, ...]:
+    """The kernels of :data:`KERNELS` (and, with ``lossy``, :data:`LOSSY_KERNELS`) that run
+    here, best first. The panel kernels need the native module ``smallgemm``, an x86-64 CPU
+    with AVX2 and FMA (F16C for ``panel_f16``), and native kernels not switched off by
+    ``STRUCTSPEC_NATIVE=off``."""
     found = []
     module = _native.load("smallgemm")
     if module is not None and module.available():
         found.append("panel")
     if _onednn_available():
         found.append("onednn")
+    if lossy and module is not None and module.available(True):
+        found.append("panel_f16")
     return tuple(found)
 
 
@@ -75,13 +83,14 @@ class PackedLinear(nn.Module):
 
     Attributes:
         original: the replaced ``nn.Linear`` (kept for :func:`unpack_linears`).
-        kernel: ``"panel"`` or ``"onednn"`` (:data:`KERNELS`).
+        kernel: one of :data:`KERNELS` or :data:`LOSSY_KERNELS`.
     """
 
     def __init__(self, linear: nn.Linear, kernel: str = "panel") -> None:
         super().__init__()
-        if kernel not in KERNELS:
-            raise ValueError(f"unknown linear kernel {kernel!r}; expected one of {KERNELS}")
+        if kernel not in KERNELS + LOSSY_KERNELS:
+            raise ValueError(f"unknown linear kernel {kernel!r}; expected one of "
+                             f"{KERNELS + LOSSY_KERNELS}")
         self.original = linear
         self.kernel = kernel
         self.in_features = linear.in_features
@@ -90,14 +99,16 @@ class PackedLinear(nn.Module):
             weight = linear.weight.detach().to(torch.float32).contiguous()
             # Plain attributes, not buffers: state_dict and .to() keep seeing the original.
             self._bias = None if linear.bias is None else linear.bias.detach().contiguous()
-            if kernel == "panel":
+            self._half = kernel == "panel_f16"
+            if kernel in ("panel", "panel_f16"):
                 self._gemm = _native.load("smallgemm")
-                if self._gemm is None or not self._gemm.available():
-                    raise RuntimeError("the panel kernel (native smallgemm, AVX2+FMA) is "
-                                       "not available here")
+                if self._gemm is None or not self._gemm.available(self._half):
+                    raise RuntimeError(f"the {kernel} kernel (native smallgemm, AVX2+FMA"
+                                       f"{'+F16C' if self._half else ''}) is not available here")
                 n, k = self.out_features, self.in_features
-                self._packed = torch.empty(self._gemm.packed_size(n, k), dtype=torch.float32)
-                self._gemm.pack(self._packed.data_ptr(), weight.data_ptr(), n, k)
+                self._packed = torch.empty(self._gemm.packed_size(n, k),
+                                           dtype=torch.float16 if self._half else torch.float32)
+                self._gemm.pack(self._packed.data_ptr(), weight.data_ptr(), n, k, self._half)
             else:
                 self._packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
 
@@ -119,7 +130,7 @@ class PackedLinear(nn.Module):
             self._gemm.linear(x.data_ptr(), rows, self.in_features, self._packed.data_ptr(),
                               self.out_features,
                               0 if self._bias is None else self._bias.data_ptr(),
-                              out.data_ptr(), torch.get_num_threads())
+                              out.data_ptr(), torch.get_num_threads(), self._half)
         return out
 
     def extra_repr(self) -> str:
@@ -131,17 +142,18 @@ def pack_linears(model: nn.Module, kernel: str | None = None) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (``lm_head`` included) by a
     :class:`PackedLinear`, in place; returns ``model``.
 
-    ``kernel``: one of :data:`KERNELS`; by default the best that runs here
-    (:func:`available_kernels`). Does nothing (and returns ``model`` unchanged) when packing is
-    unavailable: no kernel runs here, or the model is not float32 on CPU; a named kernel that
-    does not run here raises ``ValueError``. Idempotent (already packed layers keep their
-    kernel). Mutates ``model``; not thread-safe against concurrent forwards. The originals
-    stay registered (as ``<name>.original``), so parameters and ``model.device`` are unchanged
-    but ``state_dict`` keys are not: call :func:`unpack_linears` before saving. Calls run under
-    ``torch.no_grad`` or ``inference_mode`` use the packed path; with autograd enabled each
-    layer falls back to its original ``nn.Linear``.
+    ``kernel``: one of :data:`KERNELS` (or :data:`LOSSY_KERNELS`, for drafters); by default the
+    best lossless one that runs here (:func:`available_kernels`). Does nothing (and returns
+    ``model`` unchanged) when packing is unavailable: no kernel runs here, or the model is not
+    float32 on CPU; a named kernel that does not run here raises ``ValueError``. Idempotent
+    (already packed layers keep their kernel). Mutates ``model``; not thread-safe against
+    concurrent forwards. The originals stay registered (as ``<name>.original``), so parameters
+    and ``model.device`` are unchanged but ``state_dict`` keys are not: call
+    :func:`unpack_linears` before saving. Calls run under ``torch.no_grad`` or
+    ``inference_mode`` use the packed path; with autograd enabled each layer falls back to its
+    original ``nn.Linear``.
     """
-    kernels = available_kernels()
+    kernels = available_kernels(lossy=kernel in LOSSY_KERNELS)
     if kernel is not None and kernel not in kernels:
         raise ValueError(f"linear kernel {kernel!r} does not run here; available: {kernels}")
     if not packing_available(model):
