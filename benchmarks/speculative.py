@@ -63,9 +63,9 @@ from structspec.engine import free_text  # noqa: E402
 from structspec.errors import GenerationError  # noqa: E402
 from structspec.sampling import SamplingParams  # noqa: E402
 from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
-from structspec.spec.attention import use_grouped_sdpa  # noqa: E402
 from structspec.spec.cost import AcceptanceModel, device_cost_curve  # noqa: E402
-from structspec.spec.fastlinear import pack_linears, packed_kernel, packing_available  # noqa: E402
+from structspec.spec.cpu_paths import use_fast_cpu_paths  # noqa: E402
+from structspec.spec.fastlinear import packed_kernel  # noqa: E402
 from structspec.spec.prefix import PrefixCache  # noqa: E402
 
 BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
@@ -312,12 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
 
     gen = Generator(None, device=args.device, pack=False)
-    packed = False
-    if not args.no_pack and args.device == "cpu" and packing_available(gen.loaded.model):
-        pack_linears(gen.loaded.model)
-        packed = True
-    if not args.no_pack:
-        use_grouped_sdpa(gen.loaded.model)
+    if not args.no_pack:  # as a Generator does (no-ops off CPU)
+        use_fast_cpu_paths(gen.loaded.model)
+    packed = packed_kernel(gen.loaded.model) is not None
     tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, args.layout)
     base_cfg = SpecConfig(enabled=False)
     draft = None

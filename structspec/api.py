@@ -34,9 +34,8 @@ from structspec.models import LoadedModel, load_model
 from structspec.sampling import SamplingParams
 from structspec.schema_prompt import SCHEMA_STYLES, schema_instruction
 from structspec.spec import SpecConfig, UnsupportedModelError, speculative_decode
-from structspec.spec.attention import use_grouped_sdpa
 from structspec.spec.cost import AcceptanceModel
-from structspec.spec.fastlinear import pack_linears, packing_available
+from structspec.spec.cpu_paths import use_fast_cpu_paths
 from structspec.spec.prefix import PrefixCache
 from structspec.vocab import Vocabulary
 
@@ -118,13 +117,6 @@ def resolve_grammar(grammar: str | os.PathLike[str]) -> str | Path:
     return grammar
 
 
-def _fast_cpu_paths(model: Any) -> None:
-    """Packed linears and grouped tree attention, where they apply (no-ops elsewhere)."""
-    if packing_available(model):
-        pack_linears(model)
-    use_grouped_sdpa(model)
-
-
 class Generator:
     """Structured generation with one model.
 
@@ -161,10 +153,10 @@ class Generator:
 
             draft = DraftModel.resolve(draft_model, device=device, pack=pack)
             if pack:
-                _fast_cpu_paths(draft.model)
+                use_fast_cpu_paths(draft.model)
             self.speculation = replace(self.speculation, draft_model=draft)
         if pack:
-            _fast_cpu_paths(self.loaded.model)
+            use_fast_cpu_paths(self.loaded.model)
         self.vocab = Vocabulary.from_tokenizer(
             self.loaded.tokenizer,
             eos_token_ids=self.loaded.eos_token_ids,

@@ -8,13 +8,16 @@
 - :mod:`~structspec.spec.schedule`: adaptive speculation budget;
 - :mod:`~structspec.spec.cost`: the device cost curve and tree sizing by expected tokens/s;
 - :mod:`~structspec.spec.decode`: :func:`speculative_decode` and :class:`SpecConfig`;
-- :mod:`~structspec.spec.fastlinear`: packed oneDNN linears that make multi-row passes cheap
-  on CPU.
+- :mod:`~structspec.spec.fastlinear`: packed linears (our AVX2 panel kernel, or oneDNN) that
+  make multi-row passes cheap on CPU;
+- :mod:`~structspec.spec.attention`: grouped-query SDPA under tree masks on CPU;
+- :mod:`~structspec.spec.cpu_paths`: both, in one call (:func:`use_fast_cpu_paths`).
 """
 
 from __future__ import annotations
 
 from structspec.spec.cost import CostCurve
+from structspec.spec.cpu_paths import use_fast_cpu_paths
 from structspec.spec.decode import SpecConfig, SpecStats, speculative_decode
 from structspec.spec.draft_model import DraftModel, DraftModelMismatchError
 from structspec.spec.fastlinear import pack_linears, packing_available, unpack_linears
@@ -36,5 +39,6 @@ __all__ = [
     "speculative_decode",
     "tree_attention",
     "unpack_linears",
+    "use_fast_cpu_paths",
     "verify_tree",
 ]

@@ -102,12 +102,9 @@ class DraftModel:
         if isinstance(spec, str):
             spec = load_model(spec, device=device)
             if pack:
-                from structspec.spec.attention import use_grouped_sdpa
-                from structspec.spec.fastlinear import pack_linears, packing_available
+                from structspec.spec.cpu_paths import use_fast_cpu_paths
 
-                if packing_available(spec.model):
-                    pack_linears(spec.model)
-                use_grouped_sdpa(spec.model)
+                use_fast_cpu_paths(spec.model)
         if isinstance(spec, LoadedModel):
             return cls(spec.model, spec.tokenizer, name=spec.name)
         return cls(spec, None, name=type(spec).__name__)
