@@ -142,3 +142,15 @@ def test_lossy_kernel_is_never_the_default():
     unpack_linears(model)
     pack_linears(model, "panel_f16")
     assert packed_kernel(model) == "panel_f16"
+
+
+@pytest.mark.parametrize("kernel", HAVE)
+def test_packed_model_deep_copies(kernel):
+    import copy
+
+    model = nn.Sequential(_linear(8, 5, True))
+    pack_linears(model, kernel)
+    twin = copy.deepcopy(model)
+    x = torch.randn(3, 8)
+    with torch.inference_mode():
+        assert torch.equal(twin(x), model(x))

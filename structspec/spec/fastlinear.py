@@ -34,6 +34,10 @@ from torch import nn
 
 from structspec import _native
 
+# The native module, set when the first panel layer is packed (not an attribute of the
+# layers: a module object there would make them impossible to deep-copy).
+_SMALLGEMM: Any = None
+
 #: The packing kernels that keep the model's outputs (within 1e-4), best first.
 KERNELS = ("panel", "onednn")
 #: Kernels that round the weights (half precision): for drafters, never a default.
@@ -101,16 +105,25 @@ class PackedLinear(nn.Module):
             self._bias = None if linear.bias is None else linear.bias.detach().contiguous()
             self._half = kernel == "panel_f16"
             if kernel in ("panel", "panel_f16"):
-                self._gemm = _native.load("smallgemm")
-                if self._gemm is None or not self._gemm.available(self._half):
+                gemm = _native.load("smallgemm")
+                if gemm is None or not gemm.available(self._half):
                     raise RuntimeError(f"the {kernel} kernel (native smallgemm, AVX2+FMA"
                                        f"{'+F16C' if self._half else ''}) is not available here")
                 n, k = self.out_features, self.in_features
-                self._packed = torch.empty(self._gemm.packed_size(n, k),
+                self._packed = torch.empty(gemm.packed_size(n, k),
                                            dtype=torch.float16 if self._half else torch.float32)
-                self._gemm.pack(self._packed.data_ptr(), weight.data_ptr(), n, k, self._half)
+                gemm.pack(self._packed.data_ptr(), weight.data_ptr(), n, k, self._half)
+                global _SMALLGEMM
+                _SMALLGEMM = gemm
             else:
                 self._packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PackedLinear:
+        """A copy of the original layer, packed again (oneDNN's packed weight cannot be
+        copied)."""
+        import copy
+
+        return PackedLinear(copy.deepcopy(self.original, memo), self.kernel)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -127,7 +140,7 @@ class PackedLinear(nn.Module):
         rows = x.numel() // self.in_features
         out = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32)
         if rows:
-            self._gemm.linear(x.data_ptr(), rows, self.in_features, self._packed.data_ptr(),
+            _SMALLGEMM.linear(x.data_ptr(), rows, self.in_features, self._packed.data_ptr(),
                               self.out_features,
                               0 if self._bias is None else self._bias.data_ptr(),
                               out.data_ptr(), torch.get_num_threads(), self._half)
