@@ -154,3 +154,24 @@ def test_packed_model_deep_copies(kernel):
     x = torch.randn(3, 8)
     with torch.inference_mode():
         assert torch.equal(twin(x), model(x))
+
+
+def test_linear_kernels_benchmark_runs(tmp_path):
+    """``benchmarks/linear_kernels.py`` (a smoke run: two pass sizes, one sweep each)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "linear_kernels.py"
+    spec = importlib.util.spec_from_file_location("linear_kernels_bench", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    before = torch.get_num_threads()
+    try:
+        out = tmp_path / "lk.json"
+        assert bench.main(["--rows", "1,3", "--repeats", "1", "--json-out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(before)
+    result = json.loads(out.read_text())
+    assert set(result["ms"]) == {"plain", *HAVE}
+    assert all(set(v) == {"1", "3"} for v in result["ms"].values())
