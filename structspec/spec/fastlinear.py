@@ -7,11 +7,11 @@ few rows, so a 8-row pass of the default model costs ~2.3× a 1-row pass instead
 - ``"panel"`` (default where it runs): our AVX2+FMA kernel (``structspec/_native/smallgemm.c``):
   the weight in panels of 16 output columns, streamed once per pass while up to 6 rows are
   multiplied against it. On an AVX2 EPYC (2 cores, the 210 linears of the default model,
-  ``docs/performance.md``) it is 1.2–1.8× faster than oneDNN at every pass size from 1 to 400
-  rows, on 1 and 2 threads. Each output is the same in-order FMA chain over the input
-  features whatever the number of rows, so a row's result is **bitwise** the same in a pass
-  of 1 row and in a tree pass of 32: speculation and plain decoding see identical numbers
-  from these layers.
+  ``docs/performance.md``) it is 1.1–1.8× faster than oneDNN at pass sizes from 1 to 256
+  rows on 1 thread and up to 64 on 2 (even, within noise, beyond). Each output is the same
+  in-order FMA chain over the input features whatever the number of rows, so a row's result
+  is **bitwise** the same in a pass of 1 row and in a tree pass of 32: speculation and plain
+  decoding see identical numbers from these layers.
 - ``"onednn"``: oneDNN's blocked layout (``torch.ops.mkldnn._reorder_linear_weight`` +
   ``_linear_pointwise``), where the panel kernel is not built or the CPU lacks AVX2/FMA
   (DESIGN.md, AMD Zen 3: t(2) 1.15×, t(8) 1.52×, t(32) 2.19× of t(1)).
