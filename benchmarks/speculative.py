@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = Generator(None, device=args.device, pack=False)
     if not args.no_pack:  # as a Generator does (no-ops off CPU)
         use_fast_cpu_paths(gen.loaded.model)
-    packed = packed_kernel(gen.loaded.model) is not None
+    kernel = packed_kernel(gen.loaded.model)
     tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, args.layout)
     base_cfg = SpecConfig(enabled=False)
     draft = None
@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         curve = device_cost_curve(gen.loaded.model)
         curve_s = time.perf_counter() - t0
         print(f"cost curve (ms) {curve.as_dict()['ms']} measured in {curve_s:.2f} s")
-    print(f"model={gen.loaded.name} linears={packed_kernel(gen.loaded.model)} "
+    print(f"model={gen.loaded.name} linears={kernel} "
           f"attention={gen.loaded.model.config._attn_implementation} "
           f"threads={torch.get_num_threads()} "
           f"load={os.getloadavg()[0]:.2f} task={args.task} n={len(tasks)}")
@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "task": args.task, "data": args.data, "offset": args.offset, "n": len(rows),
         "layout": args.layout if args.task == "json" else None,
-        "packed": packed, "linear_kernel": packed_kernel(gen.loaded.model),
+        "packed": kernel is not None, "linear_kernel": kernel,
         "attention": gen.loaded.model.config._attn_implementation,
         "threads": torch.get_num_threads(),
         "load": round(os.getloadavg()[0], 2),

@@ -64,15 +64,23 @@ SCHEMA_TEMPLATE_INSTRUCTION = (
 
 def renders_as_template(schema: Any) -> bool:
     """Whether :func:`render_schema` can state every constraint of ``schema`` as a template."""
+    return _templatable(schema) is not None
+
+
+def _templatable(schema: Any) -> dict[str, tuple[str, Any]] | None:
+    """The root's definitions (:func:`_definitions`; none for a boolean schema) when a
+    template states every constraint of ``schema``, else ``None``."""
     if isinstance(schema, bool):
-        return True
+        return {}
     if not isinstance(schema, dict):
-        return False
+        return None
     definitions = _definitions(schema)
     if definitions is None:
-        return False
-    return (_stated(schema, definitions, root=True)
-            and all(_stated(sub, definitions) for _, sub in definitions.values()))
+        return None
+    if (_stated(schema, definitions, root=True)
+            and all(_stated(sub, definitions) for _, sub in definitions.values())):
+        return definitions
+    return None
 
 
 def _definitions(root: dict[str, Any]) -> dict[str, tuple[str, Any]] | None:
@@ -160,10 +168,10 @@ def _compact_json(schema: Any) -> str:
 
 def _template(schema: Any) -> str | None:
     """``schema`` as a typed JSON template, or ``None`` where one cannot state it all."""
-    if not renders_as_template(schema):
+    definitions = _templatable(schema)
+    if definitions is None:
         return None
-    definitions = _definitions(schema) if isinstance(schema, dict) else {}
-    renderer = _Renderer(definitions or {})
+    renderer = _Renderer(definitions)
     main, main_ref = schema, None
     while isinstance(main, dict) and "$ref" in main:  # the root is a definition: inline it
         main_ref = main["$ref"]

@@ -10,14 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from structspec.spec.attention import use_grouped_sdpa
-from structspec.spec.fastlinear import pack_linears, packing_available
+from structspec.spec.fastlinear import pack_linears
 
 
 def use_fast_cpu_paths(model: Any) -> Any:
     """Pack ``model``'s linears and switch its attention where each applies (a CPU float32
     model; grouped-query sdpa attention); a no-op elsewhere. In place, idempotent; returns
     ``model``."""
-    if packing_available(model):
-        pack_linears(model)
+    pack_linears(model)  # a no-op where no kernel runs or the model is not CPU float32
     use_grouped_sdpa(model)
     return model

@@ -150,20 +150,15 @@ class DraftHead:
         with torch.no_grad():
             self.reduced.weight.copy_(out_w[self.vocab].float())
         self._dtype = torch.float32
-        from structspec.spec.fastlinear import (
-            available_kernels,
-            pack_linears,
-            packing_available,
-        )
+        from structspec.spec.fastlinear import available_kernels, pack_linears
 
         holder = nn.ModuleDict({"net": self.net, "reduced": self.reduced})
-        if packing_available(holder):
-            # Half-precision panels where they run: the head reads ~26 MB per drafted level,
-            # evicted from cache by every verification pass, and its numbers only rank
-            # drafts (its weights are stored in fp16 anyway).
-            half = "panel_f16" in available_kernels(lossy=True)
-            pack_linears(holder, "panel_f16" if half else None)
-            self.reduced = holder["reduced"]
+        # Half-precision panels where they run: the head reads ~26 MB per drafted level,
+        # evicted from cache by every verification pass, and its numbers only rank drafts
+        # (its weights are stored in fp16 anyway). Elsewhere the best lossless kernel, if any.
+        half = "panel_f16" in available_kernels(lossy=True)
+        pack_linears(holder, "panel_f16" if half else None)  # a no-op off CPU float32
+        self.reduced = holder["reduced"]
 
     @classmethod
     def load(cls, path: str | Path, model: Any) -> DraftHead:

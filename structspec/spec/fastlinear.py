@@ -71,10 +71,10 @@ def available_kernels(lossy: bool = False) -> tuple[str, ...]:
 
 def packing_available(model: Any | None = None) -> bool:
     """Whether :func:`pack_linears` can pack ``model`` (a kernel runs here; CPU, float32)."""
-    if not available_kernels():
-        return False
-    if model is None:
-        return True
+    return bool(available_kernels()) and (model is None or _cpu_float32(model))
+
+
+def _cpu_float32(model: Any) -> bool:
     try:
         param = next(model.parameters())
     except StopIteration:
@@ -169,9 +169,10 @@ def pack_linears(model: nn.Module, kernel: str | None = None) -> nn.Module:
     kernels = available_kernels(lossy=kernel in LOSSY_KERNELS)
     if kernel is not None and kernel not in kernels:
         raise ValueError(f"linear kernel {kernel!r} does not run here; available: {kernels}")
-    if not packing_available(model):
+    lossless = [k for k in kernels if k in KERNELS]
+    if not lossless or not _cpu_float32(model):
         return model
-    chosen = kernel or kernels[0]
+    chosen = kernel or lossless[0]
     for parent in list(model.modules()):
         if isinstance(parent, PackedLinear):
             continue
