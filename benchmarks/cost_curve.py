@@ -8,7 +8,9 @@ are ("plain") and packed by each kernel that runs here ("panel", "onednn":
 interleaved (the same packed modules are swapped in and out), and each point is the median
 of ``--repeats`` runs. Also reports, per kernel, the largest logit difference from the plain
 model and whether the argmax agrees, and whether a row's logits are bitwise the same in the
-32-row pass and in a pass of that row alone.
+32-row pass and in a pass of that row alone. Where grouped tree attention applies
+(:mod:`structspec.spec.attention`), one more variant runs the first kernel with it
+("<kernel>+grouped"); the others keep transformers' sdpa.
 
     python benchmarks/cost_curve.py [--repeats R] [--prefix N] [--threads T] [--json-out F]
 
@@ -32,6 +34,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 from structspec.models import load_model  # noqa: E402
+from structspec.spec.attention import restore_sdpa, use_grouped_sdpa  # noqa: E402
 from structspec.spec.fastlinear import (  # noqa: E402
     PackedLinear,
     available_kernels,
@@ -101,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     new = tok.encode(TEXT * 2, add_special_tokens=False)[args.prefix % 7:][: max(SIZES)]
     kernels = available_kernels()
     variants = ["plain", *kernels]
+    if kernels and use_grouped_sdpa(model):  # the attention Generator uses, on the first kernel
+        restore_sdpa(model)
+        variants.append(f"{kernels[0]}+grouped")
     swap = _Swapper(model, kernels)
     times: dict[str, dict[int, list[float]]] = {v: {q: [] for q in SIZES} for v in variants}
     with torch.inference_mode():
@@ -109,7 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         checks: dict[str, dict] = {}
         for repeat in range(args.repeats + 1):  # the first round warms up
             for variant in variants:
-                swap.use(variant)
+                kernel, grouped = variant.removesuffix("+grouped"), variant.endswith("+grouped")
+                swap.use(kernel)
+                if grouped:
+                    use_grouped_sdpa(model)
+                else:
+                    restore_sdpa(model)
                 for q in SIZES:
                     t, logits = _time_pass(model, cache, len(ids), new[:q])
                     if repeat:

@@ -4,9 +4,9 @@ A tree pass gives attention a custom 4D mask. ``transformers``' ``sdpa`` path th
 using SDPA's grouped-query mode (it assumes masked GQA falls back to a slow kernel, true on
 CUDA) and copies every key/value head ``num_key_value_groups`` times per layer instead
 (``repeat_kv``). On CPU, torch's SDPA takes the mask and the grouped heads together: for the
-default model (9 query / 3 key-value heads, 30 layers, 300 cached tokens) a pass of 4 nodes
-drops from ~57 to ~52 ms, one of 2 from ~52 to ~50 ms; single-row passes and the prompt
-(no mask) already run grouped and are unchanged.
+default model (9 query / 3 key-value heads, 30 layers, 300 cached tokens) tree passes of 2–8
+nodes cost 2–9% less (``benchmarks/cost_curve.py``, ``docs/performance.md``); the prompt
+(no mask) already runs grouped.
 
 :func:`use_grouped_sdpa` switches a CPU model from ``"sdpa"`` to :data:`IMPLEMENTATION`, an
 attention function that does exactly that for masked grouped-query calls and hands every
