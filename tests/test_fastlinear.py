@@ -175,3 +175,16 @@ def test_linear_kernels_benchmark_runs(tmp_path):
     result = json.loads(out.read_text())
     assert set(result["ms"]) == {"plain", *HAVE}
     assert all(set(v) == {"1", "3"} for v in result["ms"].values())
+
+
+@panel
+def test_native_kernel_refuses_bad_shapes():
+    from structspec import _native
+
+    gemm = _native.load("smallgemm")
+    with pytest.raises(ValueError, match="n and k must be positive"):
+        gemm.pack(0, 0, 0, 4)
+    with pytest.raises(ValueError, match="bad shape"):
+        gemm.linear(0, -1, 4, 0, 4, 0, 0, 1)
+    with pytest.raises(TypeError):
+        gemm.linear("x", 1, 4, 0, 4, 0, 0, 1)
