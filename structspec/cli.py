@@ -138,7 +138,8 @@ def _build_parser() -> argparse.ArgumentParser:
 _SPEC_KEYS = {"enabled": "enabled", "draft_length": "draft_length",
               "num_speculations": "num_speculations", "max_nodes": "max_nodes",
               "validation_threshold": "validation_threshold",
-              "draft_head": "draft_head"}  # false, "auto" or a head file
+              "draft_head": "draft_head",  # false, "auto" or a head file
+              "corpus": "corpus"}  # false, "auto" or a corpus file
 
 
 def _spec_config(args: argparse.Namespace) -> tuple[Any, int | None]:

@@ -48,6 +48,8 @@ from structspec.spec.cost import (
     free_nodes,
     memory_use,
 )
+from structspec.spec.corpus import SOURCE as CORPUS
+from structspec.spec.corpus import TokenCorpus, resolve_corpus
 from structspec.spec.draft_head import SOURCE as DRAFT_HEAD
 from structspec.spec.draft_head import DraftHead, final_norm, resolve_head
 from structspec.spec.draft_model import SOURCE as DRAFT_MODEL
@@ -130,6 +132,16 @@ class SpecConfig:
         draft_head_topk: the head's branching width at its first levels.
         draft_head_branch_levels: levels below the frontier where the head branches.
         draft_head_max_depth: the head drafts at most this many levels per step.
+        corpus: answers the target wrote before, as the ``corpus`` drafter
+            (:mod:`~structspec.spec.corpus`; inserted after ``lookup`` when absent from
+            ``drafters``): ``"auto"`` (or ``True``) uses the corpus shipped for the target
+            when one matches its fingerprint (none otherwise, silently); ``False`` switches
+            it off; a path or a :class:`~structspec.spec.corpus.TokenCorpus` uses that
+            corpus (another vocabulary raises
+            :class:`~structspec.spec.corpus.CorpusMismatchError`).
+        corpus_branches: branches the corpus drafter opens per step.
+        corpus_min_share: the corpus drafter extends a draft while at least this share of
+            the corpus's occurrences agree on the next token.
         cost_model: size each tree by expected tokens per second from the device's cost
             curve (measured once per model and device) and the running acceptance.
         cost_curve: use this :class:`~structspec.spec.cost.CostCurve` instead of measuring
@@ -161,6 +173,9 @@ class SpecConfig:
     draft_head_topk: int = 2
     draft_head_branch_levels: int = 1
     draft_head_max_depth: int = 6
+    corpus: Any = "auto"
+    corpus_branches: int = 1
+    corpus_min_share: float = 0.3
     cost_model: bool = True
     cost_curve: CostCurve | None = None
     memory_threshold: float | None = 0.9
@@ -169,7 +184,7 @@ class SpecConfig:
         for name in ("draft_length", "num_speculations", "max_nodes", "window", "probe_every",
                      "lookup_max_n", "topk", "alternatives_max", "values_max", "nested_rounds",
                      "draft_model_topk", "draft_model_branch_levels", "draft_head_topk",
-                     "draft_head_branch_levels", "draft_head_max_depth"):
+                     "draft_head_branch_levels", "draft_head_max_depth", "corpus_branches"):
             value = getattr(self, name)
             if value is None and name in ("num_speculations", "max_nodes"):
                 continue
@@ -187,6 +202,14 @@ class SpecConfig:
                                                                          "__fspath__")):
             raise ValueError(f"draft_head must be 'auto', False, a path or a DraftHead, got "
                              f"{self.draft_head!r}")
+        if not (self.corpus in ("auto", True, False, None)
+                or isinstance(self.corpus, str | TokenCorpus) or hasattr(self.corpus,
+                                                                       "__fspath__")):
+            raise ValueError(f"corpus must be 'auto', False, a path or a TokenCorpus, got "
+                             f"{self.corpus!r}")
+        if not 0 <= self.corpus_min_share <= 1:
+            raise ValueError(f"corpus_min_share must be in [0, 1], got "
+                             f"{self.corpus_min_share!r}")
         if self.memory_threshold is not None and not 0 < self.memory_threshold <= 1:
             raise ValueError(f"memory_threshold must be in (0, 1], got {self.memory_threshold!r}")
         if self.validation_threshold is not None and not 0 < self.validation_threshold < 1:
@@ -209,7 +232,9 @@ class SpecConfig:
                 "draft_model_branch_levels": self.draft_model_branch_levels,
                 "draft_head_topk": self.draft_head_topk,
                 "draft_head_branch_levels": self.draft_head_branch_levels,
-                "draft_head_max_depth": self.draft_head_max_depth}
+                "draft_head_max_depth": self.draft_head_max_depth,
+                "corpus_branches": self.corpus_branches,
+                "corpus_min_share": self.corpus_min_share}
 
     def budgets(self, structured: bool) -> tuple[int, int]:
         """``(max_nodes, num_speculations)``, the ``None`` ones from :data:`AUTO_BUDGETS`."""
@@ -423,7 +448,14 @@ def speculative_decode(
         names = (*names[:at], DRAFT_HEAD, *names[at:])
     if head is None:
         names = tuple(n for n in names if n != DRAFT_HEAD)
+    corpus = resolve_corpus(config.corpus, model, vocab) if config.enabled else None
+    if corpus is not None and CORPUS not in names:
+        at = names.index("lookup") + 1 if "lookup" in names else len(names)
+        names = (*names[:at], CORPUS, *names[at:])
+    if corpus is None:
+        names = tuple(n for n in names if n != CORPUS)
     ctx.draft_head = head
+    ctx.corpus = corpus
     stats.draft_head = head.name if head is not None else None
     drafters = make_drafters(names) if config.enabled else []
     max_nodes, max_branches = config.budgets(structured)

@@ -307,10 +307,6 @@ class DraftHeadDrafter:
         reach = 1.0
         level = 0
         while beams and level < max_depth:
-            if level and acceptance is not None:
-                reach *= acceptance.rate(self.name, level + 1)
-                if reach < min_reach:
-                    break
             states = torch.stack([b[1] for b in beams])  # [m, H]
             logp_all = torch.log_softmax(head.logits(states), -1)  # [m, Vr]
             new: list[tuple[int, int, float, bool]] = []  # (node, beam row, score, chain)
@@ -349,6 +345,10 @@ class DraftHeadDrafter:
             level += 1
             if not new or level >= max_depth:
                 break
+            if acceptance is not None:  # before the step: a level not drafted costs nothing
+                reach *= acceptance.rate(self.name, level + 1)
+                if reach < min_reach:
+                    break
             ids = torch.tensor([builder.tokens[c] for c, _, _, _ in new], device=device)
             nxt = head.step(states[[r for _, r, _, _ in new]], ids)  # [m', H]
             beams = [(c, nxt[i], score, main) for i, (c, _, score, main) in enumerate(new)]

@@ -25,6 +25,10 @@ sources (DESIGN.md, "Speculation"):
   position (a stale guess: it predicted the token *before*; cheap and sometimes right).
 - ``draft_model`` (:mod:`structspec.spec.draft_model`): a small model with the target's
   tokenizer expands its best legal tokens level by level (``ctx.draft_model``).
+- ``draft_head`` (:mod:`structspec.spec.draft_head`): a learned head drafts from the
+  target's own hidden state (``ctx.draft_head``).
+- ``corpus`` (:mod:`structspec.spec.corpus`): the most common continuation of the latest
+  n-gram in answers the target wrote before (``ctx.corpus``).
 
 :func:`build_tree` runs them: first the forced chain from the root (bounded by the draft
 depth only — forced tokens are nearly always accepted), then each drafter in priority order
@@ -309,6 +313,8 @@ class DraftContext:
         head_anchor: ``(hidden [H], tokens)``: the target's last hidden state at a committed
             position and the committed tokens after it, the root last (set by the decode
             loop when a draft head is in use).
+        corpus: a :class:`~structspec.spec.corpus.TokenCorpus` for the ``corpus`` drafter,
+            or ``None``.
     """
 
     constraint: Constraint
@@ -325,6 +331,7 @@ class DraftContext:
     acceptance: AcceptanceModel | None = None
     draft_head: Any = None
     head_anchor: Any = None
+    corpus: Any = None
 
     def output_text(self, tail: int = 64) -> bytes:
         """The last ``tail`` tokens of the committed output, as bytes."""
