@@ -468,32 +468,6 @@ def make_data(work: Path, prompts: list[str], batch: int, max_new: int,
               f"{time.time() - t0:.0f} s", flush=True)
 
 
-# -- corpus ----------------------------------------------------------------------------------
-
-
-def make_corpus(work: Path, out: Path) -> None:
-    """The answers of the training shards (not the evaluation ones) as the model's
-    :class:`~structspec.spec.corpus.TokenCorpus`, written to ``out``."""
-    from structspec.spec.corpus import TokenCorpus
-    from structspec.spec.draft_head import fingerprint
-
-    shards = sorted(work.glob("shard_*.pt"))
-    if not shards:
-        raise SystemExit(f"{work}: no shards; run the data step first")
-    answers = []
-    for shard in shards:
-        rec = torch.load(shard, weights_only=True)
-        answers += [s[p:].tolist() for s, p in zip(rec["ids"], rec["prompt_len"], strict=True)]
-    gen = _load(pack=False)
-    corpus = TokenCorpus(answers, model_fingerprint=fingerprint(gen.loaded.model),
-                         vocab_fingerprint=gen.vocab.fingerprint,
-                         meta={"answers": len(answers), "shards": len(shards),
-                               "made_by": "scripts/train_draft_head.py corpus"})
-    corpus.save(out)
-    print(f"corpus: {len(answers)} answers, {len(corpus)} tokens -> {out} "
-          f"({out.stat().st_size / 1e6:.2f} MB)")
-
-
 # -- training --------------------------------------------------------------------------------
 
 
@@ -650,10 +624,9 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["data", "train", "corpus", "all"])
+    ap.add_argument("what", choices=["data", "train", "all"])
     ap.add_argument("--work", default=str(ROOT / "build" / "draft_head_data"))
-    ap.add_argument("--out", default=None,
-                    help="default: the packaged head (corpus) of the model")
+    ap.add_argument("--out", default=None, help="default: the packaged head of the model")
     ap.add_argument("--prompts", type=int, default=6000)
     ap.add_argument("--gen-batch", type=int, default=96)
     ap.add_argument("--shards", type=int, default=None,
@@ -691,11 +664,6 @@ def main(argv: list[str] | None = None) -> int:
               steps=args.steps, batch=args.batch, unroll=args.unroll, lr=args.lr,
               feature_weight=args.feature_weight, holdout=args.holdout,
               minutes=args.minutes, init=Path(args.init) if args.init else None)
-    if args.what in ("corpus", "all"):
-        from structspec.spec.corpus import corpus_path
-
-        out = Path(args.out) if args.out else corpus_path("smollm2-135m-instruct")
-        make_corpus(work, out)
     return 0
 
 

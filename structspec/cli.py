@@ -139,7 +139,7 @@ _SPEC_KEYS = {"enabled": "enabled", "draft_length": "draft_length",
               "num_speculations": "num_speculations", "max_nodes": "max_nodes",
               "validation_threshold": "validation_threshold",
               "draft_head": "draft_head",  # false, "auto" or a head file
-              "corpus": "corpus"}  # false, "auto" or a corpus file
+              "corpus": "corpus"}  # a corpus file (TokenCorpus.save)
 
 
 def _spec_config(args: argparse.Namespace) -> tuple[Any, int | None]:

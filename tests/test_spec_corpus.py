@@ -18,7 +18,6 @@ from structspec.spec.corpus import (
     CorpusMismatchError,
     TokenCorpus,
     _frequent_paths,
-    packaged_corpus,
     resolve_corpus,
 )
 from structspec.spec.cost import CostCurve
@@ -89,14 +88,13 @@ def test_frequent_paths_stop_at_separators():
 
 
 def test_a_corpus_file_round_trips_and_bad_files_are_refused(tmp_path):
-    corpus = TokenCorpus([[1, 2, 3], [70000, 2]], max_n=3, model_fingerprint="m",
-                         vocab_fingerprint="v", meta={"answers": 2})
+    corpus = TokenCorpus([[1, 2, 3], [70000, 2]], max_n=3, vocab_fingerprint="v",
+                         meta={"answers": 2})
     path = tmp_path / "c.npz"
     corpus.save(path)
     back = TokenCorpus.load(path)
     assert back.tokens.tolist() == corpus.tokens.tolist()  # int32 storage: ids above 65535
-    assert (back.max_n, back.model_fingerprint, back.vocab_fingerprint, back.meta) == (
-        3, "m", "v", {"answers": 2})
+    assert (back.max_n, back.vocab_fingerprint, back.meta) == (3, "v", {"answers": 2})
     small = TokenCorpus([[1, 2, 3], [4]])
     small.save(path)  # uint16 storage
     assert TokenCorpus.load(path).tokens.tolist() == small.tokens.tolist()
@@ -168,7 +166,7 @@ def test_the_corpus_drafts_the_models_own_answers_and_they_are_accepted(tiny):
                      draft_head=False)
     out = speculative_decode(model, vocab, prompt, constraints["free"], max_new_tokens=40,
                              sampling=GREEDY, config=cfg, tokenizer=tok)
-    proposed, accepted = out.stats.per_drafter["corpus"]
+    _proposed, accepted = out.stats.per_drafter["corpus"]
     assert accepted > 0 and out.stats.tokens_per_pass > 1.5
     off = speculative_decode(model, vocab, prompt, constraints["free"], max_new_tokens=40,
                              sampling=GREEDY, tokenizer=tok,
@@ -182,7 +180,7 @@ def test_the_corpus_drafts_the_models_own_answers_and_they_are_accepted(tiny):
 @given(prefix=st.text(alphabet='{}"abcdeirgtnl:0123456789,', max_size=12),
        name=st.sampled_from(sorted(PATTERNS)), branches=st.integers(1, 4))
 def test_the_corpus_drafter_never_proposes_illegal_nodes(tiny, prefix, name, branches):
-    model, tok, vocab, constraints, corpus = tiny
+    _model, tok, vocab, constraints, corpus = tiny
     c = constraints[name]
     state, root = c.initial, tok.encode("x", add_special_tokens=False)[0]
     for t in tok.encode(prefix, add_special_tokens=False):  # a legal prefix, as far as it goes
@@ -207,21 +205,22 @@ def test_the_corpus_drafter_never_proposes_illegal_nodes(tiny, prefix, name, bra
 
 
 def test_resolving_a_corpus(tiny, tmp_path):
-    model, tok, vocab, constraints, corpus = tiny
-    assert resolve_corpus(False, model, vocab) is None
-    assert resolve_corpus(None, model, vocab) is None
-    assert resolve_corpus("auto", model, vocab) is None  # nothing shipped for a random model
-    assert packaged_corpus(model) is None
-    assert resolve_corpus(corpus, model, vocab) is corpus
+    _model, tok, vocab, _constraints, corpus = tiny
+    assert resolve_corpus(False, vocab) is None
+    assert resolve_corpus(None, vocab) is None
+    assert resolve_corpus(corpus, vocab) is corpus
     path = tmp_path / "c.npz"
     corpus.save(path)
-    assert resolve_corpus(str(path), model, vocab).tokens.tolist() == corpus.tokens.tolist()
+    assert resolve_corpus(str(path), vocab).tokens.tolist() == corpus.tokens.tolist()
+    texts = TokenCorpus.from_texts(["the id is 42", "hello"], tok, vocab)
+    assert texts.vocab_fingerprint == vocab.fingerprint and texts.num_sequences == 2
+    assert resolve_corpus(texts, vocab) is texts
     other = TokenCorpus([[1, 2]], vocab_fingerprint="not-this-vocabulary")
     with pytest.raises(CorpusMismatchError, match="another vocabulary|vocabulary"):
-        resolve_corpus(other, model, vocab)
+        resolve_corpus(other, vocab)
     beyond = TokenCorpus([[len(vocab) + 5]])
     with pytest.raises(CorpusMismatchError, match="beyond this vocabulary"):
-        resolve_corpus(beyond, model, vocab)
+        resolve_corpus(beyond, vocab)
     with pytest.raises(ValueError, match="corpus must be"):
         SpecConfig(corpus=3)
     with pytest.raises(ValueError, match="corpus_min_share"):

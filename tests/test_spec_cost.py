@@ -94,6 +94,30 @@ def test_acceptance_model_is_conditional_per_drafter_and_depth():
     assert m.rate("lookup", 5) == pytest.approx(m.rate("lookup", 2))
 
 
+def test_scored_nodes_are_estimated_from_their_calibrated_scores():
+    m = AcceptanceModel(prior=0.5, strength=2.0, decay=1.0)
+    # root -> 1 (forced chain) -> {2 head (0.8) -> 3 head (0.5), 4 lookup (unscored)}
+    tree = _tree([-1, 0, 1, 2, 1], ["forced", "head", "head", "lookup"])
+    tree = DraftTree(tree.tokens, tree.parents, tree.depths, tree.states, tree.sources,
+                     (float("nan"), float("nan"), 0.8, 0.5, float("nan")))
+    assert m.score_factor() == 1.0
+    probs = m.node_probabilities(tree, 1)
+    assert probs[2] == pytest.approx(probs[1] * 0.8)
+    assert probs[3] == pytest.approx(probs[2] * 0.5)
+    assert probs[4] == pytest.approx(probs[1] * m.rate("lookup", 1))
+    # The head proves worse than its scores: its estimates shrink (never below 1/4).
+    for _ in range(20):
+        m.record(tree, (0, 1), frontier_depth=1)
+    assert m.scored[0] == pytest.approx(20 * 0.8) and m.scored[1] == 0
+    assert m.score_factor() == 0.25
+    assert m.node_probabilities(tree, 1)[2] == pytest.approx(m.chain_rate() * 0.8 * 0.25)
+    # ... and better: they grow (never beyond 2, a node never beyond certainty).
+    for _ in range(60):
+        m.record(tree, (0, 1, 2, 3), frontier_depth=1)
+    assert 1.0 < m.score_factor() <= 2.0
+    assert max(m.node_probabilities(tree, 1)) <= 1.0
+
+
 def test_plan_keeps_what_pays_for_its_cost():
     # root, then a chain of 4 speculative nodes and 4 unlikely single-node branches.
     parents = [-1, 0, 1, 2, 3, 0, 0, 0, 0]

@@ -75,7 +75,7 @@ def test_greedy_with_the_draft_head_equals_plain_greedy(tiny, words, name, max_n
     prompt = tok.encode(" ".join(words), add_special_tokens=False)
     c = constraints[name]
     plain = run_decode(decode, model, vocab, prompt, c, max_new_tokens=max_new, sampling=GREEDY)
-    cfg = SpecConfig(draft_head=head, draft_head_topk=topk, window=2,
+    cfg = SpecConfig(draft_head=head, draft_head_topk=topk, window=2, draft_head_min_prob=0.0,
                      drafters=("draft_head",) if only else SpecConfig().drafters,
                      cost_curve=FLAT if flat else None)
     spec = run_decode(speculative_decode, model, vocab, prompt, c, max_new_tokens=max_new,
@@ -89,7 +89,7 @@ def test_the_head_drafts_and_its_nodes_are_counted(tiny):
     model, tok, vocab, constraints, head = tiny
     prompt = tok.encode("the id is 42 and the tag is red", add_special_tokens=False)
     cfg = SpecConfig(draft_head=head, drafters=("draft_head",), cost_curve=FLAT,
-                     adaptive=False, max_nodes=8)
+                     adaptive=False, max_nodes=8, draft_head_min_prob=0.0)
     out = speculative_decode(model, vocab, prompt, constraints["free"], max_new_tokens=1,
                              sampling=GREEDY, config=cfg, tokenizer=tok)
     assert out.stats.per_drafter.get("draft_head") is None  # first pass: no hidden state yet
@@ -121,7 +121,8 @@ def test_the_head_never_proposes_illegal_nodes(tiny, prefix, name, seed, topk):
     g = torch.Generator().manual_seed(seed)
     ctx = DraftContext(constraint=c, vocab=vocab, canon=CanonicalTokenizer(tok, vocab),
                        history=NgramIndex(3), prompt_len=1,
-                       options={"draft_head_topk": topk, "draft_head_branch_levels": 2})
+                       options={"draft_head_topk": topk, "draft_head_branch_levels": 2,
+                                "draft_head_min_prob": 0.0})
     ctx.history.extend([root])
     ctx.draft_head = head
     ctx.head_anchor = (torch.randn(model.config.hidden_size, generator=g), [root])
@@ -134,6 +135,43 @@ def test_the_head_never_proposes_illegal_nodes(tiny, prefix, name, seed, topk):
         assert bool(c.allowed(parent_state).to_bool()[tree.tokens[i]])
         assert tree.tokens[i] not in vocab.eos_token_ids
         assert int(tree.tokens[i]) in set(head.vocab.tolist())
+
+
+@pytest.mark.parametrize("width", [1, 2, 3])
+@pytest.mark.parametrize("room", [1, 4, 9])
+def test_the_head_drafts_its_likeliest_paths_scored_within_the_room(tiny, width, room):
+    model, tok, vocab, constraints, head = tiny
+    c = constraints["free"]
+    root = tok.encode("x", add_special_tokens=False)[0]
+    ctx = DraftContext(constraint=c, vocab=vocab, canon=CanonicalTokenizer(tok, vocab),
+                       history=NgramIndex(3), prompt_len=1,
+                       options={"draft_head_topk": width, "draft_head_min_prob": 0.0})
+    ctx.history.extend([root])
+    ctx.draft_head = head
+    h = torch.randn(model.config.hidden_size, generator=torch.Generator().manual_seed(room))
+    ctx.head_anchor = (h, [root])
+    builder = TreeBuilder(c, root, c.advance(c.initial, root), max_depth=6, max_nodes=room,
+                          max_branches=8, eos_ids=frozenset(vocab.eos_token_ids))
+    DraftHeadDrafter().propose(ctx, builder, 0)
+    tree = builder.freeze()
+    # The head fills the room it is given (one path: as deep as draft_head_max_depth).
+    assert len(tree) - 1 == (min(room, 6) if width == 1 else room)
+    assert all(0.0 < tree.score(i) <= 1.0 for i in range(1, len(tree)))
+    # Its greedy chain from the frontier is the main source; the rest are side branches.
+    node, chain = 0, []
+    while tree.children[node]:
+        node = tree.children[node][0]
+        chain.append(node)
+    assert all(tree.sources[i] == "draft_head" for i in chain)
+    assert all(tree.sources[i] == "draft_head_alt" for i in range(1, len(tree))
+               if i not in chain)
+    if width == 1:
+        assert len(chain) == len(tree) - 1  # one path: a chain
+    # Every node is at least as likely as any node the room left out below the same
+    # parent would be: siblings are ordered by the head's probability.
+    for kids in tree.children:
+        scores = [tree.score(k) for k in kids]
+        assert scores == sorted(scores, reverse=True)
 
 
 def test_a_head_file_loads_for_its_model_and_is_refused_by_another(tiny, tiny_model, tmp_path):

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from structspec.automata.regex import compile_regex
+from structspec.engine import free_text
 from structspec.spec.attention import use_grouped_sdpa
 from structspec.spec.fastlinear import pack_linears, packing_available, unpack_linears
 from structspec.spec.tree import DraftTree, TreeBuilder, chain, tree_attention
@@ -98,6 +99,25 @@ def test_tree_builder_keeps_every_node_legal(byte_vocab):
     tree = b.freeze()
     for i in range(1, len(tree)):
         assert c.advance(tree.states[tree.parents[i]], tree.tokens[i]) == tree.states[i]
+
+
+def test_drafter_scores_travel_with_their_nodes(byte_vocab):
+    c = free_text(byte_vocab)
+    ids = [byte_vocab.ids_for(bytes([ch]))[0] for ch in b"abcd"]
+    b = TreeBuilder(c, ids[0], c.initial, max_depth=4, max_nodes=8, max_branches=4)
+    assert b.freeze().scores == ()  # no scored node: no scores at all
+    n1 = b.add(0, ids[1], "x")
+    assert b.freeze().score(n1) is None
+    assert b.add(0, ids[1], "head", score=0.7) == n1  # an unscored node takes the score
+    assert b.add(0, ids[1], "head", score=0.2) == n1 and b.scores[n1] == 0.7  # not twice
+    n2 = b.add_branch(0, [ids[2], ids[3]], "head", score=0.4)  # the first node's score
+    tree = b.freeze()
+    assert tree.score(n1) == 0.7 and tree.score(tree.parents[n2]) == 0.4
+    assert tree.score(n2) is None and tree.score(0) is None
+    sub = tree.subtree([tree.parents[n2]])
+    assert sub.score(1) == 0.4 and len(sub.scores) == len(sub)
+    with pytest.raises(ValueError, match="scores"):
+        DraftTree((1, 2), (-1, 0), (0, 1), (0, 0), ("a", "b"), (0.5,))
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager", "grouped"])

@@ -13,12 +13,13 @@ Rust extension not on PyPI, and what the drafter needs — exact n-gram lookup i
 a few hundred thousand tokens — is a sorted array of 64-bit n-gram hashes per ``n`` and a
 binary search (numpy), built in a fraction of a second when first queried.
 
-A corpus file belongs to one target (its answers are what that model writes): it records
-the model's :func:`~structspec.spec.draft_head.fingerprint` and its vocabulary's
-fingerprint. ``"auto"`` uses the corpus shipped in ``structspec/spec/corpora/`` when the
-model's fingerprint matches; an explicit file needs the same vocabulary
-(:class:`CorpusMismatchError` otherwise). ``scripts/train_draft_head.py corpus`` makes one
-from the draft head's training answers.
+Opt-in (``SpecConfig(corpus=...)``): a corpus helps where outputs copy a known body of
+text — a repository's own code for an editor's completions, earlier answers of a repetitive
+workload. On this project's benchmarks it gained nothing measurable (prose: 66k tokens of the
+default model's own answers, corpus drafts accepted 5-13% of the time; code: 2M tokens of the
+Python standard library; ``docs/performance.md``), so no corpus is shipped or used by default.
+A corpus records its vocabulary's fingerprint and is refused with another vocabulary
+(:class:`CorpusMismatchError`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from structspec.spec.drafters import _path_tokens, register_drafter
 from structspec.spec.tree import TreeBuilder
 
 SOURCE = "corpus"
-CORPORA_DIR = Path(__file__).resolve().parent / "corpora"
 FORMAT = 1
 _SEP = -1  # between answers: no n-gram or continuation crosses it
 _MUL = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit multiplier of the n-gram hash
@@ -58,17 +58,16 @@ class TokenCorpus:
     Args:
         sequences: the texts, as token ids (one sequence per answer; no n-gram spans two).
         max_n: the longest n-gram looked up.
-        model_fingerprint: the target's fingerprint (what ``"auto"`` matches), if known.
-        vocab_fingerprint: the vocabulary's fingerprint (what an explicit file must match).
-        meta: free-form provenance (how the answers were made).
+        vocab_fingerprint: the fingerprint of the vocabulary the ids belong to (checked
+            when the corpus is used), if known.
+        meta: free-form provenance (what the texts are).
 
     Thread-safe for queries once :meth:`continuations` has run once (the index is built
     lazily, on first use).
     """
 
     def __init__(self, sequences: Sequence[Sequence[int]], *, max_n: int = 6,
-                 model_fingerprint: str = "", vocab_fingerprint: str = "",
-                 meta: dict[str, Any] | None = None) -> None:
+                 vocab_fingerprint: str = "", meta: dict[str, Any] | None = None) -> None:
         if max_n < 1:
             raise ValueError(f"max_n must be >= 1, got {max_n}")
         parts: list[np.ndarray] = []
@@ -79,10 +78,19 @@ class TokenCorpus:
             parts.extend([arr, np.array([_SEP], dtype=np.int64)])
         self.tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)  # [N]
         self.max_n = max_n
-        self.model_fingerprint = model_fingerprint
         self.vocab_fingerprint = vocab_fingerprint
         self.meta = dict(meta or {})
         self._index: list[tuple[np.ndarray, np.ndarray]] | None = None
+
+    @classmethod
+    def from_texts(cls, texts: Sequence[str], tokenizer: Any, vocab: Any = None, *,
+                   max_n: int = 6, meta: dict[str, Any] | None = None) -> TokenCorpus:
+        """A corpus of ``texts`` tokenized by ``tokenizer`` (a Hugging Face tokenizer; no
+        special tokens added); ``vocab`` (the :class:`~structspec.vocab.Vocabulary` of the
+        model) records its fingerprint."""
+        ids = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+        return cls(ids, max_n=max_n, meta=meta,
+                   vocab_fingerprint=vocab.fingerprint if vocab is not None else "")
 
     def __len__(self) -> int:
         """Tokens held (separators excluded)."""
@@ -173,7 +181,6 @@ class TokenCorpus:
         else:
             stored = self.tokens.astype(np.int32)
         header = {"kind": "structspec-corpus", "format": FORMAT, "max_n": self.max_n,
-                  "model_fingerprint": self.model_fingerprint,
                   "vocab_fingerprint": self.vocab_fingerprint, "meta": self.meta}
         with open(path, "wb") as f:
             np.savez_compressed(f, tokens=stored, header=np.array(json.dumps(header)))
@@ -204,7 +211,6 @@ class TokenCorpus:
         if stored.dtype == np.uint16:
             tokens[stored == np.iinfo(np.uint16).max] = _SEP
         corpus = cls([], max_n=int(header.get("max_n", 6)),
-                     model_fingerprint=str(header.get("model_fingerprint", "")),
                      vocab_fingerprint=str(header.get("vocab_fingerprint", "")),
                      meta=header.get("meta") or {})
         corpus.tokens = tokens
@@ -239,60 +245,24 @@ def _frequent_paths(rows: np.ndarray, branches: int, min_share: float) -> list[l
     return out
 
 
-# -- finding a corpus for a model ---------------------------------------------------------
-
-_PACKAGED: dict[int, tuple[Any, TokenCorpus | None]] = {}
-
-
-def corpus_path(model_name: str) -> Path:
-    """Where the packaged corpus of ``model_name`` lives (it may not exist)."""
-    return CORPORA_DIR / f"{model_name}.npz"
-
-
-def packaged_corpus(model: Any) -> TokenCorpus | None:
-    """The corpus shipped in :data:`CORPORA_DIR` whose model fingerprint matches ``model``,
-    loaded once per model object; ``None`` when none matches."""
-    import weakref
-
-    from structspec.spec.draft_head import fingerprint
-
-    hit = _PACKAGED.get(id(model))
-    if hit is not None and hit[0]() is model:
-        return hit[1]
-    mine = fingerprint(model)
-    found = None
-    for path in sorted(CORPORA_DIR.glob("*.npz")):
-        try:
-            corpus = TokenCorpus.load(path)
-        except CorpusMismatchError:  # an unreadable file is just not a match
-            continue
-        if corpus.model_fingerprint == mine:
-            found = corpus
-            break
-    _PACKAGED[id(model)] = (weakref.ref(model), found)
-    return found
-
-
-def resolve_corpus(spec: Any, model: Any, vocab: Any) -> TokenCorpus | None:
+def resolve_corpus(spec: Any, vocab: Any) -> TokenCorpus | None:
     """The corpus a :class:`~structspec.spec.decode.SpecConfig` ``corpus`` value asks for:
-    ``"auto"`` → the packaged one if it matches the model (else ``None``); ``False``/``None``
-    → none; a path or a :class:`TokenCorpus` → that corpus, which must share ``vocab``.
+    ``None``/``False`` → none; a path or a :class:`TokenCorpus` → that corpus, which must
+    belong to ``vocab``.
 
     Raises:
-        CorpusMismatchError: an explicit corpus was made with another vocabulary (or holds
-            token ids the vocabulary lacks), or the file is not a corpus.
+        CorpusMismatchError: the corpus was made with another vocabulary (or holds token ids
+            the vocabulary lacks), or the file is not a corpus.
     """
     if spec is None or spec is False:
         return None
-    if spec == "auto" or spec is True:
-        return packaged_corpus(model)
     corpus = spec if isinstance(spec, TokenCorpus) else TokenCorpus.load(spec)
     where = f"corpus {spec}" if not isinstance(spec, TokenCorpus) else "the corpus"
     if corpus.vocab_fingerprint and corpus.vocab_fingerprint != vocab.fingerprint:
         raise CorpusMismatchError(
             f"{where} was made with vocabulary {corpus.vocab_fingerprint}, not this model's "
-            f"({vocab.fingerprint}); make one for it with scripts/train_draft_head.py "
-            f"corpus or set SpecConfig(corpus=False)")
+            f"({vocab.fingerprint}); make it again with this model's tokenizer "
+            f"(TokenCorpus.from_texts)")
     if len(corpus.tokens) and int(corpus.tokens.max()) >= len(vocab):
         raise CorpusMismatchError(f"{where} holds token ids beyond this vocabulary "
                                   f"({int(corpus.tokens.max())} >= {len(vocab)})")

@@ -272,6 +272,12 @@ class AcceptanceModel:
             estimate of the level above as their prior).
         decay: counts are multiplied by this every step (recent steps weigh more).
 
+    Nodes a drafter scored (its own probability of the token, :attr:`DraftTree.scores`)
+    are estimated from the score instead, times a running calibration factor
+    (:meth:`score_factor`): the learned draft head's probabilities track its acceptance
+    closely (on held-out answers, tokens it gives 0.1-0.2 are accepted 16% of the time,
+    0.5-0.6 55%, 0.9+ 93%), far better than one rate per depth.
+
     Not thread-safe; one per decode.
     """
 
@@ -281,6 +287,7 @@ class AcceptanceModel:
         self.decay = decay
         self.counts: dict[tuple[str, int], list[float]] = {}  # -> [proposed, accepted]
         self.chain = [0.0, 0.0]  # forced-chain nodes: [proposed, accepted]
+        self.scored = [0.0, 0.0]  # scored nodes: [sum of their scores, accepted]
         # How the model tokenizes forced text: (context, canonical token) -> {chosen: weight}.
         self.splits: dict[tuple[bytes, bytes], dict[int, float]] = {}
 
@@ -315,6 +322,13 @@ class AcceptanceModel:
         proposed, accepted = self.counts.get((source, depth), (0.0, 0.0))
         return (accepted + self.strength * prior) / (proposed + self.strength)
 
+    def score_factor(self) -> float:
+        """How scored nodes fare against their scores: accepted / expected over the scored
+        nodes whose parent was accepted (prior 1.0, worth 4 expected acceptances), within
+        [0.25, 2]."""
+        factor = (self.scored[1] + 4.0) / (self.scored[0] + 4.0)
+        return min(2.0, max(0.25, factor))
+
     def chain_rate(self) -> float:
         """P(a forced-chain node is accepted | its parent is) (prior 0.9)."""
         return (self.chain[1] + 0.9 * self.strength) / (self.chain[0] + self.strength)
@@ -324,10 +338,15 @@ class AcceptanceModel:
         its path (the root: ``1.0``)."""
         probs = [1.0] * len(tree)
         chain_rate = self.chain_rate()
+        factor = self.score_factor() if tree.scores else 1.0
         depths = speculative_depths(tree, frontier_depth)
         for i in range(1, len(tree)):
             d = depths[i]
-            rate = chain_rate if d <= 0 else self.rate(tree.sources[i], d)
+            score = tree.score(i) if d > 0 else None
+            if score is not None:
+                rate = min(1.0, score * factor)
+            else:
+                rate = chain_rate if d <= 0 else self.rate(tree.sources[i], d)
             probs[i] = probs[tree.parents[i]] * rate
         return probs
 
@@ -335,7 +354,7 @@ class AcceptanceModel:
         """Learn from one step: ``path`` (root first) is what was accepted. Only nodes whose
         parent was accepted count (the others never had a chance)."""
         if self.decay < 1.0:
-            for c in (*self.counts.values(), self.chain):
+            for c in (*self.counts.values(), self.chain, self.scored):
                 c[0] *= self.decay
                 c[1] *= self.decay
         on_path = set(path)
@@ -347,6 +366,10 @@ class AcceptanceModel:
             c = self.chain if d <= 0 else self.counts.setdefault((tree.sources[i], d), [0.0, 0.0])
             c[0] += 1
             c[1] += i in on_path
+            score = tree.score(i) if d > 0 else None
+            if score is not None:
+                self.scored[0] += score
+                self.scored[1] += i in on_path
 
 
 @dataclass(frozen=True)

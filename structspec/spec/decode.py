@@ -41,6 +41,8 @@ from structspec.engine import DecodeOutput, DecodeStats, advance_or_raise, dead_
 from structspec.errors import GenerationError
 from structspec.sampling import SamplingParams, make_generator
 from structspec.spec.accept import MaskCache, walk_tree
+from structspec.spec.corpus import SOURCE as CORPUS
+from structspec.spec.corpus import TokenCorpus, resolve_corpus
 from structspec.spec.cost import (
     AcceptanceModel,
     CostCurve,
@@ -48,8 +50,6 @@ from structspec.spec.cost import (
     free_nodes,
     memory_use,
 )
-from structspec.spec.corpus import SOURCE as CORPUS
-from structspec.spec.corpus import TokenCorpus, resolve_corpus
 from structspec.spec.draft_head import SOURCE as DRAFT_HEAD
 from structspec.spec.draft_head import DraftHead, final_norm, resolve_head
 from structspec.spec.draft_model import SOURCE as DRAFT_MODEL
@@ -129,16 +129,19 @@ class SpecConfig:
             switches it off; a path or
             a :class:`~structspec.spec.draft_head.DraftHead` uses that head (a mismatch
             raises :class:`~structspec.spec.draft_head.DraftHeadMismatchError`).
-        draft_head_topk: the head's branching width at its first levels.
-        draft_head_branch_levels: levels below the frontier where the head branches.
+        draft_head_topk: the head's beam width: paths expanded per level, and tokens per
+            expanded path.
+        draft_head_branch_levels: levels below the frontier where the head branches
+            (deeper, each path is extended by its likeliest token only).
         draft_head_max_depth: the head drafts at most this many levels per step.
-        corpus: answers the target wrote before, as the ``corpus`` drafter
+        draft_head_min_prob: the head drafts no path its own probabilities give less than
+            this.
+        corpus: text the output is likely to copy from, as the ``corpus`` drafter
             (:mod:`~structspec.spec.corpus`; inserted after ``lookup`` when absent from
-            ``drafters``): ``"auto"`` (or ``True``) uses the corpus shipped for the target
-            when one matches its fingerprint (none otherwise, silently); ``False`` switches
-            it off; a path or a :class:`~structspec.spec.corpus.TokenCorpus` uses that
-            corpus (another vocabulary raises
-            :class:`~structspec.spec.corpus.CorpusMismatchError`).
+            ``drafters``): a :class:`~structspec.spec.corpus.TokenCorpus` or a path to a
+            saved one (another vocabulary raises
+            :class:`~structspec.spec.corpus.CorpusMismatchError`); ``None`` (the default)
+            or ``False``: none.
         corpus_branches: branches the corpus drafter opens per step.
         corpus_min_share: the corpus drafter extends a draft while at least this share of
             the corpus's occurrences agree on the next token.
@@ -170,10 +173,11 @@ class SpecConfig:
     draft_model_topk: int = 2
     draft_model_branch_levels: int = 2
     draft_head: Any = "auto"
-    draft_head_topk: int = 2
-    draft_head_branch_levels: int = 1
+    draft_head_topk: int = 3
+    draft_head_branch_levels: int = 6
     draft_head_max_depth: int = 6
-    corpus: Any = "auto"
+    draft_head_min_prob: float = 0.15
+    corpus: Any = None
     corpus_branches: int = 1
     corpus_min_share: float = 0.3
     cost_model: bool = True
@@ -202,11 +206,13 @@ class SpecConfig:
                                                                          "__fspath__")):
             raise ValueError(f"draft_head must be 'auto', False, a path or a DraftHead, got "
                              f"{self.draft_head!r}")
-        if not (self.corpus in ("auto", True, False, None)
-                or isinstance(self.corpus, str | TokenCorpus) or hasattr(self.corpus,
-                                                                       "__fspath__")):
-            raise ValueError(f"corpus must be 'auto', False, a path or a TokenCorpus, got "
+        if not (self.corpus in (False, None) or isinstance(self.corpus, str | TokenCorpus)
+                or hasattr(self.corpus, "__fspath__")):
+            raise ValueError(f"corpus must be None, a path or a TokenCorpus, got "
                              f"{self.corpus!r}")
+        if not 0 <= self.draft_head_min_prob <= 1:
+            raise ValueError(f"draft_head_min_prob must be in [0, 1], got "
+                             f"{self.draft_head_min_prob!r}")
         if not 0 <= self.corpus_min_share <= 1:
             raise ValueError(f"corpus_min_share must be in [0, 1], got "
                              f"{self.corpus_min_share!r}")
@@ -233,6 +239,7 @@ class SpecConfig:
                 "draft_head_topk": self.draft_head_topk,
                 "draft_head_branch_levels": self.draft_head_branch_levels,
                 "draft_head_max_depth": self.draft_head_max_depth,
+                "draft_head_min_prob": self.draft_head_min_prob,
                 "corpus_branches": self.corpus_branches,
                 "corpus_min_share": self.corpus_min_share}
 
@@ -448,7 +455,7 @@ def speculative_decode(
         names = (*names[:at], DRAFT_HEAD, *names[at:])
     if head is None:
         names = tuple(n for n in names if n != DRAFT_HEAD)
-    corpus = resolve_corpus(config.corpus, model, vocab) if config.enabled else None
+    corpus = resolve_corpus(config.corpus, vocab) if config.enabled else None
     if corpus is not None and CORPUS not in names:
         at = names.index("lookup") + 1 if "lookup" in names else len(names)
         names = (*names[:at], CORPUS, *names[at:])

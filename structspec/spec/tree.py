@@ -18,6 +18,7 @@ ancestors and itself, and position ids ``past_len + depth``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -39,6 +40,9 @@ class DraftTree:
         depths: depth per node (root 0).
         states: constraint state after each node's token (``states[0]``: the current state).
         sources: the drafter that proposed each node (``"root"`` for node 0).
+        scores: per node, the drafter's own estimate of P(accepted | parent accepted) (a
+            learned drafter's probability of the token), NaN where it gave none; empty when
+            no node has one.
         children: child indices per node, in insertion order (derived).
 
     Immutable and thread-safe.
@@ -49,6 +53,7 @@ class DraftTree:
     depths: tuple[int, ...]
     states: tuple[State, ...]
     sources: tuple[str, ...]
+    scores: tuple[float, ...] = ()
     children: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -58,6 +63,8 @@ class DraftTree:
         lengths = {len(self.parents), len(self.depths), len(self.states), len(self.sources)}
         if lengths != {n}:
             raise ValueError("tokens, parents, depths, states and sources need one entry per node")
+        if self.scores and len(self.scores) != n:
+            raise ValueError("scores needs one entry per node (or none at all)")
         if self.parents[0] != -1 or self.depths[0] != 0:
             raise ValueError("node 0 must be the root (parent -1, depth 0)")
         kids: list[list[int]] = [[] for _ in range(n)]
@@ -78,6 +85,12 @@ class DraftTree:
     def max_depth(self) -> int:
         """The depth of the deepest node."""
         return max(self.depths)
+
+    def score(self, node: int) -> float | None:
+        """The drafter's estimate for ``node`` (see ``scores``), or ``None``."""
+        if not self.scores or math.isnan(self.scores[node]):
+            return None
+        return self.scores[node]
 
     def path(self, node: int) -> list[int]:
         """Node indices from the root to ``node``, both included."""
@@ -108,7 +121,8 @@ class DraftTree:
             parents.append(-1 if p < 0 else new_index[p])
         return DraftTree(tuple(self.tokens[i] for i in kept), tuple(parents),
                          tuple(self.depths[i] for i in kept), tuple(self.states[i] for i in kept),
-                         tuple(self.sources[i] for i in kept))
+                         tuple(self.sources[i] for i in kept),
+                         tuple(self.scores[i] for i in kept) if self.scores else ())
 
     def ancestors_matrix(self) -> np.ndarray:
         """``[q, q]`` bool: ``m[i, j]`` when ``j`` is ``i`` or an ancestor of ``i``."""
@@ -196,6 +210,7 @@ class TreeBuilder:
         self.depths: list[int] = [0]
         self.states: list[State] = [root_state]
         self.sources: list[str] = [ROOT_SOURCE]
+        self.scores: list[float] = [math.nan]
         self._children: list[dict[int, int]] = [{}]
         self.counted = 0
         self.branches = 0
@@ -215,14 +230,19 @@ class TreeBuilder:
         """How many more nodes a chain under ``parent`` could get (depth and node budget)."""
         return max(0, min(self.max_depth - self.depths[parent], self.max_nodes - self.counted))
 
-    def add(self, parent: int, token: int, source: str, *, counted: bool = True) -> int | None:
+    def add(self, parent: int, token: int, source: str, *, counted: bool = True,
+            score: float | None = None) -> int | None:
         """Add ``token`` under ``parent``; returns its node index, or ``None`` if refused.
 
-        An existing child with the same token is returned as is. Refused: EOS, a token the
-        constraint rejects, beyond ``max_depth``, or (``counted``) beyond ``max_nodes``.
+        ``score``: the drafter's estimate of P(accepted | parent accepted), if it has one.
+        An existing child with the same token is returned as is (taking ``score`` if it had
+        none). Refused: EOS, a token the constraint rejects, beyond ``max_depth``, or
+        (``counted``) beyond ``max_nodes``.
         """
         existing = self._children[parent].get(token)
         if existing is not None:
+            if score is not None and math.isnan(self.scores[existing]):
+                self.scores[existing] = float(score)
             return existing
         if token in self.eos_ids or self.depths[parent] >= self.max_depth:
             return None
@@ -237,6 +257,7 @@ class TreeBuilder:
         self.depths.append(self.depths[parent] + 1)
         self.states.append(state)
         self.sources.append(source)
+        self.scores.append(math.nan if score is None else float(score))
         self._children.append({})
         self._children[parent][int(token)] = index
         if counted:
@@ -257,23 +278,28 @@ class TreeBuilder:
             node = nxt
         return node
 
-    def add_branch(self, parent: int, tokens: Sequence[int], source: str) -> int | None:
+    def add_branch(self, parent: int, tokens: Sequence[int], source: str, *,
+                   score: float | None = None) -> int | None:
         """Open a branch: like :meth:`add_chain`, counted, and charged one branch if it adds a
-        new child under ``parent``. Returns the last node, or ``None`` when the branch budget
-        is spent or nothing could be added (not even an existing child to follow)."""
+        new child under ``parent``; ``score`` goes to its first node (see :meth:`add`).
+        Returns the last node, or ``None`` when the branch budget is spent or nothing could
+        be added (not even an existing child to follow)."""
         if not tokens:
             return None
         is_new = self._children[parent].get(tokens[0]) is None
         if is_new and self.branches >= self.max_branches:
             return None
-        end = self.add_chain(parent, tokens, source)
-        if end == parent:
+        first = self.add(parent, tokens[0], source, score=score)
+        if first is None:
             return None
+        end = self.add_chain(first, tokens[1:], source)
         if is_new:
             self.branches += 1
         return end
 
     def freeze(self) -> DraftTree:
         """The immutable :class:`DraftTree` built so far."""
+        scored = any(not math.isnan(x) for x in self.scores)
         return DraftTree(tuple(self.tokens), tuple(self.parents), tuple(self.depths),
-                         tuple(self.states), tuple(self.sources))
+                         tuple(self.states), tuple(self.sources),
+                         tuple(self.scores) if scored else ())
