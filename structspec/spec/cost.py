@@ -191,7 +191,10 @@ def _disk_key(model: Any, key: tuple) -> str:
     shape = {k: getattr(config, k, None) for k in (
         "_name_or_path", "model_type", "hidden_size", "intermediate_size",
         "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size")}
-    return repr((sorted(shape.items()), key, torch.__version__, os.cpu_count()))
+    from structspec.spec.fastlinear import KERNEL_REVISION
+
+    return repr((sorted(shape.items()), key, torch.__version__, os.cpu_count(),
+                 KERNEL_REVISION))
 
 
 def _load_curve(disk_key: str) -> CostCurve | None:

@@ -40,6 +40,9 @@ _SMALLGEMM: Any = None
 
 #: The packing kernels that keep the model's outputs (within 1e-4), best first.
 KERNELS = ("panel", "onednn")
+#: Bumped whenever the kernels' speed changes (not their results): cost curves cached on disk
+#: under an older revision are measured again (:func:`structspec.spec.cost.device_cost_curve`).
+KERNEL_REVISION = 2
 #: Kernels that round the weights (half precision): for drafters, never a default.
 LOSSY_KERNELS = ("panel_f16",)
 
