@@ -181,6 +181,13 @@ def _spec_config(args: argparse.Namespace) -> tuple[Any, int | None]:
                       ("validation_threshold", "validation_threshold")):
         if getattr(args, flag) is not None:
             values[key] = getattr(args, flag)
+    if isinstance(values.get("corpus"), str):  # read before the model loads
+        from structspec.spec.corpus import TokenCorpus
+
+        try:
+            values["corpus"] = TokenCorpus.load(Path(values["corpus"]).expanduser())
+        except (OSError, ValueError) as exc:
+            raise _UsageError(f"--config: speculative_decoding.corpus: {exc}") from exc
     try:
         return SpecConfig(**values), retries
     except (TypeError, ValueError) as exc:

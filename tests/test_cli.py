@@ -77,7 +77,9 @@ def test_generate_prints_json_alone_on_stdout(capsys, smollm_tokenizer):
      ("speculative_decoding:\n  draft_lenght: 3\n", "unknown key"),
      ("speculative_decoding:\n  validation_threshold: 2\n", "validation_threshold"),
      ("speculative_decoding: {\n", "not valid YAML"),
-     ("speculative_decoding:\n  draft_model: 3\n", "draft_model must be")],
+     ("speculative_decoding:\n  draft_model: 3\n", "draft_model must be"),
+     ("speculative_decoding:\n  corpus: 3\n", "corpus must be"),
+     ("speculative_decoding:\n  corpus: no/such/corpus.npz\n", "corpus.npz")],
 )
 def test_bad_speculation_config_is_exit_2(capsys, tmp_path, config, needle):
     path = tmp_path / "spec.yaml"

@@ -14,9 +14,11 @@ a step costs a few hundredths of a target pass and the file stores only the ids.
 KV cache: the recurrent state is one vector per branch. Trained by self-distillation on the
 target's own greedy outputs (``scripts/train_draft_head.py``).
 
-Drafting is deterministic (top-k of masked logits, no sampling), and every node goes through
-the :class:`~structspec.spec.tree.TreeBuilder` with the constraint's mask applied first, so
-greedy and sampling acceptance stay lossless.
+Drafting is deterministic (top-k of the head's logits among legal tokens, no sampling), and
+every node goes through the :class:`~structspec.spec.tree.TreeBuilder`, which refuses
+illegal tokens, so greedy and sampling acceptance stay lossless. The drafter grows a dynamic
+tree by the head's path probabilities (EAGLE-2, Li et al. 2024) and scores each node with
+the head's probability of it, which the cost plan reads (:class:`DraftHeadDrafter`).
 
 A head file belongs to one target: it records the target's :func:`fingerprint` (a hash of
 its configuration and of a sample of its embedding), and :meth:`DraftHead.load` refuses any
@@ -40,8 +42,8 @@ from structspec.spec.drafters import register_drafter
 from structspec.spec.tree import TreeBuilder
 
 SOURCE = "draft_head"
-#: Source of the head's side branches (its runner-up tokens and their extensions): counted
-#: apart from its greedy chain, so the cost plan sees the chain's (higher) acceptance.
+#: Source of the head's other nodes (off its greedy chain): counted apart from the chain, so
+#: the statistics show the chain's (higher) acceptance.
 SOURCE_ALT = "draft_head_alt"
 HEADS_DIR = Path(__file__).resolve().parent / "heads"
 FORMAT = 1
