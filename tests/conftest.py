@@ -71,6 +71,18 @@ def tiny_llama(tokenizer, seed: int = 0, vocab_size: int | None = None):
     return LlamaForCausalLM(config).eval()
 
 
+def legal_prefix(constraint, tokenizer, prefix: str):
+    """``(state, last token)`` after as much of ``prefix`` (tokenized) as ``constraint``
+    accepts, from its initial state (the last token is that of ``"x"`` when none is)."""
+    state, root = constraint.initial, tokenizer.encode("x", add_special_tokens=False)[0]
+    for t in tokenizer.encode(prefix, add_special_tokens=False):
+        nxt = constraint.advance(state, t)
+        if nxt is None:
+            break
+        state, root = nxt, t
+    return state, root
+
+
 def run_decode(fn, *args, **kwargs):
     """(token ids, complete, error kind, output) of a decode, errors included: the kind is
     ``"limit"`` (token budget) or ``"dead"`` (no legal token), the output ``None`` then."""

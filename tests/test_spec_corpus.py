@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import run_decode
+from conftest import legal_prefix, run_decode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -182,12 +182,7 @@ def test_the_corpus_drafts_the_models_own_answers_and_they_are_accepted(tiny):
 def test_the_corpus_drafter_never_proposes_illegal_nodes(tiny, prefix, name, branches):
     _model, tok, vocab, constraints, corpus = tiny
     c = constraints[name]
-    state, root = c.initial, tok.encode("x", add_special_tokens=False)[0]
-    for t in tok.encode(prefix, add_special_tokens=False):  # a legal prefix, as far as it goes
-        nxt = c.advance(state, t)
-        if nxt is None:
-            break
-        state, root = nxt, t
+    state, root = legal_prefix(c, tok, prefix)
     if not c.allowed(state).count():
         return
     ctx = DraftContext(constraint=c, vocab=vocab, canon=CanonicalTokenizer(tok, vocab),

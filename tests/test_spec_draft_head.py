@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import run_decode, tiny_llama
+from conftest import legal_prefix, run_decode, tiny_llama
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -109,13 +109,7 @@ def test_the_head_drafts_and_its_nodes_are_counted(tiny):
 def test_the_head_never_proposes_illegal_nodes(tiny, prefix, name, seed, topk):
     model, tok, vocab, constraints, head = tiny
     c = constraints[name]
-    state = c.initial
-    root = tok.encode("x", add_special_tokens=False)[0]
-    for t in tok.encode(prefix, add_special_tokens=False):  # a legal prefix, as far as it goes
-        nxt = c.advance(state, t)
-        if nxt is None:
-            break
-        state, root = nxt, t
+    state, root = legal_prefix(c, tok, prefix)
     if not c.allowed(state).count():
         return
     g = torch.Generator().manual_seed(seed)

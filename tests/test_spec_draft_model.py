@@ -123,11 +123,11 @@ class _CheckingBuilder(TreeBuilder):
         super().__init__(*args, **kwargs)
         self.refused: list[tuple[int, int]] = []
 
-    def add(self, parent, token, source, *, counted=True):
+    def add(self, parent, token, source, **kwargs):
         legal = self.constraint.advance(self.states[parent], token) is not None
         if self.child(parent, token) is None and (token in self.eos_ids or not legal):
             self.refused.append((parent, token))
-        return super().add(parent, token, source, counted=counted)
+        return super().add(parent, token, source, **kwargs)
 
 
 def _context(tok, vocab, constraint, history_ids, prompt_len, draft):
