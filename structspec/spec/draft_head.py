@@ -316,7 +316,8 @@ class DraftHeadDrafter:
         constraint = builder.constraint
         eos = builder.eos_ids
         # Candidates: (cumulative logp, depth, parent candidate or -1, token, logp, main,
-        # constraint state after it). The layer: (candidate, head state row).
+        # constraint state after it). ``layer``: the candidates being expanded (-1: the
+        # frontier), whose head states are the rows of ``states``, in order.
         cands: list[tuple[float, int, int, int, float, bool, Any]] = []
         layer: list[int] = [-1]
         states = s  # [m, H]
