@@ -181,16 +181,11 @@ def _spec_config(args: argparse.Namespace) -> tuple[Any, int | None]:
                       ("validation_threshold", "validation_threshold")):
         if getattr(args, flag) is not None:
             values[key] = getattr(args, flag)
-    if isinstance(values.get("corpus"), str):  # read before the model loads
-        from structspec.spec.corpus import TokenCorpus
-
-        try:
-            values["corpus"] = TokenCorpus.load(Path(values["corpus"]).expanduser())
-        except (OSError, ValueError) as exc:
-            raise _UsageError(f"--config: speculative_decoding.corpus: {exc}") from exc
-    try:
+    if isinstance(values.get("corpus"), str):
+        values["corpus"] = str(Path(values["corpus"]).expanduser())
+    try:  # (a corpus file is read here, before the model loads)
         return SpecConfig(**values), retries
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OSError) as exc:
         raise _UsageError(f"speculative decoding settings: {exc}") from exc
 
 

@@ -207,6 +207,10 @@ def test_resolving_a_corpus(tiny, tmp_path):
     path = tmp_path / "c.npz"
     corpus.save(path)
     assert resolve_corpus(str(path), vocab).tokens.tolist() == corpus.tokens.tolist()
+    read = SpecConfig(corpus=str(path)).corpus  # a path is read once, with the config
+    assert isinstance(read, TokenCorpus) and read.tokens.tolist() == corpus.tokens.tolist()
+    with pytest.raises(FileNotFoundError):
+        SpecConfig(corpus=str(tmp_path / "missing.npz"))
     texts = TokenCorpus.from_texts(["the id is 42", "hello"], tok, vocab)
     assert texts.vocab_fingerprint == vocab.fingerprint and texts.num_sequences == 2
     assert resolve_corpus(texts, vocab) is texts

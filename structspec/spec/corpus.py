@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from structspec.errors import StructSpecError
-from structspec.spec.drafters import _path_tokens, register_drafter
+from structspec.spec.drafters import recent_tokens, register_drafter
 from structspec.spec.tree import TreeBuilder
 
 SOURCE = "corpus"
@@ -114,7 +114,7 @@ class TokenCorpus:
             # h[i]: hash of t[i-n+1 .. i]
             shifted = np.zeros(len(t), dtype=np.uint64)
             shifted[1:] = h[:-1]
-            h = _hash_step(shifted if n > 1 else np.zeros(len(t), np.uint64), t)
+            h = _hash_step(shifted, t)  # (n = 1: ``shifted`` is all zeros)
             prev_clean = np.zeros(len(t), dtype=bool)
             prev_clean[1:] = clean[:-1]
             clean = (t != _SEP) & (prev_clean if n > 1 else True)
@@ -284,8 +284,7 @@ class CorpusDrafter:
         if corpus is None or length <= 0:
             return
         opts = ctx.options
-        context = (ctx.history.tokens[-corpus.max_n:]
-                   + _path_tokens(builder, frontier))[-corpus.max_n:]
+        context = recent_tokens(ctx, builder, frontier, corpus.max_n)
         for path in corpus.continuations(
                 context, length, branches=int(opts.get("corpus_branches", 1)),
                 min_share=float(opts.get("corpus_min_share", 0.3))):

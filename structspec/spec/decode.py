@@ -139,9 +139,10 @@ class SpecConfig:
         corpus: text the output is likely to copy from, as the ``corpus`` drafter
             (:mod:`~structspec.spec.corpus`; inserted after ``lookup`` when absent from
             ``drafters``): a :class:`~structspec.spec.corpus.TokenCorpus` or a path to a
-            saved one (another vocabulary raises
-            :class:`~structspec.spec.corpus.CorpusMismatchError`); ``None`` (the default)
-            or ``False``: none.
+            saved one (read when the config is made: ``FileNotFoundError``, or
+            :class:`~structspec.spec.corpus.CorpusMismatchError` for a file that is not a
+            corpus; a corpus of another vocabulary raises it when a decode starts);
+            ``None`` (the default) or ``False``: none.
         corpus_branches: branches the corpus drafter opens per step.
         corpus_min_share: the corpus drafter extends a draft while at least this share of
             the corpus's occurrences agree on the next token.
@@ -210,6 +211,10 @@ class SpecConfig:
                 or hasattr(self.corpus, "__fspath__")):
             raise ValueError(f"corpus must be None, a path or a TokenCorpus, got "
                              f"{self.corpus!r}")
+        if self.corpus not in (False, None) and not isinstance(self.corpus, TokenCorpus):
+            # Read once, here: a path kept as is would be read, and its index built, again
+            # by every request made with this config.
+            object.__setattr__(self, "corpus", TokenCorpus.load(self.corpus))
         if not 0 <= self.draft_head_min_prob <= 1:
             raise ValueError(f"draft_head_min_prob must be in [0, 1], got "
                              f"{self.draft_head_min_prob!r}")

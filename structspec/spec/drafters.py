@@ -535,7 +535,7 @@ class LookupDrafter:
         length = builder.room(frontier)
         if length <= 0 or max_n <= 0:
             return
-        context = (ctx.history.tokens[-max_n:] + _path_tokens(builder, frontier))[-max_n:]
+        context = recent_tokens(ctx, builder, frontier, max_n)
         for _, cont in ctx.history.continuations(context, length, per_n=per_n):
             end = builder.add_branch(frontier, cont, self.name)
             if end is not None:
@@ -777,6 +777,12 @@ class TopKDrafter:
             if token == root or not torch.isfinite(logits[token]):
                 continue
             builder.add_branch(frontier, [int(token)], self.name)
+
+
+def recent_tokens(ctx: DraftContext, builder: TreeBuilder, node: int, n: int) -> list[int]:
+    """The last ``n`` tokens before a draft continues below ``node``: the committed ones,
+    then the drafted path to ``node``."""
+    return (ctx.history.tokens[-n:] + _path_tokens(builder, node))[-n:]
 
 
 def _path_tokens(builder: TreeBuilder, node: int) -> list[int]:
