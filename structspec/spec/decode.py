@@ -454,18 +454,10 @@ def speculative_decode(
         else:
             raise UnsupportedModelError("the draft head needs the target's final norm module "
                                         "(model.model.norm); this model has none")
-    names = tuple(config.drafters)
-    if head is not None and DRAFT_HEAD not in names:
-        at = max([names.index(n) + 1 for n in ("values", "closers") if n in names], default=0)
-        names = (*names[:at], DRAFT_HEAD, *names[at:])
-    if head is None:
-        names = tuple(n for n in names if n != DRAFT_HEAD)
     corpus = resolve_corpus(config.corpus, vocab) if config.enabled else None
-    if corpus is not None and CORPUS not in names:
-        at = names.index("lookup") + 1 if "lookup" in names else len(names)
-        names = (*names[:at], CORPUS, *names[at:])
-    if corpus is None:
-        names = tuple(n for n in names if n != CORPUS)
+    names = _place(tuple(config.drafters), DRAFT_HEAD, head is not None,
+                   after=("values", "closers"), default_end=False)
+    names = _place(names, CORPUS, corpus is not None, after=("lookup",), default_end=True)
     ctx.draft_head = head
     ctx.corpus = corpus
     stats.draft_head = head.name if head is not None else None
@@ -691,6 +683,20 @@ def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, built: Dr
             proposed[tree.sources[i]] = True
     gate.record(proposed)
     scheduler.record_tree(tree, path, frontier_depth)
+
+
+def _place(names: tuple[str, ...], name: str, used: bool, *, after: tuple[str, ...],
+           default_end: bool) -> tuple[str, ...]:
+    """``names`` with drafter ``name``: dropped when not ``used``; when used and absent,
+    inserted after the last of ``after`` present (none present: at the end if
+    ``default_end``, else first). Pure."""
+    if not used:
+        return tuple(n for n in names if n != name)
+    if name in names:
+        return names
+    present = [names.index(n) + 1 for n in after if n in names]
+    at = max(present) if present else (len(names) if default_end else 0)
+    return (*names[:at], name, *names[at:])
 
 
 def _structured(constraint: Constraint, vocab: Vocabulary) -> bool:
