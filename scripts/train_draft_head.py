@@ -15,14 +15,19 @@ trained to imitate the *target model itself*:
    pass is needed. Shards go to ``--work`` as they are made, so a partial run is usable
    and an interrupted one resumes. ``--work/eval`` gets the answers to ``EVAL_PROMPTS``,
    whose wordings and topics no training prompt uses: the honest held-out figure.
+   ``--source code`` (or ``both``) adds raw continuations of the standard library's
+   documented functions (:func:`code_prompts`; shards ``code_*.pt``), as a completion
+   backend prompts the model.
 2. ``train``: a reduced output vocabulary (the ``--vocab-size`` most frequent target
    tokens in the answers, as in FR-Spec; their rows of the target's tied embedding /
    lm_head are used, not stored), then the head is unrolled ``--unroll`` steps from each
    answer position with teacher-forced input tokens; loss = soft cross-entropy against the
    target's own distribution over the reduced vocabulary at each step (its top 32, computed
    once from the stored hidden states) + a small feature-regression term. ``--minutes``
-   fits the cosine schedule into a time budget. Prints the chain accuracy per depth on
-   training batches, on held-out answers (prompts unseen, templates seen) and on the
+   fits the cosine schedule into a time budget; ``--init HEAD`` starts from a head file,
+   keeping its vocabulary and adding the data's most frequent other tokens up to
+   ``--vocab-size``. Prints the chain accuracy per depth on training batches, on held-out
+   answers (prompts unseen, templates seen; the held-out code answers apart) and on the
    evaluation answers; writes fp16 weights, the reduced vocabulary, and the target's
    fingerprint to ``structspec/spec/heads/<model>.pt``. ``--init HEAD --steps 0`` only
    evaluates a head file.
@@ -38,6 +43,11 @@ pass. Run under ``nice``:
         --shards 55 --gen-batch 96 --max-new 128 --work /tmp/headwork
     nice -n 10 .venv/bin/python scripts/train_draft_head.py train --work /tmp/headwork \
         --minutes 18 --steps 100000
+
+A code-trained variant was tried and not shipped (session 12, ``docs/performance.md``):
+``data --source code --code-prompts 1536`` (12 shards, 146k tokens) and ``data --prompts
+6000 --shards 8`` (88k prose tokens), then ``train --init <shipped head> --vocab-size 10240
+--lr 1e-3 --minutes 14 --threads 2``.
 """
 
 from __future__ import annotations
@@ -364,6 +374,57 @@ def build_prompts(n: int, seed: int = SEED) -> list[str]:
     return out
 
 
+def code_prompts(n: int, seed: int = SEED, group: int = 96) -> list[str]:
+    """Up to ``n`` raw code prompts (no chat template), deterministic: the standard library's
+    functions and methods that have a docstring, as a completion backend sees them — up to
+    six of the module's import lines, the ``class`` line of a method, the ``def`` line and
+    the docstring, and half of the time
+    the first few lines of the body too; the model writes the rest. The standard library
+    shares no code with the benchmark's HumanEval prompts; test suites and vendored
+    packages are left out."""
+    import ast
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = ("test", "tests", "idlelib", "lib2to3", "site-packages", "ensurepip", "turtledemo")
+    rng = random.Random(seed)
+    out: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        if any(part in skip for part in path.relative_to(root).parts):
+            continue
+        try:
+            source = path.read_text(encoding="utf-8")
+            module = ast.parse(source)
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        lines = source.splitlines()
+        imports = [ln for ln in lines if ln.startswith(("import ", "from "))][:6]
+        functions = [(None, node) for node in module.body]
+        functions += [(cls, node) for cls in module.body if isinstance(cls, ast.ClassDef)
+                      for node in cls.body]
+        for cls, node in functions:
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            doc = ast.get_docstring(node)
+            body = node.body[1:]
+            if doc is None or len(body) < 2 or node.decorator_list:
+                continue
+            head = [] if cls is None else [lines[cls.lineno - 1], ""]
+            head += lines[node.lineno - 1:node.body[0].end_lineno]
+            rest = lines[node.body[0].end_lineno:node.end_lineno]
+            if rng.random() < 0.5 and len(rest) > 1:
+                head += rest[:rng.randrange(1, min(len(rest), 8))]
+            text = "\n".join(imports) + ("\n\n\n" if imports else "") + "\n".join(head) + "\n"
+            if len(text) <= 1600:
+                out.append(text)
+    rng.shuffle(out)
+    # Batches of similar lengths (left padding to the longest costs prefill), in random order.
+    out = sorted(out[:n], key=len)
+    chunks = [out[i:i + group] for i in range(0, len(out), group)]
+    rng.shuffle(chunks)
+    return [p for chunk in chunks for p in chunk]
+
+
 def benchmark_prose() -> list[str]:
     """The benchmark's prose prompts (``benchmarks/speculative.py``: ``PROSE``), which
     training must not see."""
@@ -438,7 +499,7 @@ def answer_records(model: Any, norm: torch.nn.Module, group: list[list[int]], *,
 
 
 def make_data(work: Path, prompts: list[str], batch: int, max_new: int,
-              shards: int | None = None) -> None:
+              shards: int | None = None, *, raw: bool = False, name: str = "shard") -> None:
     """:func:`answer_records` for ``prompts``, ``batch`` at a time, one shard per batch under
     ``work`` (shards already there are kept, so an interrupted run resumes); at most
     ``shards`` shards."""
@@ -455,12 +516,13 @@ def make_data(work: Path, prompts: list[str], batch: int, max_new: int,
     t0 = time.time()
     total = 0
     for b, start in enumerate(range(0, len(prompts), batch)):
-        shard = work / f"shard_{b:04d}.pt"
+        shard = work / f"{name}_{b:04d}.pt"
         if shards is not None and b >= shards:
             break
         if shard.exists():
             continue
-        group = [gen.prompt_ids(p) for p in prompts[start:start + batch]]
+        group = [gen.prompt_ids(p, chat=False if raw else None)
+                 for p in prompts[start:start + batch]]
         rec = answer_records(model, norm, group, pad=pad, eos=eos, max_new=max_new)
         total += sum(len(s) - p for s, p in zip(rec["ids"], rec["prompt_len"], strict=True))
         torch.save(rec, shard)
@@ -507,8 +569,11 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     emb = model.get_input_embeddings().weight.detach()  # [V, H]
     lm = model.get_output_embeddings().weight.detach()  # [V, H]
     # The evaluation answers (``EVAL_PROMPTS``, under ``work/eval``) come last: never trained on.
-    train_shards = sorted(work.glob("shard_*.pt"))
-    n_train_seq = sum(len(torch.load(s, weights_only=True)["ids"]) for s in train_shards)
+    train_shards = sorted(work.glob("shard_*.pt")) + sorted(work.glob("code_*.pt"))
+    per_shard = [len(torch.load(s, weights_only=True)["ids"]) for s in train_shards]
+    n_train_seq = sum(per_shard)
+    n_prose_seq = sum(c for s, c in zip(train_shards, per_shard, strict=True)
+                      if s.name.startswith("shard_"))  # then the code answers
     ids, hidden, argmax, seq_end, seq_answer, seq_no = _load_shards(
         train_shards + sorted((work / "eval").glob("shard_*.pt")))
     n = len(ids)
@@ -518,7 +583,14 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     vocab = torch.argsort(counts, descending=True)[:vocab_size].sort().values  # [Vr]
     if init is not None:  # start from (or, with --steps 0, just evaluate) a head file
         blob = torch.load(init, map_location="cpu", weights_only=True)
-        vocab, vocab_size, hidden_dim = blob["vocab"].long(), len(blob["vocab"]), blob["hidden_dim"]
+        hidden_dim = blob["hidden_dim"]
+        # The head's weights do not depend on its vocabulary (its logits are the target's
+        # lm_head rows): keep the file's tokens, add this data's most frequent others.
+        kept = blob["vocab"].long()
+        extra = torch.argsort(counts, descending=True)
+        extra = extra[~torch.isin(extra, kept) & (counts[extra] > 0)]
+        vocab = torch.cat([kept, extra[:max(0, vocab_size - len(kept))]]).sort().values
+        vocab_size = len(vocab)
     cover = counts[vocab].sum().item() / counts.sum().item()
     print(f"{n} positions, reduced vocabulary {vocab_size}: covers {cover:.3f} of targets")
     w_red = lm[vocab].contiguous()  # [Vr, H]
@@ -534,6 +606,7 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     is_held = torch.isin(seq_no[valid], held_seqs) & ~is_eval
     hold, fit, evals = valid[is_held], valid[~is_held & ~is_eval], valid[is_eval]
     hold = hold[torch.randperm(len(hold), generator=g)]
+    hold_code = hold[seq_no[hold] >= n_prose_seq]  # held-out code answers, reported apart
     print(f"{len(fit)} training starts, {len(hold)} held-out starts ({len(held_seqs)} answers), "
           f"{len(evals)} evaluation starts ({int(seq_no[-1]) + 1 - n_train_seq} answers)")
     net = DraftHeadNet(lm.shape[1], hidden_dim)
@@ -596,9 +669,11 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     def report(step: int, loss: float, hits: list[float]) -> None:
         with torch.no_grad():
             _, hh = unrolled(hold[:4096], False)
+            _, hc = unrolled(hold_code[:4096], False) if len(hold_code) else (None, [])
             _, he = unrolled(evals, False) if len(evals) else (None, [])
         print(f"step {step} loss {loss:.3f} train chain acc {[round(h, 3) for h in hits]} "
-              f"held-out {[round(h, 3) for h in hh]} evaluation {[round(h, 3) for h in he]} "
+              f"held-out {[round(h, 3) for h in hh]} (code {[round(h, 3) for h in hc]}) "
+              f"evaluation {[round(h, 3) for h in he]} "
               f"{time.time() - t0:.0f} s", flush=True)
 
     step, loss, hits = 0, torch.zeros(()), []
@@ -628,6 +703,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=str(ROOT / "build" / "draft_head_data"))
     ap.add_argument("--out", default=None, help="default: the packaged head of the model")
     ap.add_argument("--prompts", type=int, default=6000)
+    ap.add_argument("--source", choices=["prose", "code", "both"], default="prose",
+                    help="data: chat answers to the prompts made here, raw continuations of "
+                         "the standard library's functions (code_*.pt shards), or both")
+    ap.add_argument("--code-prompts", type=int, default=1536)
+    ap.add_argument("--code-shards", type=int, default=None)
     ap.add_argument("--gen-batch", type=int, default=96)
     ap.add_argument("--shards", type=int, default=None,
                     help="stop after this many shards of --gen-batch answers")
@@ -654,8 +734,12 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work)
     if args.what in ("data", "all"):
         make_data(work / "eval", EVAL_PROMPTS, args.gen_batch, args.max_new)
-        make_data(work, build_prompts(args.prompts), args.gen_batch, args.max_new,
-                  args.shards)
+        if args.source in ("prose", "both"):
+            make_data(work, build_prompts(args.prompts), args.gen_batch, args.max_new,
+                      args.shards)
+        if args.source in ("code", "both"):
+            make_data(work, code_prompts(args.code_prompts, group=args.gen_batch),
+                      args.gen_batch, args.max_new, args.code_shards, raw=True, name="code")
     if args.what in ("train", "all"):
         from structspec.spec.draft_head import head_path
 

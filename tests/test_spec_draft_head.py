@@ -249,6 +249,26 @@ def test_training_prompts_are_deterministic_and_avoid_benchmark_and_evaluation_p
     assert not set(prompts) & (set(script.benchmark_prose()) | set(script.EVAL_PROMPTS))
 
 
+def test_code_prompts_are_deterministic_python_and_share_nothing_with_humaneval():
+    import json
+    from pathlib import Path
+
+    script = _training_script()
+    prompts = script.code_prompts(300, group=50)
+    assert prompts == script.code_prompts(300, group=50)
+    assert len(prompts) == 300 and len(set(prompts)) == 300
+    for prompt in prompts:  # a documented def, cut at a line end
+        assert "def " in prompt and prompt.endswith("\n") and len(prompt) <= 1600
+        assert '"""' in prompt or "'''" in prompt or '"' in prompt or "'" in prompt
+    humaneval = Path(__file__).resolve().parents[2] / "shared" / "data" / "code"
+    files = sorted(humaneval.glob("*.jsonl")) if humaneval.is_dir() else []
+    if not files:
+        pytest.skip("../shared/data/code is absent: HumanEval overlap not checked")
+    entry_points = {json.loads(line).get("entry_point") for line in
+                    files[0].read_text().splitlines() if line.strip()}
+    assert not any(f"def {name}(" in p for p in prompts for name in entry_points if name)
+
+
 @pytest.mark.real_model
 def test_the_shipped_head_loads_and_keeps_prose_identical():
     from structspec.api import Generator
