@@ -91,3 +91,27 @@ def test_the_default_model_as_its_own_draft_model(gen, shared_data):
     assert out.token_ids == plain.token_ids
     proposed, accepted = out.stats.per_drafter["draft_model"]
     assert accepted >= 0.8 * proposed > 0
+
+
+def test_the_speculative_benchmark_runs_and_repeats_compare_like_with_like(tmp_path):
+    """``benchmarks/speculative.py`` end to end on two short prose requests, each timed
+    twice per mode: outputs identical, and the report complete."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "speculative.py"
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("speculative_bench", path)
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+        out = tmp_path / "prose.json"
+        assert bench.main(["--task", "prose", "--n", "2", "--max-new-tokens", "6",
+                           "--no-peers", "--repeats", "2", "--no-cost-model",
+                           "--json-out", str(out)]) == 0
+    finally:
+        sys.path.remove(str(path.parent))
+    result = json.loads(out.read_text())
+    assert result["summary"]["identical"] == 2
+    assert all(row["passes"] >= 1 and row["new_tokens"] >= 1 for row in result["rows"])
