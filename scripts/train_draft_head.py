@@ -375,13 +375,14 @@ def build_prompts(n: int, seed: int = SEED) -> list[str]:
 
 
 def code_prompts(n: int, seed: int = SEED, group: int = 96) -> list[str]:
-    """Up to ``n`` raw code prompts (no chat template), deterministic: the standard library's
-    functions and methods that have a docstring, as a completion backend sees them — up to
-    six of the module's import lines, the ``class`` line of a method, the ``def`` line and
-    the docstring, and half of the time
-    the first few lines of the body too; the model writes the rest. The standard library
-    shares no code with the benchmark's HumanEval prompts; test suites and vendored
-    packages are left out."""
+    """Up to ``n`` raw code prompts (no chat template): the standard library's functions and
+    methods that have a docstring, as a completion backend sees them — up to six of the
+    module's import lines, the ``class`` line of a method, the ``def`` line and the
+    docstring, and half of the time the first few lines of the body too; the model writes
+    the rest. Deterministic for a given Python version (it reads the running interpreter's
+    library). The standard library shares no code with the benchmark's HumanEval prompts;
+    test suites and vendored packages are left out. Ordered in runs of ``group`` prompts of
+    similar length (one generation batch each), the runs shuffled."""
     import ast
     import sysconfig
 
@@ -501,8 +502,9 @@ def answer_records(model: Any, norm: torch.nn.Module, group: list[list[int]], *,
 def make_data(work: Path, prompts: list[str], batch: int, max_new: int,
               shards: int | None = None, *, raw: bool = False, name: str = "shard") -> None:
     """:func:`answer_records` for ``prompts``, ``batch`` at a time, one shard per batch under
-    ``work`` (shards already there are kept, so an interrupted run resumes); at most
-    ``shards`` shards."""
+    ``work`` named ``<name>_NNNN.pt`` (shards already there are kept, so an interrupted run
+    resumes); at most ``shards`` shards. ``raw``: the prompts are given to the model as
+    they are (code), not through the chat template."""
     from structspec.spec.draft_head import final_norm
 
     gen = _load()
