@@ -537,11 +537,14 @@ def make_data(work: Path, prompts: list[str], batch: int, max_new: int,
 
 def _load_shards(shards: list[Path]):
     """The shards concatenated: ids, hidden, argmax ``[N]``/``[N, H]``, and per position the
-    end of its sequence, the start of its answer, and its sequence number."""
+    end of its sequence, the start of its answer, and its sequence number; then the number
+    of sequences in each shard."""
     ids, hidden, argmax, starts, answer = [], [], [], [], []
+    per_shard: list[int] = []
     n = 0
     for shard in shards:
         rec = torch.load(shard, weights_only=True)
+        per_shard.append(len(rec["ids"]))
         for s, h, a, p in zip(rec["ids"], rec["hidden"], rec["argmax"], rec["prompt_len"],
                               strict=True):
             ids.append(s)
@@ -556,7 +559,7 @@ def _load_shards(shards: list[Path]):
                             for s, a in zip(ids, answer, strict=True)])
     seq_no = torch.cat([torch.full((len(s),), i, dtype=torch.int64) for i, s in enumerate(ids)])
     return (torch.cat(ids).long(), torch.cat(hidden), torch.cat(argmax).long(), seq_end,
-            seq_answer, seq_no)
+            seq_answer, seq_no, per_shard)
 
 
 def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int, batch: int,
@@ -572,12 +575,12 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     lm = model.get_output_embeddings().weight.detach()  # [V, H]
     # The evaluation answers (``EVAL_PROMPTS``, under ``work/eval``) come last: never trained on.
     train_shards = sorted(work.glob("shard_*.pt")) + sorted(work.glob("code_*.pt"))
-    per_shard = [len(torch.load(s, weights_only=True)["ids"]) for s in train_shards]
+    ids, hidden, argmax, seq_end, seq_answer, seq_no, per_shard = _load_shards(
+        train_shards + sorted((work / "eval").glob("shard_*.pt")))
+    per_shard = per_shard[:len(train_shards)]
     n_train_seq = sum(per_shard)
     n_prose_seq = sum(c for s, c in zip(train_shards, per_shard, strict=True)
                       if s.name.startswith("shard_"))  # then the code answers
-    ids, hidden, argmax, seq_end, seq_answer, seq_no = _load_shards(
-        train_shards + sorted((work / "eval").glob("shard_*.pt")))
     n = len(ids)
     pos = torch.arange(n)
     in_answer = (pos >= seq_answer) & (seq_no < n_train_seq)
