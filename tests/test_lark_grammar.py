@@ -169,6 +169,28 @@ def test_forced_text() -> None:
     assert e.forced(e.state_after("f(")) == b""
 
 
+@given(seed=st.integers(0, 10_000), steps=st.integers(0, 12))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+def test_forced_text_is_the_run_of_single_legal_bytes(indented, seed: int, steps: int) -> None:
+    # ``forced`` stops looking at the second legal byte; the oracle tries all 256 each time.
+    rnd = random.Random(seed)
+    s = indented.initial
+    for _ in range(steps):
+        ids = [i for i in indented.allowed(s).ids().tolist() if i != 0]
+        if not ids:
+            break
+        s = indented.advance(s, rnd.choice(ids))
+    expected, t = bytearray(), s
+    while not indented.is_accepting(t) and len(expected) < 256:
+        live = [b for b in range(256) if indented.advance(t, b + 1) is not None]  # byte b: id b+1
+        if len(live) != 1:
+            break
+        expected.append(live[0])
+        t = indented.advance(t, live[0] + 1)
+    assert indented.forced(s) == bytes(expected)
+
+
 def test_state_after_errors_and_tolerant(indented) -> None:
     with pytest.raises(GrammarError) as info:
         indented.state_after("x = 1\nif x:\n    y = )\n")

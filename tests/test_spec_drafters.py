@@ -121,6 +121,38 @@ def test_a_single_allowed_token_is_forced(setup):
     assert vocab.decode(got).startswith(b"h") and c.advance(state, got[0]) is not None
 
 
+def test_drafting_code_computes_no_mask_below_the_frontier(setup, monkeypatch):
+    # A code grammar's mask costs milliseconds; drafters ask about many nodes decoding never
+    # reaches. Only the frontier's mask (which verification needs anyway) may be computed,
+    # and every node stays legal.
+    from structspec import compile_grammar
+    from structspec.grammars import grammar_path
+
+    tok, vocab, _ = setup
+    prefix = 'def add(a, b):\n    """Return the sum of a and b."""\n    total = a + b\n'
+    code = compile_grammar(grammar_path("python"), vocab).with_suffix(b"", prefix=prefix)
+    written = "    return tot"
+    ids = tok.encode(prefix + written, add_special_tokens=False)
+    out = tok.encode(written, add_special_tokens=False)
+    state = code.initial
+    for t in out:
+        state = code.advance(state, t)
+        assert state is not None
+    computed = []
+    inner = type(code)._grammar_mask
+    monkeypatch.setattr(type(code), "_grammar_mask",
+                        lambda self, s: computed.append(s) or inner(self, s))
+    ctx = _context(tok, vocab, code, ids[: len(ids) - len(out)], out,
+                   torch.randn(len(vocab), generator=torch.Generator().manual_seed(0)))
+    builder = TreeBuilder(code, out[-1], state, max_depth=12, max_nodes=16, max_branches=6,
+                          eos_ids=vocab.eos_token_ids)
+    frontier = build_tree(ctx, builder, make_drafters(ALL))
+    tree = builder.freeze()
+    assert len(tree) > 1 and set(computed) <= {tree.states[frontier]}
+    for i in range(1, len(tree)):
+        assert code.advance(tree.states[tree.parents[i]], tree.tokens[i]) == tree.states[i]
+
+
 def test_ngram_index_prefers_long_matches_and_drops_prefixes():
     idx = NgramIndex(3)
     idx.extend([1, 2, 3, 4, 5, 9, 2, 3, 4, 6, 7, 2, 3])

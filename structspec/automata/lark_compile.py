@@ -65,6 +65,12 @@ cursor's: deeper, such a token closes an inner construct first (the search is sk
 wrong: pruning less is always sound)."""
 
 
+#: All 256 bytes, those that most often follow in code and text first (see
+#: :meth:`LarkConstraint._only_byte`).
+_BYTE_ORDER: tuple[int, ...] = tuple(dict.fromkeys(
+    b" \n(e)t,a:.s=ri_nol'\"d[cpf]mu0g1hy-b2x{}+*v/k#wj<>qz3456789" + bytes(range(256))))
+
+
 class LarkConstraint:
     """A token-level constraint for a Lark LALR(1) grammar (see :mod:`.lark_constraint`).
 
@@ -142,6 +148,13 @@ class LarkConstraint:
                 got = got | TokenMask.from_ids(eos, got.size)
             self._allowed[state] = got
         return got
+
+    def known_allowed(self, state: int) -> TokenMask | None:
+        """:meth:`allowed` if it has been computed for ``state`` already, else ``None``.
+        A mask of a code grammar costs milliseconds; drafters that only want to know whether
+        a draft node allows a single token ask this and fall back to cheaper checks
+        (:func:`structspec.spec.drafters.forced_tokens`)."""
+        return self._allowed.get(state)
 
     def is_accepting(self, state: int) -> bool:
         """Whether the output may stop here: the text (+ suffix) is a complete program, at
@@ -258,14 +271,27 @@ class LarkConstraint:
             for _ in range(256):
                 if self.is_accepting(s):
                     break
-                live = [b for b in range(256) if self._step1(s, b)]
-                if len(live) != 1:
+                only = self._only_byte(s)
+                if only is None:
                     break
-                out.append(live[0])
-                s = self._step1(s, live[0])
+                out.append(only)
+                s = self._step1(s, only)
             got = bytes(out)
             self._forced[state] = got
         return got
+
+    def _only_byte(self, state: int) -> int | None:
+        """The one byte legal in ``state``, or ``None`` (none, or several). Stops at the
+        second legal byte, trying the likeliest first: where text is free (most states of
+        code) that answers in a few byte steps instead of 256, and the drafters ask this of
+        every node they add."""
+        only = None
+        for b in _BYTE_ORDER:
+            if self._step1(state, b):
+                if only is not None:
+                    return None
+                only = b
+        return only
 
     # -- code completion --------------------------------------------------------------------
 

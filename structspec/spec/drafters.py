@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from structspec.automata.base import Constraint, State
+from structspec.automata.base import Constraint, State, TokenMask
 from structspec.spec.tree import TreeBuilder
 from structspec.vocab import Vocabulary
 
@@ -378,6 +378,15 @@ def make_drafters(names: Sequence[str]) -> list[Drafter]:
 # -- forced continuation --------------------------------------------------------------------
 
 
+def cheap_allowed(constraint: Constraint, state: State) -> TokenMask | None:
+    """``constraint.allowed(state)`` where that costs little: always, unless the constraint
+    has ``known_allowed`` (a code grammar, whose masks cost milliseconds each), which then
+    answers — the mask if computed already, else ``None``. Drafters ask about many nodes the
+    decoding never reaches; they use this where a cheaper check can stand in."""
+    known = getattr(constraint, "known_allowed", None)
+    return constraint.allowed(state) if known is None else known(state)
+
+
 def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]:
     """The tokens of the text forced in ``state``, tokenized canonically after ``prev_token``.
 
@@ -386,14 +395,24 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
     :func:`learn_choice` — e.g. ``'{'`` then ``'"'`` rather than the canonical ``'{"'`` as
     the first token of an answer), its split is used and the rest re-tokenized after it (see
     :func:`_preferred`). May be empty; the builder still checks each token's legality.
+
+    Where the mask is not cheap (:func:`cheap_allowed`), this looks at the forced text alone
+    and checks the first token with ``advance``, as the builder does: it then misses only a
+    single allowed token after which several bytes are legal (possible only where dead-end
+    pruning removed the other tokens).
     """
     c = ctx.constraint
-    mask = c.allowed(state)
-    if mask.count() == 1 and not c.is_accepting(state):
+    mask = cheap_allowed(c, state)
+    if mask is not None and mask.count() == 1 and not c.is_accepting(state):
         return [int(mask.ids()[0])]
     text = c.forced(state)
     if not text:
         return []
+    if mask is None:
+        def legal(token: int) -> bool:
+            return c.advance(state, token) is not None
+    else:
+        legal = mask.__contains__
     tokens = ctx.vocab.tokens
     prev = tokens[prev_token]
     ids = list(ctx.canon.tokens_after(prev, text))
@@ -410,13 +429,13 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
             # After the model's own split, re-tokenize what is left.
             ids = ids[1:] if first == ids[0] else list(ctx.canon.tokens_after(prev, text[pos:]))
         ids = out
-    if ids and ids[0] in mask:
+    if ids and legal(ids[0]):
         return ids
     # The canonical split does not fit here: fall back to the longest allowed token that is
     # a prefix of the forced text.
     for cut in range(min(len(text), 32), 0, -1):
         for i in ctx.vocab.ids_for(text[:cut]):
-            if i in mask:
+            if legal(i):
                 return [i]
     return []
 
@@ -689,6 +708,10 @@ def _immediate_enders(ctx: DraftContext, state: State, cands: Sequence[int]) -> 
     ``'"}'`` ends it at once, ``',"'`` writes a comma into it first). Closers that carry
     content before the end are rarely what the model writes."""
     c = ctx.constraint
+    if getattr(c, "known_allowed", None) is not None:
+        # Costly masks (a code grammar): the mask after each first byte would cost more
+        # than this ranking is worth there (closers hit in JSON, hardly ever in code).
+        return frozenset()
     n = c.allowed(state).count()
     tokens = ctx.vocab.tokens
     out = set()
@@ -853,7 +876,12 @@ def build_tree(ctx: DraftContext, builder: TreeBuilder, drafters: Sequence[Draft
 
 def _open_end(ctx: DraftContext, state: State) -> bool:
     """Whether a branch may continue from ``state`` with a choice (more than one token, or
-    one token where the output could also end)."""
+    one token where the output could also end). Not where the mask is costly and unknown
+    (:func:`cheap_allowed`): the nested drafters would compute it, for a node that is
+    rarely reached."""
     c = ctx.constraint
-    n = c.allowed(state).count()
+    mask = cheap_allowed(c, state)
+    if mask is None:  # costly masks (a code grammar): the nested drafters would need it
+        return False
+    n = mask.count()
     return n > 1 and not (c.is_accepting(state) and n <= 1 + len(ctx.vocab.eos_token_ids))
