@@ -82,12 +82,12 @@ _HABITS = AcceptanceModel()  # learned across the examples below, as a Generator
        name=st.sampled_from(["call", "tag", "list"]), max_new=st.integers(1, 48))
 def test_learned_splits_never_change_the_output(tiny, words, name, max_new):
     """Tokenization habits learned over earlier requests (and the ``splits`` drafter that
-    hedges from them) shape the trees, never the output."""
+    hedges from them) shape the trees, never the output; nor does the opt-in ``topk``."""
     model, tok, vocab, constraints = tiny
     prompt = tok.encode(" ".join(words), add_special_tokens=False)
     c = constraints[name]
     plain = _run(decode, model, vocab, prompt, c, max_new_tokens=max_new, sampling=GREEDY)
-    cfg = SpecConfig(drafters=("splits", "values", "closers", "lookup", "alternatives"))
+    cfg = SpecConfig(drafters=("splits", "values", "closers", "lookup", "alternatives", "topk"))
     spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=max_new,
                 sampling=GREEDY, config=cfg, tokenizer=tok, acceptance=_HABITS)
     assert spec[:3] == plain[:3]

@@ -785,7 +785,10 @@ class SplitsDrafter:
 
 
 class TopKDrafter:
-    """The top-k tokens of the target's last distribution, where they are legal."""
+    """The top-k tokens of the target's last distribution, where they are legal. Opt-in
+    (not in :data:`structspec.spec.decode.DEFAULT_DRAFTERS`): that distribution is the one
+    the tree's root came from, one position early, so its runners-up rarely follow the
+    root."""
 
     name = "topk"
 
