@@ -398,8 +398,8 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
 
     Where the mask is not cheap (:func:`cheap_allowed`), this looks at the forced text alone
     and checks the first token with ``advance``, as the builder does: it then misses only a
-    single allowed token after which several bytes are legal (possible only where dead-end
-    pruning removed the other tokens).
+    single allowed token where several bytes are legal (possible only where dead-end pruning
+    removed the other tokens).
     """
     c = ctx.constraint
     mask = cheap_allowed(c, state)
