@@ -15,7 +15,7 @@
  * row's result is bitwise the same in a pass of 1 row and a pass of 32: speculative and
  * plain decoding see the same numbers from these layers.
  *
- * Passes of 6 rows or more first copy x into row blocks laid out k-major (x[kk][0..5]), so
+ * Passes of 6 to 64 rows first copy x into row blocks laid out k-major (x[kk][0..5]), so
  * a block's broadcasts read one sequential stream instead of six rows far apart: 3-12%
  * faster at 6-20 rows on an AVX2 EPYC (session 13, 11 alternating sweeps of the default
  * model's 210 body linears, medians), the same FMAs in the same order, so the same bits.
@@ -132,10 +132,13 @@ SG_KERNELS(kf32, float, SG_LOADW_F32, "avx2,fma", 0, XROW)
 SG_KERNELS(kf16, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 0, XROW)
 SG_KERNELS(kf32p, float, SG_LOADW_F32, "avx2,fma", 16, XROW)
 SG_KERNELS(kf16p, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XROW)
-/* Packed x (see the top of the file), for passes of PACK_ROWS rows or more. */
+/* Packed x (see the top of the file), for passes of PACK_ROWS to PACK_MAX_ROWS rows: tree
+ * passes. Longer ones (prompts) read x as it is: there the gain was within noise (0.95-1.05
+ * at 110 and 256 rows), and the per-thread copy would grow with the prompt. */
 SG_KERNELS(kf32x, float, SG_LOADW_F32, "avx2,fma", 16, XPACKED)
 SG_KERNELS(kf16x, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XPACKED)
 #define PACK_ROWS 6
+#define PACK_MAX_ROWS 64
 
 /* x (m rows of k) into row blocks of ROWS, each k-major (dst[b][kk][i]; rows past m are
  * not written and never read). The buffer is per calling thread and grows as needed;
@@ -291,7 +294,7 @@ static PyObject *sg_linear(PyObject *self, PyObject *args) {
     threads = threads < 1 ? 1 : threads;
     Py_BEGIN_ALLOW_THREADS
     const float *xs = (const float *)(uintptr_t)x;
-    const float *xp = m >= PACK_ROWS ? pack_rows(xs, m, k) : NULL;
+    const float *xp = m >= PACK_ROWS && m <= PACK_MAX_ROWS ? pack_rows(xs, m, k) : NULL;
     float *o = (float *)(uintptr_t)out;
     if (half) {
         const uint16_t *w = (const uint16_t *)(uintptr_t)packed;

@@ -6,7 +6,7 @@ few rows, so a 8-row pass of the default model costs ~2.3× a 1-row pass instead
 
 - ``"panel"`` (default where it runs): our AVX2+FMA kernel (``structspec/_native/smallgemm.c``):
   the weight in panels of 16 output columns, streamed once per pass while up to 6 rows are
-  multiplied against it (from 6 rows on, copied first into k-major blocks of 6). On an
+  multiplied against it (passes of 6 to 64 rows copied first into k-major blocks of 6). On an
   AVX2 EPYC (2 cores, the 210 linears of the default model, ``docs/performance.md``) it is
   1.1–1.8× faster than oneDNN at pass sizes from 1 to 256 rows on 1 thread and up to 64 on 2
   (even, within noise, beyond). Each output is the same
