@@ -116,7 +116,10 @@ class TokenMask:
 class Constraint(Protocol):
     """A compiled, immutable token-level constraint (see the module docstring).
 
-    Every method is pure and thread-safe; ``allowed`` is memoized per state.
+    Every method is pure and thread-safe; ``allowed`` is memoized per state. A constraint
+    whose masks are costly may also offer ``known_allowed(state) -> TokenMask | None`` (the
+    mask if already computed): drafters then avoid computing masks of draft nodes that
+    decoding may never reach (:func:`structspec.spec.drafters.cheap_allowed`).
     """
 
     @property
