@@ -378,13 +378,21 @@ def make_drafters(names: Sequence[str]) -> list[Drafter]:
 # -- forced continuation --------------------------------------------------------------------
 
 
+def costly_masks(constraint: Constraint) -> bool:
+    """Whether ``constraint``'s masks cost enough that drafters should not compute them for
+    nodes decoding may never reach: it offers ``known_allowed`` (a code grammar, whose masks
+    cost milliseconds each)."""
+    return getattr(constraint, "known_allowed", None) is not None
+
+
 def cheap_allowed(constraint: Constraint, state: State) -> TokenMask | None:
-    """``constraint.allowed(state)`` where that costs little: always, unless the constraint
-    has ``known_allowed`` (a code grammar, whose masks cost milliseconds each), which then
-    answers — the mask if computed already, else ``None``. Drafters ask about many nodes the
-    decoding never reaches; they use this where a cheaper check can stand in."""
-    known = getattr(constraint, "known_allowed", None)
-    return constraint.allowed(state) if known is None else known(state)
+    """``constraint.allowed(state)`` where that costs little: always, unless its masks are
+    costly (:func:`costly_masks`); then the mask if computed already, else ``None``.
+    Drafters ask about many nodes the decoding never reaches; they use this where a cheaper
+    check can stand in."""
+    if costly_masks(constraint):
+        return constraint.known_allowed(state)  # type: ignore[attr-defined]
+    return constraint.allowed(state)
 
 
 def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]:
@@ -708,9 +716,9 @@ def _immediate_enders(ctx: DraftContext, state: State, cands: Sequence[int]) -> 
     ``'"}'`` ends it at once, ``',"'`` writes a comma into it first). Closers that carry
     content before the end are rarely what the model writes."""
     c = ctx.constraint
-    if getattr(c, "known_allowed", None) is not None:
-        # Costly masks (a code grammar): the mask after each first byte would cost more
-        # than this ranking is worth there (closers hit in JSON, hardly ever in code).
+    if costly_masks(c):
+        # The mask after each first byte would cost more than this ranking is worth there
+        # (closers hit in JSON, hardly ever in code).
         return frozenset()
     n = c.allowed(state).count()
     tokens = ctx.vocab.tokens
@@ -884,7 +892,7 @@ def _open_end(ctx: DraftContext, state: State) -> bool:
     rarely reached."""
     c = ctx.constraint
     mask = cheap_allowed(c, state)
-    if mask is None:  # costly masks (a code grammar): the nested drafters would need it
+    if mask is None:
         return False
     n = mask.count()
     return n > 1 and not (c.is_accepting(state) and n <= 1 + len(ctx.vocab.eos_token_ids))
