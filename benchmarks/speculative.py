@@ -25,9 +25,11 @@ prefill of the prompt, from the stored header on), speedup of the
 decode time, end-to-end speedup, mean accepted length (tokens per verification pass),
 tokens per forward pass, acceptance per drafter and per depth, the scheduler's node budgets
 (upper bound and what the cost plan kept), the time split, the device cost curve the plan
-used, and whether the outputs are identical. Beside them, what users would run instead on
-the same (packed) model, end to end per generated token: Hugging Face ``generate``
-unconstrained (``speedup_vs_hf``) and, for JSON, with xgrammar's logits processor
+used (measured at the start of the run, like the baseline it is compared with;
+``--cached-curve`` takes a Generator's on-disk one, which may date from other load), and
+whether the outputs are identical. Beside them, what users would run instead on the same
+(packed) model, end to end per generated token: Hugging Face ``generate`` unconstrained
+(``speedup_vs_hf``) and, for JSON, with xgrammar's logits processor
 (``speedup_vs_hf_xgrammar``); ``--no-peers`` skips them.
 
     python benchmarks/speculative.py --task json [--data FILE] [--offset K] [--n 5]
@@ -64,7 +66,11 @@ from structspec.engine import free_text  # noqa: E402
 from structspec.errors import GenerationError  # noqa: E402
 from structspec.sampling import SamplingParams  # noqa: E402
 from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
-from structspec.spec.cost import AcceptanceModel, device_cost_curve  # noqa: E402
+from structspec.spec.cost import (  # noqa: E402
+    AcceptanceModel,
+    device_cost_curve,
+    measure_cost_curve,
+)
 from structspec.spec.cpu_paths import use_fast_cpu_paths  # noqa: E402
 from structspec.spec.fastlinear import packed_kernel  # noqa: E402
 from structspec.spec.prefix import PrefixCache  # noqa: E402
@@ -300,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
                          "the model, when one matches)")
     ap.add_argument("--no-cost-model", action="store_true",
                     help="keep every drafted node (no tree sizing from the cost curve)")
+    ap.add_argument("--cached-curve", action="store_true",
+                    help="take the cost curve from the on-disk cache, as a Generator does "
+                         "(default: measure it in this run, like the baseline it is compared "
+                         "with; a curve cached under other load mis-sizes the trees)")
     ap.add_argument("--fresh-acceptance", action="store_true",
                     help="start every request from the prior (default: acceptance statistics "
                          "carry over between requests, as in a Generator)")
@@ -326,15 +336,19 @@ def main(argv: list[str] | None = None) -> int:
 
         draft = DraftModel.resolve(args.draft_model, device=args.device,
                                    pack=not args.no_pack and args.device == "cpu")
+    curve = None
+    if not args.no_cost_model:  # measured once per run (or cached per device: --cached-curve)
+        t0 = time.perf_counter()
+        curve = (device_cost_curve(gen.loaded.model) if args.cached_curve
+                 else measure_cost_curve(gen.loaded.model, budget_seconds=3.0))
+        curve_s = time.perf_counter() - t0
+        print(f"cost curve (ms) {curve.as_dict()['ms']} "
+              f"{'cached' if args.cached_curve else 'measured'} in {curve_s:.2f} s")
     spec_cfg = SpecConfig(max_nodes=args.max_nodes,
                           drafters=tuple(d for d in args.drafters.split(",") if d),
                           draft_model=draft, cost_model=not args.no_cost_model,
+                          cost_curve=curve,
                           draft_head=False if args.no_draft_head else "auto")
-    if spec_cfg.cost_model:  # measured once per model and device, as the decode loop does
-        t0 = time.perf_counter()
-        curve = device_cost_curve(gen.loaded.model)
-        curve_s = time.perf_counter() - t0
-        print(f"cost curve (ms) {curve.as_dict()['ms']} measured in {curve_s:.2f} s")
     print(f"model={gen.loaded.name} linears={kernel} "
           f"attention={gen.loaded.model.config._attn_implementation} "
           f"threads={torch.get_num_threads()} "
@@ -448,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(summary))
     result = {"summary": summary, "rows": rows}
     if spec_cfg.cost_model:
-        result["cost_curve"] = {**curve.as_dict(), "measure_seconds": round(curve_s, 3)}
+        result["cost_curve"] = {**curve.as_dict(), "measure_seconds": round(curve_s, 3),
+                                "cached": args.cached_curve}
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1))
     return 0 if summary["identical"] == len(rows) else 1
