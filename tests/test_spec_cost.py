@@ -205,6 +205,36 @@ def test_auto_budgets_structured_vs_free_text(tiny):
     assert tag.stats.budgets[0] == 16 and free.stats.budgets[0] == 8
 
 
+def test_measured_curve_is_the_median_shape_of_its_rounds(monkeypatch, tiny_model):
+    """Each size's cost is its time relative to the same round's 1-node pass, the median over
+    rounds, times the fastest 1-node pass: a machine that slows down between rounds, or one
+    stall, does not bend the curve (a scripted clock stands in for the passes)."""
+    from structspec.spec import cost
+
+    shape = {1: 1.0, 2: 1.1, 4: 1.3, 8: 1.8}
+    factors = [1.0, 1.3, 1.1, 1.2]  # the machine's speed, round by round
+    script = [0.5, 0.5] + [0.01 * shape[q] * f for f in factors for q in shape]
+    script[2 + 3] *= 2  # a stall: the first round's 8-node pass
+    now = [0.0]
+    calls = iter(script)
+
+    def fake_verify(model, cache, tree, past_len, prefix=None):
+        now[0] += next(calls)
+
+    class Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            return now[0]
+
+    monkeypatch.setattr(cost, "verify_tree", fake_verify)
+    monkeypatch.setattr(cost, "rollback", lambda cache, past_len: None)
+    monkeypatch.setattr(cost, "time", Clock)
+    curve = measure_cost_curve(tiny_model.model, sizes=(1, 2, 4, 8), prefix_len=4,
+                               repeats=4, max_repeats=4, budget_seconds=100.0)
+    assert curve.seconds[0] == pytest.approx(0.01)  # the fastest 1-node pass
+    assert curve.relative() == pytest.approx(shape)
+
+
 def test_measured_curves_are_kept_on_disk(monkeypatch, tmp_path, tiny_model):
     from structspec.spec import cost
 

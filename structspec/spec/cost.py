@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import statistics
 import time
 import weakref
 from collections.abc import Sequence
@@ -112,9 +113,14 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] = DEFAULT_SIZES,
 
     A warm-up pass of one node and of two (the tree-mask path), then rounds over all sizes:
     at least ``repeats``, more while the whole measurement stays within ``budget_seconds``
-    (at most ``max_repeats``). The fastest time per size counts (the least disturbed on a
-    shared machine: stalls only ever add time), and a size never costs more than a larger
-    one. Token ids are arbitrary (cost does not depend on them). Does not change ``model``.
+    (at most ``max_repeats``). What the plan reads is the curve's shape, so each size's
+    cost is its time relative to the 1-node pass *of the same round* (passes moments apart
+    share the machine's conditions), the median over rounds, times the fastest 1-node pass:
+    on a shared CPU the fastest time per size, taken separately, mixed the luck of different
+    rounds (16 nodes at 1.66-1.96x one node over four measurements on the default model,
+    1.84-1.86x by the median of ratios). No size costs less than one node, nor more than a
+    larger size. Token ids are arbitrary (cost does not depend on them). Does not change
+    ``model``.
     """
     from transformers import DynamicCache
 
@@ -124,27 +130,31 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] = DEFAULT_SIZES,
     cache = DynamicCache(config=model.config)
     model(input_ids=torch.tensor([ids[:prefix_len]], device=device), cache=cache,
           use_cache=True, logits_to_keep=1)
-    best = {q: float("inf") for q in sizes}
+    first = min(sizes)
+    rounds: list[dict[int, float]] = []
     start = time.perf_counter()
     round_ = 0
     while True:
+        times: dict[int, float] = {}
         for q in (1, 2) if round_ == 0 else sizes:
             tree: DraftTree = chain(ids[prefix_len:prefix_len + q], [None] * q)
             _sync(device)
             t0 = time.perf_counter()
             verify_tree(model, cache, tree, prefix_len)
             _sync(device)
-            elapsed = time.perf_counter() - t0
+            times[q] = time.perf_counter() - t0
             rollback(cache, prefix_len)
-            if round_:
-                best[q] = min(best[q], elapsed)
+        if round_:
+            rounds.append(times)
         round_ += 1
         spent = time.perf_counter() - start
         if round_ > repeats and (round_ > max_repeats
                                  or spent * (round_ + 1) / round_ > budget_seconds):
             break
-    # Fewer nodes never cost more: an outlier (a stall) is capped by the larger sizes.
-    seconds = [best[q] for q in sizes]
+    base = min(r[first] for r in rounds)
+    seconds = [base * max(1.0, statistics.median(r[q] / r[first] for r in rounds))
+               for q in sizes]
+    # Fewer nodes never cost more: an outlier is capped by the larger sizes.
     for i in range(len(seconds) - 2, -1, -1):
         seconds[i] = min(seconds[i], seconds[i + 1])
     return CostCurve(tuple(sizes), tuple(seconds))
@@ -174,6 +184,10 @@ def device_cost_curve(model: Any) -> CostCurve:
     return curve
 
 
+#: Bumped when :func:`measure_cost_curve` measures differently: curves cached on disk by an
+#: older method are measured again. 2: medians of per-round ratios (session 14).
+CURVE_METHOD = 2
+
 #: A measured curve is reused from disk for this long (a new process, e.g. each CLI call,
 #: then skips the ~1.5 s measurement); after that it is measured again.
 CURVE_MAX_AGE_S = 7 * 24 * 3600
@@ -194,7 +208,7 @@ def _disk_key(model: Any, key: tuple) -> str:
     from structspec.spec.fastlinear import KERNEL_REVISION
 
     return repr((sorted(shape.items()), key, torch.__version__, os.cpu_count(),
-                 KERNEL_REVISION))
+                 KERNEL_REVISION, CURVE_METHOD))
 
 
 def _load_curve(disk_key: str) -> CostCurve | None:
