@@ -12,8 +12,10 @@ from structspec.engine import decode, free_text
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec.cost import (
+    DEFAULT_SIZES,
     AcceptanceModel,
     CostCurve,
+    curve_sizes,
     device_cost_curve,
     free_nodes,
     measure_cost_curve,
@@ -66,6 +68,22 @@ def test_measured_curve_is_monotone_cached_and_cheap(tiny_model):
     assert curve.sizes == (1, 2, 4, 8)
     assert all(b >= a > 0 for a, b in zip(curve.seconds, curve.seconds[1:], strict=False))
     assert device_cost_curve(model) is device_cost_curve(model)  # once per model and device
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_measured_curve_sizes_follow_the_packed_kernel(tiny_model):
+    import copy
+
+    from structspec.spec.fastlinear import available_kernels, pack_linears, row_block
+
+    if "panel" not in available_kernels():
+        pytest.skip("the panel kernel does not run here")
+    model = copy.deepcopy(tiny_model.model)
+    assert row_block(model) is None
+    pack_linears(model, "panel")
+    assert row_block(model) == 6
+    curve = measure_cost_curve(model, prefix_len=8, repeats=1, max_repeats=1)
+    assert curve.sizes == curve_sizes(6)
 
 
 def test_free_nodes_are_those_a_pass_of_the_root_alone_pays_for():
@@ -134,6 +152,27 @@ def test_plan_keeps_what_pays_for_its_cost():
     for plan in (flat, steep, cpu):  # ancestor-closed
         assert all(parents[i] == 0 or parents[i] in plan.keep for i in plan.keep)
     assert cpu.expected_tokens == pytest.approx(1 + sum(probs[i] for i in cpu.keep))
+
+
+def test_curve_sizes_bracket_the_kernels_row_blocks():
+    assert curve_sizes(None) == DEFAULT_SIZES  # blocking unknown (oneDNN, unpacked, GPU)
+    sizes = curve_sizes(6)  # the panel kernel
+    assert {6, 7, 12, 13, 18, 19} <= set(sizes) and sizes[0] == 1 and sizes[-1] == 32
+    assert list(sizes) == sorted(set(sizes))
+    assert curve_sizes(16) == (1, 2, 4, 16, 17, 32)
+
+
+def test_plan_stops_short_of_a_new_row_block():
+    # Blocks of 6 rows: a 7th row costs a block; 6 cost what one does, nearly.
+    stairs = CostCurve(curve_sizes(6), (1.0, 1.0, 1.02, 1.12, 1.31, 1.53, 1.71, 1.99, 2.23,
+                                        2.33, 3.02))
+    coarse = CostCurve(DEFAULT_SIZES, tuple(stairs(q) for q in DEFAULT_SIZES))
+    tree = _tree([-1, 0, 1, 2, 3, 4, 5], ["lookup"] * 6)  # root + a chain of 6
+    probs = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.45]
+    # Seen through 1, 2, 4, 8, 16, 32, a 7th row looks cheap (1.19 -> 1.27) and is kept;
+    # the staircase prices it at a block (1.12 -> 1.31) and the plan stops at 6 rows.
+    assert len(plan_tree(tree, 0, probs, coarse).keep) == 6
+    assert len(plan_tree(tree, 0, probs, stairs).keep) == 5
 
 
 def test_scheduler_plan_prunes():

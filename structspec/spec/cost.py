@@ -105,11 +105,32 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def curve_sizes(block: int | None, top: int = 32) -> tuple[int, ...]:
+    """The pass sizes to measure a cost curve at. Without a known row block,
+    :data:`DEFAULT_SIZES`. With one (the packed kernel multiplies rows in blocks of
+    ``block``; :func:`~structspec.spec.fastlinear.row_block`), both sides of each of the
+    first three block boundaries too, ``1, 2, 4, b, b+1, 2b, 2b+1, 3b, 3b+1``, then ``24``
+    and ``32``: the curve interpolates linearly between measured sizes, and across a step it
+    would price a pass of ``b + 1`` nodes at a fraction of the block it adds. On the default
+    model (1 thread, blocks of 6) 7 nodes cost 1.31x one node where 6 cost 1.12x, 13 cost
+    1.71-1.93x where 12 cost 1.53-1.65x; over the replayed benchmark tasks, planning with the
+    staircase instead of ``1, 2, 4, 8, 16, 32`` made modeled decoding 4% faster on 20
+    HumanEval and 30 BFCL tasks (``docs/performance.md``, session 15). Pure."""
+    if not block or block < 3:
+        return DEFAULT_SIZES
+    sizes = {1, 2, 4, top}
+    for j in (1, 2, 3):
+        sizes.update((j * block, j * block + 1))
+    sizes.update(q for q in (24,) if q > 3 * block + 1)
+    return tuple(sorted(q for q in sizes if q <= top))
+
+
 @torch.inference_mode()
-def measure_cost_curve(model: Any, *, sizes: Sequence[int] = DEFAULT_SIZES,
+def measure_cost_curve(model: Any, *, sizes: Sequence[int] | None = None,
                        prefix_len: int = 32, repeats: int = 2, max_repeats: int = 6,
                        budget_seconds: float = 1.5) -> CostCurve:
-    """Time verification passes of ``q`` nodes (a chain) on a ``prefix_len``-token cache.
+    """Time verification passes of ``q`` nodes (a chain) on a ``prefix_len``-token cache,
+    at ``sizes`` (``None``: :func:`curve_sizes` for the row block of ``model``'s kernel).
 
     A warm-up pass of one node and of two (the tree-mask path), then rounds over all sizes:
     at least ``repeats``, more while the whole measurement stays within ``budget_seconds``
@@ -124,6 +145,10 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] = DEFAULT_SIZES,
     """
     from transformers import DynamicCache
 
+    from structspec.spec.fastlinear import row_block
+
+    if sizes is None:
+        sizes = curve_sizes(row_block(model))
     device = model.device
     vocab = int(getattr(model.config, "vocab_size", 1000) or 1000)
     ids = [(17 + 31 * i) % vocab for i in range(prefix_len + max(sizes))]
@@ -185,8 +210,9 @@ def device_cost_curve(model: Any) -> CostCurve:
 
 
 #: Bumped when :func:`measure_cost_curve` measures differently: curves cached on disk by an
-#: older method are measured again. 2: medians of per-round ratios (session 14).
-CURVE_METHOD = 2
+#: older method are measured again. 2: medians of per-round ratios (session 14); 3: sizes
+#: either side of the kernel's row blocks (:func:`curve_sizes`, session 15).
+CURVE_METHOD = 3
 
 #: A measured curve is reused from disk for this long (a new process, e.g. each CLI call,
 #: then skips the ~1.5 s measurement); after that it is measured again.

@@ -46,6 +46,10 @@ KERNELS = ("panel", "onednn")
 KERNEL_REVISION = 3
 #: Kernels that round the weights (half precision): for drafters, never a default.
 LOSSY_KERNELS = ("panel_f16",)
+#: Rows a kernel multiplies per sweep of a weight panel (``ROWS`` in ``smallgemm.c``): a
+#: pass of ``b * block + 1`` rows costs a whole block more than one of ``b * block``, so the
+#: cost curve is a staircase the planner must see (:func:`structspec.spec.cost.curve_sizes`).
+ROW_BLOCKS = {"panel": 6, "panel_f16": 6}
 
 
 def _onednn_available() -> bool:
@@ -203,3 +207,10 @@ def is_packed(model: nn.Module) -> bool:
 def packed_kernel(model: nn.Module) -> str | None:
     """The kernel of ``model``'s packed linears (the first found), or ``None``."""
     return next((m.kernel for m in model.modules() if isinstance(m, PackedLinear)), None)
+
+
+def row_block(model: nn.Module) -> int | None:
+    """Rows per block of ``model``'s packed kernel (:data:`ROW_BLOCKS`), or ``None`` when its
+    linears are not packed or their kernel's blocking is not ours to know (oneDNN)."""
+    kernel = packed_kernel(model)
+    return None if kernel is None else ROW_BLOCKS.get(kernel)
