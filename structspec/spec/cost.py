@@ -215,7 +215,7 @@ def device_cost_curve(model: Any) -> CostCurve:
 CURVE_METHOD = 3
 
 #: A measured curve is reused from disk for this long (a new process, e.g. each CLI call,
-#: then skips the ~1.5 s measurement); after that it is measured again.
+#: then skips the measurement, ~2-3 s on this CPU); after that it is measured again.
 CURVE_MAX_AGE_S = 7 * 24 * 3600
 
 
