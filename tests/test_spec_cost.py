@@ -157,15 +157,15 @@ def test_plan_keeps_what_pays_for_its_cost():
 def test_curve_sizes_bracket_the_kernels_row_blocks():
     assert curve_sizes(None) == DEFAULT_SIZES  # blocking unknown (oneDNN, unpacked, GPU)
     sizes = curve_sizes(6)  # the panel kernel
-    assert {6, 7, 12, 13, 18, 19} <= set(sizes) and sizes[0] == 1 and sizes[-1] == 32
-    assert list(sizes) == sorted(set(sizes))
-    assert curve_sizes(16) == (1, 2, 4, 16, 17, 32)
+    assert {6, 7, 12, 13, 18, 19} | set(DEFAULT_SIZES) <= set(sizes)
+    assert sizes[0] == 1 and sizes[-1] == 32 and list(sizes) == sorted(set(sizes))
+    assert curve_sizes(16) == (1, 2, 4, 8, 16, 17, 24, 32)
 
 
 def test_plan_stops_short_of_a_new_row_block():
     # Blocks of 6 rows: a 7th row costs a block; 6 cost what one does, nearly.
-    stairs = CostCurve(curve_sizes(6), (1.0, 1.0, 1.02, 1.12, 1.31, 1.53, 1.71, 1.99, 2.23,
-                                        2.33, 3.02))
+    stairs = CostCurve((1, 2, 4, 6, 7, 8, 12, 13, 16, 18, 19, 24, 32),
+                       (1.0, 1.0, 1.02, 1.12, 1.31, 1.33, 1.53, 1.71, 1.85, 1.99, 2.23, 2.33, 3.02))
     coarse = CostCurve(DEFAULT_SIZES, tuple(stairs(q) for q in DEFAULT_SIZES))
     tree = _tree([-1, 0, 1, 2, 3, 4, 5], ["lookup"] * 6)  # root + a chain of 6
     probs = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.45]

@@ -106,22 +106,20 @@ def _sync(device: torch.device) -> None:
 
 
 def curve_sizes(block: int | None, top: int = 32) -> tuple[int, ...]:
-    """The pass sizes to measure a cost curve at. Without a known row block,
-    :data:`DEFAULT_SIZES`. With one (the packed kernel multiplies rows in blocks of
-    ``block``; :func:`~structspec.spec.fastlinear.row_block`), both sides of each of the
-    first three block boundaries too, ``1, 2, 4, b, b+1, 2b, 2b+1, 3b, 3b+1``, then ``24``
-    and ``32``: the curve interpolates linearly between measured sizes, and across a step it
-    would price a pass of ``b + 1`` nodes at a fraction of the block it adds. On the default
-    model (1 thread, blocks of 6) 7 nodes cost 1.31x one node where 6 cost 1.12x, 13 cost
-    1.71-1.93x where 12 cost 1.53-1.65x; over the replayed benchmark tasks, planning with the
-    staircase instead of ``1, 2, 4, 8, 16, 32`` made modeled decoding 4% faster on 20
-    HumanEval and 30 BFCL tasks (``docs/performance.md``, session 15). Pure."""
-    if not block or block < 3:
-        return DEFAULT_SIZES
-    sizes = {1, 2, 4, top}
-    for j in (1, 2, 3):
-        sizes.update((j * block, j * block + 1))
-    sizes.update(q for q in (24,) if q > 3 * block + 1)
+    """The pass sizes to measure a cost curve at: :data:`DEFAULT_SIZES`, and where the packed
+    kernel multiplies rows in blocks of ``block`` (:func:`~structspec.spec.fastlinear.row_block`)
+    both sides of its first three block boundaries (``b, b+1, 2b, 2b+1, 3b, 3b+1``) and 24.
+    The curve interpolates linearly between measured sizes, and across a step it would price
+    a pass of ``b + 1`` nodes at a fraction of the block it adds. On the default model (1
+    thread, blocks of 6) 7 nodes cost 1.31x one node where 6 cost 1.12x, 13 cost 1.71-1.93x
+    where 12 cost 1.53-1.65x; in a replay of the benchmark's tasks under such a curve,
+    planning with these sizes instead of the default ones made modeled decoding 4% faster on
+    20 HumanEval tasks and 6% on 30 BFCL calls (``docs/performance.md``, session 15). Pure."""
+    sizes = set(DEFAULT_SIZES)
+    if block and block >= 3:
+        for j in (1, 2, 3):
+            sizes.update((j * block, j * block + 1))
+        sizes.add(24)
     return tuple(sorted(q for q in sizes if q <= top))
 
 
@@ -211,8 +209,8 @@ def device_cost_curve(model: Any) -> CostCurve:
 
 #: Bumped when :func:`measure_cost_curve` measures differently: curves cached on disk by an
 #: older method are measured again. 2: medians of per-round ratios (session 14); 3: sizes
-#: either side of the kernel's row blocks (:func:`curve_sizes`, session 15).
-CURVE_METHOD = 3
+#: either side of the kernel's row blocks (:func:`curve_sizes`, session 15); 4: and 8, 16.
+CURVE_METHOD = 4
 
 #: A measured curve is reused from disk for this long (a new process, e.g. each CLI call,
 #: then skips the measurement, ~2-3 s on this CPU); after that it is measured again.
