@@ -11,6 +11,7 @@ from torch import nn
 
 from structspec.spec.fastlinear import (
     KERNELS,
+    ROW_BLOCKS,
     PackedLinear,
     available_kernels,
     pack_linears,
@@ -189,3 +190,16 @@ def test_native_kernel_refuses_bad_shapes():
         gemm.linear(0, -1, 4, 0, 4, 0, 0, 1)
     with pytest.raises(TypeError):
         gemm.linear("x", 1, 4, 0, 4, 0, 0, 1)
+
+
+def test_row_blocks_match_the_native_kernels_rows():
+    """``ROW_BLOCKS`` restates ``ROWS`` of ``smallgemm.c`` (the cost curve is measured either
+    side of its blocks); the two must not drift apart."""
+    import re
+    from pathlib import Path
+
+    import structspec
+
+    source = Path(structspec.__file__).parent / "_native" / "smallgemm.c"
+    rows = int(re.search(r"^#define ROWS (\d+)$", source.read_text(), re.M).group(1))
+    assert {"panel": rows, "panel_f16": rows} == ROW_BLOCKS
