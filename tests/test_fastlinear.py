@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from structspec.spec.fastlinear import (
+    COST_STEPS,
     KERNELS,
     ROW_BLOCKS,
     PackedLinear,
@@ -193,13 +194,43 @@ def test_native_kernel_refuses_bad_shapes():
 
 
 def test_row_blocks_match_the_native_kernels_rows():
-    """``ROW_BLOCKS`` restates ``ROWS`` of ``smallgemm.c`` (the cost curve is measured either
-    side of its blocks); the two must not drift apart."""
+    """``ROW_BLOCKS`` restates ``ROWS`` of ``smallgemm.c`` and ``COST_STEPS`` its block plan
+    (the cost curve is measured either side of each step); they must not drift apart."""
     import re
     from pathlib import Path
 
     import structspec
 
-    source = Path(structspec.__file__).parent / "_native" / "smallgemm.c"
-    rows = int(re.search(r"^#define ROWS (\d+)$", source.read_text(), re.M).group(1))
+    source = (Path(structspec.__file__).parent / "_native" / "smallgemm.c").read_text()
+    rows = int(re.search(r"^#define ROWS (\d+)$", source, re.M).group(1))
     assert {"panel": rows, "panel_f16": rows} == ROW_BLOCKS
+    assert set(COST_STEPS) == set(ROW_BLOCKS)
+    for kernel, steps in COST_STEPS.items():
+        assert [b for b, _ in steps] == [rows * j for j in range(1, len(steps) + 1)]
+        # 6+1 is one 7-row block for float32 panels only; 6+2 is 4+4 for both.
+        assert [last - b for b, last in steps] == ([1, 2, 2] if kernel == "panel" else [0, 2, 2])
+    assert "if (plan.sixes > 0 && ((plan.tail[0] == 1 && have7) || plan.tail[0] == 2))" in source
+
+
+@panel
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("half", [False, True])
+def test_every_block_plan_gives_each_row_the_bits_of_a_lone_row(threads, half):
+    """Passes whose rows split into 6-row blocks and a 7-row block, 4+4, or leftovers (every
+    size from 1 to 70, across the packed-x range 6-64 and beyond) give every row bitwise what
+    a pass of that row alone gives, with one thread or two."""
+    kernel = "panel_f16" if half else "panel"
+    if kernel not in available_kernels(lossy=True):
+        pytest.skip(f"{kernel} does not run here")
+    lin = _linear(96, 80, True, seed=3)  # 5 panels: uneven across two threads
+    packed = PackedLinear(lin, kernel)
+    x = torch.randn(70, 96, generator=torch.Generator().manual_seed(4))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            alone = torch.cat([packed(x[i:i + 1]) for i in range(70)])
+            for rows in range(1, 71):
+                assert torch.equal(packed(x[:rows]), alone[:rows]), rows
+    finally:
+        torch.set_num_threads(before)

@@ -74,16 +74,16 @@ def test_measured_curve_is_monotone_cached_and_cheap(tiny_model):
 def test_measured_curve_sizes_follow_the_packed_kernel(tiny_model):
     import copy
 
-    from structspec.spec.fastlinear import available_kernels, pack_linears, row_block
+    from structspec.spec.fastlinear import COST_STEPS, available_kernels, cost_steps, pack_linears
 
     if "panel" not in available_kernels():
         pytest.skip("the panel kernel does not run here")
     model = copy.deepcopy(tiny_model.model)
-    assert row_block(model) is None
+    assert cost_steps(model) is None
     pack_linears(model, "panel")
-    assert row_block(model) == 6
+    assert cost_steps(model) == COST_STEPS["panel"]
     curve = measure_cost_curve(model, prefix_len=8, repeats=1, max_repeats=1)
-    assert curve.sizes == curve_sizes(6)
+    assert curve.sizes == curve_sizes(COST_STEPS["panel"])
 
 
 def test_free_nodes_are_those_a_pass_of_the_root_alone_pays_for():
@@ -154,12 +154,12 @@ def test_plan_keeps_what_pays_for_its_cost():
     assert cpu.expected_tokens == pytest.approx(1 + sum(probs[i] for i in cpu.keep))
 
 
-def test_curve_sizes_bracket_the_kernels_row_blocks():
+def test_curve_sizes_bracket_the_kernels_cost_steps():
     assert curve_sizes(None) == DEFAULT_SIZES  # blocking unknown (oneDNN, unpacked, GPU)
-    sizes = curve_sizes(6)  # the panel kernel
-    assert {6, 7, 12, 13, 18, 19} | set(DEFAULT_SIZES) <= set(sizes)
+    sizes = curve_sizes(((6, 7), (12, 14), (18, 20)))  # the panel kernel
+    assert {6, 7, 8, 12, 14, 15, 18, 20, 21} | set(DEFAULT_SIZES) <= set(sizes)
     assert sizes[0] == 1 and sizes[-1] == 32 and list(sizes) == sorted(set(sizes))
-    assert curve_sizes(16) == (1, 2, 4, 8, 16, 17, 24, 32)
+    assert curve_sizes(((16, 16),)) == (1, 2, 4, 8, 16, 17, 24, 32)
 
 
 def test_plan_stops_short_of_a_new_row_block():

@@ -7,16 +7,16 @@
  *
  * Layout: the weight (N x K, torch's out x in) is packed once into panels of 16 output
  * columns, each panel K rows of 16 floats (k-major), zero-padded past N. A pass streams
- * each panel once from memory and keeps it in L2 while up to 6 rows of x are multiplied
- * against it (6 x 2 ymm accumulators).
+ * each panel once from memory and keeps it in L2 while blocks of up to 6 rows of x (7 in
+ * one case, see plan_blocks) are multiplied against it (6 x 2 ymm accumulators).
  *
  * Row independence: every output element is acc = fma(x[m,k], w[k,n], acc) for k = 0..K-1
  * in order, then acc + bias[n], whatever M is and whichever row block computes it, so a
  * row's result is bitwise the same in a pass of 1 row and a pass of 32: speculative and
  * plain decoding see the same numbers from these layers.
  *
- * Passes of 6 to 64 rows first copy x into row blocks laid out k-major (x[kk][0..5]), so
- * a block's broadcasts read one sequential stream instead of six rows far apart: 3-12%
+ * Passes of 6 to 64 rows first copy x into row blocks laid out k-major (x[kk][0..R-1]), so
+ * a block's broadcasts read one sequential stream instead of R rows far apart: 3-12%
  * faster at 6-20 rows on an AVX2 EPYC (session 13, 11 alternating sweeps of the default
  * model's 210 body linears, medians), the same FMAs in the same order, so the same bits.
  *
@@ -66,9 +66,10 @@ static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) 
 /* One row block (R rows) against one panel, for R = 1..6. Accumulators are named
  * variables (arrays of __m256 get spilled to the stack on every iteration by GCC);
  * the NR > i tests fold away at compile time. Where row i's element kk sits: rows of k
- * floats as the caller has them (XROW), or a block packed by pack_rows (XPACKED). */
+ * floats as the caller has them (XROW), or a block of NR rows packed k-major by pack_rows
+ * (XPACKED). */
 #define XROW(i) (x + i * k + kk)
-#define XPACKED(i) (x + kk * ROWS + i)
+#define XPACKED(i) (x + kk * NR + i)
 #define SG_FMA(i, XA)                                                                      \
     if (NR > i) {                                                                          \
         __m256 xv = _mm256_broadcast_ss(XA(i));                                            \
@@ -140,14 +141,80 @@ SG_KERNELS(kf16x, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XPACKED)
 #define PACK_ROWS 6
 #define PACK_MAX_ROWS 64
 
-/* x (m rows of k) into row blocks of ROWS, each k-major (dst[b][kk][i]; rows past m are
- * not written and never read). The buffer is per calling thread and grows as needed;
+
+/* A 7-row block (float32 panels, packed x): 14 accumulators, the panel's first 8 columns
+ * in a register and the other 8 read by each FMA from L1 as its memory operand (inline asm,
+ * or the compiler keeps both halves in registers and spills an accumulator): 16 ymm
+ * registers in all. Per k: 14 FMAs and 15 loads, about 7.5 cycles where a 6-row block
+ * takes 6 (see plan_blocks for where it is used). Same chains, same bits. */
+#define SG_FMA7(i)                                                                         \
+    {                                                                                      \
+        __m256 xv = _mm256_broadcast_ss(x + kk * 7 + i);                                   \
+        lo##i = _mm256_fmadd_ps(xv, w0, lo##i);                                            \
+        __asm__("vfmadd231ps %[w], %[x], %[acc]"                                           \
+                : [acc] "+x"(hi##i) : [x] "x"(xv), [w] "m"(*(const __m256 *)(wp + 8)));    \
+    }
+__attribute__((target("avx2,fma"))) static void kf32x_7(const float *x, Py_ssize_t k,
+                                                        const float *panel,
+                                                        const float *bias16, float *out,
+                                                        Py_ssize_t ldo, Py_ssize_t cols) {
+    enum { NR = 7 };
+    __m256 lo0 = _mm256_setzero_ps(), hi0 = lo0, lo1 = lo0, hi1 = lo0, lo2 = lo0, hi2 = lo0,
+           lo3 = lo0, hi3 = lo0, lo4 = lo0, hi4 = lo0, lo5 = lo0, hi5 = lo0, lo6 = lo0,
+           hi6 = lo0;
+    for (Py_ssize_t kk = 0; kk < k; kk++) {
+        _mm_prefetch((const char *)(panel + (kk + 16) * PANEL), _MM_HINT_T0);
+        const float *wp = panel + kk * PANEL;
+        __m256 w0 = _mm256_loadu_ps(wp);
+        SG_FMA7(0) SG_FMA7(1) SG_FMA7(2) SG_FMA7(3) SG_FMA7(4) SG_FMA7(5) SG_FMA7(6)
+    }
+    __m256 b0 = _mm256_loadu_ps(bias16), b1 = _mm256_loadu_ps(bias16 + 8);
+    SG_STORE(0) SG_STORE(1) SG_STORE(2) SG_STORE(3) SG_STORE(4) SG_STORE(5) SG_STORE(6)
+}
+
+/* How a pass of m rows splits into row blocks: 6-row blocks, then a tail of one or two
+ * blocks.
+ *
+ * Why a tail: a block of R rows keeps 2R dependent FMA chains in flight, and with an FMA
+ * latency of 4-5 cycles and two FMA pipes, 1-3 rows (2-6 chains) wait on latency, and each
+ * block sweeps its weight panel once more from L2: a 7-row pass cost a whole 6-row block
+ * more than a 6-row pass (session 15). So the last 6-row block and the rows left over are
+ * cut differently: 6+1 -> one 7-row block where there is a 7-row kernel (packed float32
+ * x), 6+2 -> 4+4. Measured (session 16, the default model's 210 body linears and its
+ * output layer, 1 thread, fastest of 20 alternating sweeps, new/old): 7 rows 0.82, 13 and
+ * 14 rows 0.89, 19 and 20 rows 0.92, 8 rows unchanged (1.03); 2 threads: 7 rows 0.84,
+ * 20 rows 0.93. 6+3 -> 5+4 was slower (1.08 at 9 rows) and is not used; so was sweeping 2-3
+ * panels at once for the leftover rows (more chains, but each panel once more from L2).
+ * Passes under 6 rows are bound by reading the weights from memory and stay one block. */
+typedef struct {
+    Py_ssize_t sixes; /* 6-row blocks first */
+    int tail[2];      /* then these blocks (0: none) */
+} plan_t;
+
+static plan_t plan_blocks(Py_ssize_t m, int have7) {
+    plan_t plan = {m / ROWS, {(int)(m % ROWS), 0}};
+    if (plan.sixes > 0 && ((plan.tail[0] == 1 && have7) || plan.tail[0] == 2)) {
+        plan.sixes -= 1;
+        plan.tail[1] = plan.tail[0] == 1 ? 0 : 4;
+        plan.tail[0] = plan.tail[0] == 1 ? 7 : 4;
+    }
+    return plan;
+}
+
+/* Rows of block j of a plan (0 past its end). */
+static inline int block_rows(const plan_t *plan, Py_ssize_t j) {
+    if (j < plan->sixes) return ROWS;
+    j -= plan->sixes;
+    return j < 2 ? plan->tail[j] : 0;
+}
+
+/* x (m rows of k) into the plan's row blocks, each k-major: a block of R rows starting at
+ * row s is dst[s * k + kk * R + i]. The buffer is per calling thread and grows as needed;
  * NULL when it cannot be allocated (the caller then reads x as it is). */
-static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k) {
+static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k, const plan_t *plan) {
     static __thread float *buf = NULL;
     static __thread size_t cap = 0;
-    Py_ssize_t blocks = (m + ROWS - 1) / ROWS;
-    size_t need = (size_t)blocks * ROWS * (size_t)k;
+    size_t need = (size_t)m * (size_t)k;
     if (need > cap) {
         float *grown = malloc(need * sizeof(float));
         if (grown == NULL) return NULL;
@@ -155,25 +222,28 @@ static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k) {
         buf = grown;
         cap = need;
     }
-    for (Py_ssize_t b = 0; b < blocks; b++) {
-        float *block = buf + (size_t)b * ROWS * k;
-        Py_ssize_t rows = m - b * ROWS < ROWS ? m - b * ROWS : ROWS;
-        for (Py_ssize_t i = 0; i < rows; i++) {
-            const float *src = x + (b * ROWS + i) * k;
-            for (Py_ssize_t kk = 0; kk < k; kk++) block[kk * ROWS + i] = src[kk];
+    Py_ssize_t s0 = 0;
+    for (Py_ssize_t j = 0; s0 < m; j++) {
+        int rows = block_rows(plan, j);
+        float *block = buf + (size_t)s0 * k;
+        for (int i = 0; i < rows; i++) {
+            const float *src = x + (s0 + i) * k;
+            for (Py_ssize_t kk = 0; kk < k; kk++) block[kk * rows + i] = src[kk];
         }
+        s0 += rows;
     }
     return buf;
 }
 
-/* The driver: OpenMP over panels, row blocks of up to 6 inside each. */
-#define SG_RUN(NAME, WT)                                                                   \
+/* The driver: OpenMP over panels, the plan's row blocks inside each. */
+#define SG_RUN(NAME, SEVEN, WT)                                                            \
     static void run_##NAME(const float *x, Py_ssize_t m, Py_ssize_t k, const WT *packed,  \
-                           Py_ssize_t n, const float *bias, float *out, int threads) {    \
+                           Py_ssize_t n, const float *bias, float *out, int threads,      \
+                           const plan_t *plan) {                                          \
         typedef void (*fn)(const float *, Py_ssize_t, const WT *, const float *, float *, \
                            Py_ssize_t, Py_ssize_t);                                       \
-        static const fn table[ROWS + 1] = {NULL,      NAME##_1, NAME##_2, NAME##_3,       \
-                                           NAME##_4,  NAME##_5, NAME##_6};                \
+        static const fn table[ROWS + 2] = {NULL,     NAME##_1, NAME##_2, NAME##_3,        \
+                                           NAME##_4, NAME##_5, NAME##_6, SEVEN};          \
         Py_ssize_t np = panels_of(n);                                                     \
         _Pragma("omp parallel for schedule(static) num_threads(threads) if (threads > 1 && np > 1)") \
         for (Py_ssize_t p = 0; p < np; p++) {                                             \
@@ -182,19 +252,21 @@ static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k) {
             for (Py_ssize_t j = 0; j < PANEL; j++)                                        \
                 bias16[j] = (bias != NULL && j < cols) ? bias[p * PANEL + j] : 0.0f;      \
             const WT *panel = packed + p * k * PANEL;                                     \
-            for (Py_ssize_t m0 = 0; m0 < m; m0 += ROWS) {                                 \
-                Py_ssize_t rows = m - m0 < ROWS ? m - m0 : ROWS;                          \
+            Py_ssize_t m0 = 0;                                                            \
+            for (Py_ssize_t j = 0; m0 < m; j++) {                                         \
+                int rows = block_rows(plan, j);                                           \
                 table[rows](x + m0 * k, k, panel, bias16, out + m0 * n + p * PANEL, n, cols); \
+                m0 += rows;                                                               \
             }                                                                             \
         }                                                                                 \
     }
 
-SG_RUN(kf32, float)
-SG_RUN(kf16, uint16_t)
-SG_RUN(kf32p, float)
-SG_RUN(kf16p, uint16_t)
-SG_RUN(kf32x, float)
-SG_RUN(kf16x, uint16_t)
+SG_RUN(kf32, NULL, float)
+SG_RUN(kf16, NULL, uint16_t)
+SG_RUN(kf32p, NULL, float)
+SG_RUN(kf16p, NULL, uint16_t)
+SG_RUN(kf32x, kf32x_7, float)
+SG_RUN(kf16x, NULL, uint16_t)
 
 /* Round packed float32 panels to half precision (round to nearest even). */
 __attribute__((target("avx2,f16c"))) static void to_half(uint16_t *dst, const float *src,
@@ -294,16 +366,20 @@ static PyObject *sg_linear(PyObject *self, PyObject *args) {
     threads = threads < 1 ? 1 : threads;
     Py_BEGIN_ALLOW_THREADS
     const float *xs = (const float *)(uintptr_t)x;
-    const float *xp = m >= PACK_ROWS && m <= PACK_MAX_ROWS ? pack_rows(xs, m, k) : NULL;
+    int packs = m >= PACK_ROWS && m <= PACK_MAX_ROWS;
+    /* The 7-row kernel reads packed float32 x only. */
+    plan_t plan = plan_blocks(m, packs && !half);
+    const float *xp = packs ? pack_rows(xs, m, k, &plan) : NULL;
+    if (packs && xp == NULL) plan = plan_blocks(m, 0);
     float *o = (float *)(uintptr_t)out;
     if (half) {
         const uint16_t *w = (const uint16_t *)(uintptr_t)packed;
-        if (xp) run_kf16x(xp, m, k, w, n, b, o, threads);
-        else (m > 1 ? run_kf16p : run_kf16)(xs, m, k, w, n, b, o, threads);
+        if (xp) run_kf16x(xp, m, k, w, n, b, o, threads, &plan);
+        else (m > 1 ? run_kf16p : run_kf16)(xs, m, k, w, n, b, o, threads, &plan);
     } else {
         const float *w = (const float *)(uintptr_t)packed;
-        if (xp) run_kf32x(xp, m, k, w, n, b, o, threads);
-        else (m > 1 ? run_kf32p : run_kf32)(xs, m, k, w, n, b, o, threads);
+        if (xp) run_kf32x(xp, m, k, w, n, b, o, threads, &plan);
+        else (m > 1 ? run_kf32p : run_kf32)(xs, m, k, w, n, b, o, threads, &plan);
     }
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;

@@ -105,20 +105,21 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def curve_sizes(block: int | None, top: int = 32) -> tuple[int, ...]:
+def curve_sizes(steps: Sequence[tuple[int, int]] | None, top: int = 32) -> tuple[int, ...]:
     """The pass sizes to measure a cost curve at: :data:`DEFAULT_SIZES`, and where the packed
-    kernel multiplies rows in blocks of ``block`` (:func:`~structspec.spec.fastlinear.row_block`)
-    both sides of its first three block boundaries (``b, b+1, 2b, 2b+1, 3b, 3b+1``) and 24.
-    The curve interpolates linearly between measured sizes, and across a step it would price
-    a pass of ``b + 1`` nodes at a fraction of the block it adds. On the default model (1
-    thread, blocks of 6) 7 nodes cost 1.31x one node where 6 cost 1.12x, 13 cost 1.71-1.93x
-    where 12 cost 1.53-1.65x; in a replay of the benchmark's tasks under such a curve,
-    planning with these sizes instead of the default ones made modeled decoding 4% faster on
-    20 HumanEval tasks and 6% on 30 BFCL calls (``docs/performance.md``, session 15). Pure."""
+    kernel's cost is a staircase (:func:`~structspec.spec.fastlinear.cost_steps`: ``(b,
+    last)`` per step) both ends of each flat stretch and the first size past it (``b, last,
+    last + 1``), and 24. The curve interpolates linearly between measured sizes, and across
+    a step it would price a pass of ``last + 1`` nodes at a fraction of the block it adds.
+    On the default model (1 thread, blocks of 6) 7 nodes cost 1.31x one node where 6 cost
+    1.12x, before the kernel ran 6+1 rows as one block (session 15); in a replay of the
+    benchmark's tasks under such a curve, planning with these sizes instead of the default
+    ones made modeled decoding 4% faster on 20 HumanEval tasks and 6% on 30 BFCL calls
+    (``docs/performance.md``, session 15). Pure."""
     sizes = set(DEFAULT_SIZES)
-    if block and block >= 3:
-        for j in (1, 2, 3):
-            sizes.update((j * block, j * block + 1))
+    if steps:
+        for b, last in steps:
+            sizes.update((b, last, last + 1))
         sizes.add(24)
     return tuple(sorted(q for q in sizes if q <= top))
 
@@ -128,7 +129,7 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] | None = None,
                        prefix_len: int = 32, repeats: int = 2, max_repeats: int = 6,
                        budget_seconds: float = 1.5) -> CostCurve:
     """Time verification passes of ``q`` nodes (a chain) on a ``prefix_len``-token cache,
-    at ``sizes`` (``None``: :func:`curve_sizes` for the row block of ``model``'s kernel).
+    at ``sizes`` (``None``: :func:`curve_sizes` for the steps of ``model``'s kernel).
 
     A warm-up pass of one node and of two (the tree-mask path), then rounds over all sizes:
     at least ``repeats``, more while the whole measurement stays within ``budget_seconds``
@@ -143,10 +144,10 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] | None = None,
     """
     from transformers import DynamicCache
 
-    from structspec.spec.fastlinear import row_block
+    from structspec.spec.fastlinear import cost_steps
 
     if sizes is None:
-        sizes = curve_sizes(row_block(model))
+        sizes = curve_sizes(cost_steps(model))
     device = model.device
     vocab = int(getattr(model.config, "vocab_size", 1000) or 1000)
     ids = [(17 + 31 * i) % vocab for i in range(prefix_len + max(sizes))]
@@ -209,8 +210,9 @@ def device_cost_curve(model: Any) -> CostCurve:
 
 #: Bumped when :func:`measure_cost_curve` measures differently: curves cached on disk by an
 #: older method are measured again. 2: medians of per-round ratios (session 14); 3: sizes
-#: either side of the kernel's row blocks (:func:`curve_sizes`, session 15); 4: and 8, 16.
-CURVE_METHOD = 4
+#: either side of the kernel's row blocks (:func:`curve_sizes`, session 15); 4: and 8, 16;
+#: 5: both ends of each flat stretch of the kernel's cost (session 16).
+CURVE_METHOD = 5
 
 #: A measured curve is reused from disk for this long (a new process, e.g. each CLI call,
 #: then skips the measurement, ~2-3 s on this CPU); after that it is measured again.

@@ -43,13 +43,19 @@ _SMALLGEMM: Any = None
 KERNELS = ("panel", "onednn")
 #: Bumped whenever the kernels' speed changes (not their results): cost curves cached on disk
 #: under an older revision are measured again (:func:`structspec.spec.cost.device_cost_curve`).
-KERNEL_REVISION = 3
+#: 4: 7-row blocks and 4+4 tails (session 16).
+KERNEL_REVISION = 4
 #: Kernels that round the weights (half precision): for drafters, never a default.
 LOSSY_KERNELS = ("panel_f16",)
-#: Rows a kernel multiplies per sweep of a weight panel (``ROWS`` in ``smallgemm.c``): a
-#: pass of ``b * block + 1`` rows costs a whole block more than one of ``b * block``, so the
-#: cost curve is a staircase the planner must see (:func:`structspec.spec.cost.curve_sizes`).
+#: Rows a kernel multiplies per sweep of a weight panel (``ROWS`` in ``smallgemm.c``).
 ROW_BLOCKS = {"panel": 6, "panel_f16": 6}
+#: Where a kernel's pass cost steps up, as ``(b, last)`` per step: passes of ``b`` (a multiple
+#: of the row block) to ``last`` rows cost about the same, one row more adds a block's sweep
+#: (``plan_blocks`` in ``smallgemm.c``: 6+1 rows run as one 7-row block where float32 x is
+#: packed, 6+2 as 4+4). The cost curve is a staircase the planner must see
+#: (:func:`structspec.spec.cost.curve_sizes`).
+COST_STEPS = {"panel": ((6, 7), (12, 14), (18, 20)),
+              "panel_f16": ((6, 6), (12, 14), (18, 20))}
 
 
 def _onednn_available() -> bool:
@@ -209,8 +215,9 @@ def packed_kernel(model: nn.Module) -> str | None:
     return next((m.kernel for m in model.modules() if isinstance(m, PackedLinear)), None)
 
 
-def row_block(model: nn.Module) -> int | None:
-    """Rows per block of ``model``'s packed kernel (:data:`ROW_BLOCKS`), or ``None`` when its
-    linears are not packed or their kernel's blocking is not ours to know (oneDNN)."""
+def cost_steps(model: nn.Module) -> tuple[tuple[int, int], ...] | None:
+    """Where the pass cost of ``model``'s packed kernel steps up (:data:`COST_STEPS`), or
+    ``None`` when its linears are not packed or their kernel's blocking is not ours to know
+    (oneDNN)."""
     kernel = packed_kernel(model)
-    return None if kernel is None else ROW_BLOCKS.get(kernel)
+    return None if kernel is None else COST_STEPS.get(kernel)
