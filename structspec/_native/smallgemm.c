@@ -180,11 +180,13 @@ __attribute__((target("avx2,fma"))) static void kf32x_7(const float *x, Py_ssize
  * block sweeps its weight panel once more from L2: a 7-row pass cost a whole 6-row block
  * more than a 6-row pass (session 15). So the last 6-row block and the rows left over are
  * cut differently: 6+1 -> one 7-row block where there is a 7-row kernel (packed float32
- * x), 6+2 -> 4+4. Measured (session 16, the default model's 210 body linears and its
+ * x), 6+6+2 -> 6+4+4. Measured (session 16, the default model's 210 body linears and its
  * output layer, 1 thread, fastest of 20 alternating sweeps, new/old): 7 rows 0.82, 13 and
- * 14 rows 0.89, 19 and 20 rows 0.92, 8 rows unchanged (1.03); 2 threads: 7 rows 0.84,
- * 20 rows 0.93. 6+3 -> 5+4 was slower (1.08 at 9 rows) and is not used; so was sweeping 2-3
- * panels at once for the leftover rows (more chains, but each panel once more from L2).
+ * 14 rows 0.89, 19 and 20 rows 0.92; 2 threads: 7 rows 0.84, 20 rows 0.93; whole passes
+ * (150 cached tokens, medians of 30): 7 rows 0.86, 13 rows 0.97, 14 rows 0.94. Not used:
+ * 6+2 -> 4+4 at 8 rows (1.04-1.11 of 6+2 in whole passes), 6+3 -> 5+4 (1.08 at 9 rows),
+ * and sweeping 2-3 panels at once for the leftover rows (more chains, but each panel once
+ * more from L2: 0.93-0.97 at 8 and 9 rows, no better than the above elsewhere).
  * Passes under 6 rows are bound by reading the weights from memory and stay one block. */
 typedef struct {
     Py_ssize_t sixes; /* 6-row blocks first */
@@ -193,7 +195,7 @@ typedef struct {
 
 static plan_t plan_blocks(Py_ssize_t m, int have7) {
     plan_t plan = {m / ROWS, {(int)(m % ROWS), 0}};
-    if (plan.sixes > 0 && ((plan.tail[0] == 1 && have7) || plan.tail[0] == 2)) {
+    if ((plan.sixes > 0 && plan.tail[0] == 1 && have7) || (plan.sixes > 1 && plan.tail[0] == 2)) {
         plan.sixes -= 1;
         plan.tail[1] = plan.tail[0] == 1 ? 0 : 4;
         plan.tail[0] = plan.tail[0] == 1 ? 7 : 4;
@@ -226,10 +228,21 @@ static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k, const plan_t
     for (Py_ssize_t j = 0; s0 < m; j++) {
         int rows = block_rows(plan, j);
         float *block = buf + (size_t)s0 * k;
-        for (int i = 0; i < rows; i++) {
-            const float *src = x + (s0 + i) * k;
-            for (Py_ssize_t kk = 0; kk < k; kk++) block[kk * rows + i] = src[kk];
+        /* A constant stride per block width: with `rows` unknown to the compiler this copy
+         * took ~5% of a 6-row pass (session 16). */
+#define SG_PACK_BLOCK(R)                                                                   \
+    for (int i = 0; i < (R); i++) {                                                        \
+        const float *src = x + (s0 + i) * k;                                               \
+        for (Py_ssize_t kk = 0; kk < k; kk++) block[kk * (R) + i] = src[kk];               \
+    }
+        switch (rows) {
+        case 7: SG_PACK_BLOCK(7) break;
+        case 6: SG_PACK_BLOCK(6) break;
+        case 5: SG_PACK_BLOCK(5) break;
+        case 4: SG_PACK_BLOCK(4) break;
+        default: SG_PACK_BLOCK(rows) break;
         }
+#undef SG_PACK_BLOCK
         s0 += rows;
     }
     return buf;

@@ -52,7 +52,7 @@ ROW_BLOCKS = {"panel": 6, "panel_f16": 6}
 #: Where a kernel's pass cost steps up, as ``(b, last)`` per step: passes of ``b`` (a multiple
 #: of the row block) to ``last`` rows cost about the same, one row more adds a block's sweep
 #: (``plan_blocks`` in ``smallgemm.c``: 6+1 rows run as one 7-row block where float32 x is
-#: packed, 6+2 as 4+4). The cost curve is a staircase the planner must see
+#: packed, 6+6+2 as 6+4+4). The cost curve is a staircase the planner must see
 #: (:func:`structspec.spec.cost.curve_sizes`).
 COST_STEPS = {"panel": ((6, 7), (12, 14), (18, 20)),
               "panel_f16": ((6, 6), (12, 14), (18, 20))}
