@@ -181,12 +181,13 @@ __attribute__((target("avx2,fma"))) static void kf32x_7(const float *x, Py_ssize
  * more than a 6-row pass (session 15). So the last 6-row block and the rows left over are
  * cut differently: 6+1 -> one 7-row block where there is a 7-row kernel (packed float32
  * x), 6+6+2 -> 6+4+4. Measured (session 16, the default model's 210 body linears and its
- * output layer, 1 thread, fastest of 20 alternating sweeps, new/old): 7 rows 0.82, 13 and
- * 14 rows 0.89, 19 and 20 rows 0.92; 2 threads: 7 rows 0.84, 20 rows 0.93; whole passes
- * (150 cached tokens, medians of 30): 7 rows 0.86, 13 rows 0.97, 14 rows 0.94. Not used:
- * 6+2 -> 4+4 at 8 rows (1.04-1.11 of 6+2 in whole passes), 6+3 -> 5+4 (1.08 at 9 rows),
- * and sweeping 2-3 panels at once for the leftover rows (more chains, but each panel once
- * more from L2: 0.93-0.97 at 8 and 9 rows, no better than the above elsewhere).
+ * output layer, 1 thread, 30 rounds of back-to-back sweeps, median of the rounds' new/old
+ * ratios): 7 rows 0.82, 13 and 14 rows 0.92, 19 and 20 rows 0.95, 1-12 and 18 rows
+ * otherwise 0.99-1.01; whole passes (150 cached tokens, medians of 30): 7 rows 0.86,
+ * 13 rows 0.97, 14 rows 0.94. Not used: 6+2 -> 4+4 at 8 rows (1.04-1.11 of 6+2 in whole
+ * passes), 6+3 -> 5+4 (1.08 at 9 rows), sweeping 2-3 panels at once for the leftover rows
+ * (each panel once more from L2: no better than the above), and prefetching the next
+ * panel into L2 during the blocks of a pass of two or more (0.98-1.13 by the same rule).
  * Passes under 6 rows are bound by reading the weights from memory and stay one block. */
 typedef struct {
     Py_ssize_t sixes; /* 6-row blocks first */
