@@ -43,7 +43,7 @@ _SMALLGEMM: Any = None
 KERNELS = ("panel", "onednn")
 #: Bumped whenever the kernels' speed changes (not their results): cost curves cached on disk
 #: under an older revision are measured again (:func:`structspec.spec.cost.device_cost_curve`).
-#: 4: 7-row blocks and 4+4 tails (session 16).
+#: 4: 6+1 rows as one 7-row block, 6+6+2 as 6+4+4 (session 16).
 KERNEL_REVISION = 4
 #: Kernels that round the weights (half precision): for drafters, never a default.
 LOSSY_KERNELS = ("panel_f16",)
