@@ -141,7 +141,6 @@ SG_KERNELS(kf16x, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XPACKED)
 #define PACK_ROWS 6
 #define PACK_MAX_ROWS 64
 
-
 /* A 7-row block (float32 panels, packed x): 14 accumulators, the panel's first 8 columns
  * in a register and the other 8 read by each FMA from L1 as its memory operand (inline asm,
  * or the compiler keeps both halves in registers and spills an accumulator): 16 ymm

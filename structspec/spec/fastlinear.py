@@ -47,10 +47,9 @@ KERNELS = ("panel", "onednn")
 KERNEL_REVISION = 4
 #: Kernels that round the weights (half precision): for drafters, never a default.
 LOSSY_KERNELS = ("panel_f16",)
-#: Rows a kernel multiplies per sweep of a weight panel (``ROWS`` in ``smallgemm.c``).
-ROW_BLOCKS = {"panel": 6, "panel_f16": 6}
 #: Where a kernel's pass cost steps up, as ``(b, last)`` per step: passes of ``b`` (a multiple
-#: of the row block) to ``last`` rows cost about the same, one row more adds a block's sweep
+#: of the rows a kernel multiplies per sweep of a weight panel, ``ROWS`` in ``smallgemm.c``)
+#: to ``last`` rows cost about the same, one row more adds a block's sweep
 #: (``plan_blocks`` in ``smallgemm.c``: 6+1 rows run as one 7-row block where float32 x is
 #: packed, 6+6+2 as 6+4+4). The cost curve is a staircase the planner must see
 #: (:func:`structspec.spec.cost.curve_sizes`).
