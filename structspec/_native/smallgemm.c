@@ -8,12 +8,15 @@
  * Layout: the weight (N x K, torch's out x in) is packed once into panels of 16 output
  * columns, each panel K rows of 16 floats (k-major), zero-padded past N. A pass streams
  * each panel once from memory and keeps it in L2 while blocks of up to 6 rows of x (7 in
- * one case, see plan_blocks) are multiplied against it (6 x 2 ymm accumulators).
+ * one case, see plan_blocks) are multiplied against it (6 x 2 ymm accumulators); where
+ * packed x has two or more blocks, they take the panel in chunks of KC k, and the second
+ * block prefetches the next chunk while it computes (SG_RUN).
  *
  * Row independence: every output element is acc = fma(x[m,k], w[k,n], acc) for k = 0..K-1
- * in order, then acc + bias[n], whatever M is and whichever row block computes it, so a
- * row's result is bitwise the same in a pass of 1 row and a pass of 32: speculative and
- * plain decoding see the same numbers from these layers.
+ * in order (across chunks too: the accumulators are saved and resumed exactly), then
+ * acc + bias[n], whatever M is and whichever row block computes it, so a row's result is
+ * bitwise the same in a pass of 1 row and a pass of 32: speculative and plain decoding see
+ * the same numbers from these layers.
  *
  * Passes of 6 to 64 rows first copy x into row blocks laid out k-major (x[kk][0..R-1]), so
  * a block's broadcasts read one sequential stream instead of R rows far apart: 3-12%
@@ -68,7 +71,7 @@ static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) 
  * the NR > i tests fold away at compile time. Where row i's element kk sits: rows of k
  * floats as the caller has them (XROW), or a block of NR rows packed k-major by pack_rows
  * (XPACKED). */
-#define XROW(i) (x + i * k + kk)
+#define XROW(i) (x + i * ldx + kk)
 #define XPACKED(i) (x + kk * NR + i)
 #define SG_FMA(i, XA)                                                                      \
     if (NR > i) {                                                                          \
@@ -78,6 +81,27 @@ static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) 
     }
 #define SG_STORE(i)                                                                        \
     if (NR > i) store_row(out + i * ldo, _mm256_add_ps(lo##i, b0), _mm256_add_ps(hi##i, b1), cols);
+/* A chunk of k (see SG_RUN): accumulators resume from acc (phase & 1) and, unless this is
+ * the last chunk (phase & 2: add the bias, store the outputs), are saved back to it. */
+#define SG_LOADACC(i)                                                                      \
+    if (NR > i) {                                                                          \
+        lo##i = _mm256_loadu_ps(acc + i * PANEL);                                          \
+        hi##i = _mm256_loadu_ps(acc + i * PANEL + 8);                                      \
+    }
+#define SG_SAVEACC(i)                                                                      \
+    if (NR > i) {                                                                          \
+        _mm256_storeu_ps(acc + i * PANEL, lo##i);                                          \
+        _mm256_storeu_ps(acc + i * PANEL + 8, hi##i);                                      \
+    }
+#define SG_ROWS6(F) F(0) F(1) F(2) F(3) F(4) F(5)
+#define SG_ROWS7(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6)
+#define SG_FINISH(ROWS_OF)                                                                 \
+    if (phase & 2) {                                                                       \
+        __m256 b0 = _mm256_loadu_ps(bias16), b1 = _mm256_loadu_ps(bias16 + 8);            \
+        ROWS_OF(SG_STORE)                                                                  \
+    } else {                                                                               \
+        ROWS_OF(SG_SAVEACC)                                                                \
+    }
 /* Weight loads: 16 floats, or 16 halves widened to floats (F16C). */
 #define SG_LOADW_F32(p, kk)                                                                \
     __m256 w0 = _mm256_loadu_ps((p) + (kk) * PANEL);                                       \
@@ -85,22 +109,46 @@ static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) 
 #define SG_LOADW_F16(p, kk)                                                                \
     __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + (kk) * PANEL)));   \
     __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + (kk) * PANEL + 8)));
-#define SG_KERNEL(NAME, R, WT, LOADW, TGT, PF, XA)                                         \
-    __attribute__((target(TGT))) static void NAME##_##R(                                   \
-        const float *x, Py_ssize_t k, const WT *panel, const float *bias16,               \
-        float *out, Py_ssize_t ldo, Py_ssize_t cols) {                                    \
+/* Each kernel comes twice: NAME_R(x, k, panel, bias16, out, ldo, cols) for a whole pass over
+ * the panel, and NAME##c_R for a chunk of k (SG_RUN), which also takes ldx (the distance
+ * between x's rows as the caller has them), acc and phase (SG_FINISH) and pfn: the next
+ * chunk of the panel, one 64-byte line of it prefetched per k, or NULL. Both inline one body,
+ * so whole passes run the code they ran before chunks (with the chunk loop and arguments
+ * in every pass, 1-row passes were ~4% slower: session 17, 101 paired rounds). CH: whether
+ * the family reads pfn at all (packed x only). */
+#define SG_CHUNK_ARGS(WT)                                                                  \
+    const float *x, Py_ssize_t ldx, Py_ssize_t k, const WT *panel, const float *bias16,   \
+        float *out, Py_ssize_t ldo, Py_ssize_t cols, float *acc, int phase, const WT *pfn
+#define SG_WRAPPERS(NAME, R, WT, TGT)                                                      \
+    __attribute__((target(TGT))) static void NAME##_##R(const float *x, Py_ssize_t k,      \
+                                                        const WT *panel,                  \
+                                                        const float *bias16, float *out,  \
+                                                        Py_ssize_t ldo, Py_ssize_t cols) { \
+        NAME##_body_##R(x, k, k, panel, bias16, out, ldo, cols, NULL, 2, NULL);           \
+    }                                                                                     \
+    __attribute__((target(TGT), unused)) static void NAME##c_##R(SG_CHUNK_ARGS(WT)) {     \
+        NAME##_body_##R(x, ldx, k, panel, bias16, out, ldo, cols, acc, phase, pfn);       \
+    }
+#define SG_KERNEL(NAME, R, WT, LOADW, TGT, PF, XA, CH)                                     \
+    __attribute__((target(TGT), always_inline)) static inline void NAME##_body_##R(       \
+        SG_CHUNK_ARGS(WT)) {                                                              \
         enum { NR = R };                                                                  \
+        (void)ldx;                                                                        \
         __m256 lo0 = _mm256_setzero_ps(), hi0 = lo0, lo1 = lo0, hi1 = lo0, lo2 = lo0,     \
                hi2 = lo0, lo3 = lo0, hi3 = lo0, lo4 = lo0, hi4 = lo0, lo5 = lo0, hi5 = lo0; \
+        if (phase & 1) { SG_ROWS6(SG_LOADACC) }                                           \
         for (Py_ssize_t kk = 0; kk < k; kk++) {                                           \
-            if (PF) _mm_prefetch((const char *)(panel + (kk + PF) * PANEL), _MM_HINT_T0);  \
+            if (CH && pfn != NULL)                                                        \
+                _mm_prefetch((const char *)(pfn + kk * PANEL), _MM_HINT_T0);              \
+            else if (PF)                                                                  \
+                _mm_prefetch((const char *)(panel + (kk + PF) * PANEL), _MM_HINT_T0);     \
             LOADW(panel, kk)                                                              \
             SG_FMA(0, XA) SG_FMA(1, XA) SG_FMA(2, XA) SG_FMA(3, XA) SG_FMA(4, XA)         \
             SG_FMA(5, XA)                                                                 \
         }                                                                                 \
-        __m256 b0 = _mm256_loadu_ps(bias16), b1 = _mm256_loadu_ps(bias16 + 8);            \
-        SG_STORE(0) SG_STORE(1) SG_STORE(2) SG_STORE(3) SG_STORE(4) SG_STORE(5)           \
-    }
+        SG_FINISH(SG_ROWS6)                                                               \
+    }                                                                                     \
+    SG_WRAPPERS(NAME, R, WT, TGT)
 
 __attribute__((target("avx2,fma"))) static inline void store_row(float *dst, __m256 y0,
                                                                  __m256 y1, Py_ssize_t cols) {
@@ -115,13 +163,13 @@ __attribute__((target("avx2,fma"))) static inline void store_row(float *dst, __m
     }
 }
 
-#define SG_KERNELS(NAME, WT, LOADW, TGT, PF, XA)                                           \
-    SG_KERNEL(NAME, 1, WT, LOADW, TGT, PF, XA)                                             \
-    SG_KERNEL(NAME, 2, WT, LOADW, TGT, PF, XA)                                             \
-    SG_KERNEL(NAME, 3, WT, LOADW, TGT, PF, XA)                                             \
-    SG_KERNEL(NAME, 4, WT, LOADW, TGT, PF, XA)                                             \
-    SG_KERNEL(NAME, 5, WT, LOADW, TGT, PF, XA)                                             \
-    SG_KERNEL(NAME, 6, WT, LOADW, TGT, PF, XA)
+#define SG_KERNELS(NAME, WT, LOADW, TGT, PF, XA, CH)                                         \
+    SG_KERNEL(NAME, 1, WT, LOADW, TGT, PF, XA, CH)                                             \
+    SG_KERNEL(NAME, 2, WT, LOADW, TGT, PF, XA, CH)                                             \
+    SG_KERNEL(NAME, 3, WT, LOADW, TGT, PF, XA, CH)                                             \
+    SG_KERNEL(NAME, 4, WT, LOADW, TGT, PF, XA, CH)                                             \
+    SG_KERNEL(NAME, 5, WT, LOADW, TGT, PF, XA, CH)                                             \
+    SG_KERNEL(NAME, 6, WT, LOADW, TGT, PF, XA, CH)
 
 /* Two families: one row streams its weights at memory speed and the hardware prefetcher
  * alone does best there; from two rows on, the FMAs per weight line slow the stream unless
@@ -129,15 +177,15 @@ __attribute__((target("avx2,fma"))) static inline void store_row(float *dst, __m
  * ahead made whole passes of the default model over 4-16 rows 6-9% cheaper, and a 1-row
  * pass 5% dearer (session 11: 30 alternating passes each at a 400-token prefix, one AVX2
  * core; medians). The arithmetic is the same in both, so are the results. */
-SG_KERNELS(kf32, float, SG_LOADW_F32, "avx2,fma", 0, XROW)
-SG_KERNELS(kf16, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 0, XROW)
-SG_KERNELS(kf32p, float, SG_LOADW_F32, "avx2,fma", 16, XROW)
-SG_KERNELS(kf16p, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XROW)
+SG_KERNELS(kf32, float, SG_LOADW_F32, "avx2,fma", 0, XROW, 0)
+SG_KERNELS(kf16, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 0, XROW, 0)
+SG_KERNELS(kf32p, float, SG_LOADW_F32, "avx2,fma", 16, XROW, 0)
+SG_KERNELS(kf16p, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XROW, 0)
 /* Packed x (see the top of the file), for passes of PACK_ROWS to PACK_MAX_ROWS rows: tree
  * passes. Longer ones (prompts) read x as it is: there the gain was within noise (0.95-1.05
  * at 110 and 256 rows), and the per-thread copy would grow with the prompt. */
-SG_KERNELS(kf32x, float, SG_LOADW_F32, "avx2,fma", 16, XPACKED)
-SG_KERNELS(kf16x, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XPACKED)
+SG_KERNELS(kf32x, float, SG_LOADW_F32, "avx2,fma", 16, XPACKED, 1)
+SG_KERNELS(kf16x, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XPACKED, 1)
 #define PACK_ROWS 6
 #define PACK_MAX_ROWS 64
 
@@ -153,23 +201,26 @@ SG_KERNELS(kf16x, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XPACKED)
         __asm__("vfmadd231ps %[w], %[x], %[acc]"                                           \
                 : [acc] "+x"(hi##i) : [x] "x"(xv), [w] "m"(*(const __m256 *)(wp + 8)));    \
     }
-__attribute__((target("avx2,fma"))) static void kf32x_7(const float *x, Py_ssize_t k,
-                                                        const float *panel,
-                                                        const float *bias16, float *out,
-                                                        Py_ssize_t ldo, Py_ssize_t cols) {
+__attribute__((target("avx2,fma"), always_inline)) static inline void kf32x_body_7(
+    SG_CHUNK_ARGS(float)) {
     enum { NR = 7 };
+    (void)ldx;
     __m256 lo0 = _mm256_setzero_ps(), hi0 = lo0, lo1 = lo0, hi1 = lo0, lo2 = lo0, hi2 = lo0,
            lo3 = lo0, hi3 = lo0, lo4 = lo0, hi4 = lo0, lo5 = lo0, hi5 = lo0, lo6 = lo0,
            hi6 = lo0;
+    if (phase & 1) { SG_ROWS7(SG_LOADACC) }
     for (Py_ssize_t kk = 0; kk < k; kk++) {
-        _mm_prefetch((const char *)(panel + (kk + 16) * PANEL), _MM_HINT_T0);
+        if (pfn != NULL)
+            _mm_prefetch((const char *)(pfn + kk * PANEL), _MM_HINT_T0);
+        else
+            _mm_prefetch((const char *)(panel + (kk + 16) * PANEL), _MM_HINT_T0);
         const float *wp = panel + kk * PANEL;
         __m256 w0 = _mm256_loadu_ps(wp);
         SG_FMA7(0) SG_FMA7(1) SG_FMA7(2) SG_FMA7(3) SG_FMA7(4) SG_FMA7(5) SG_FMA7(6)
     }
-    __m256 b0 = _mm256_loadu_ps(bias16), b1 = _mm256_loadu_ps(bias16 + 8);
-    SG_STORE(0) SG_STORE(1) SG_STORE(2) SG_STORE(3) SG_STORE(4) SG_STORE(5) SG_STORE(6)
+    SG_FINISH(SG_ROWS7)
 }
+SG_WRAPPERS(kf32x, 7, float, "avx2,fma")
 
 /* How a pass of m rows splits into row blocks: 6-row blocks, then a tail of one or two
  * blocks.
@@ -249,15 +300,34 @@ static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k, const plan_t
 }
 
 /* The driver: OpenMP over panels, the plan's row blocks inside each. */
-#define SG_RUN(NAME, SEVEN, WT)                                                            \
+/* A pass: OpenMP over panels; in each panel, the plan's row blocks.
+ *
+ * Chunks of k, where packed x has two or more blocks: each block runs over the first KC
+ * k of the panel, then each over the next KC, and so on, the accumulators saved between
+ * chunks (exactly: the chains stay in order, so do the bits). Why: the first block of a
+ * panel waits on memory for the weights and the others compute from cache; one after the
+ * other, a 6+2-row pass cost the 6-row pass plus the 2-row block's arithmetic. In chunks,
+ * the second block prefetches the next chunk (one line per k, into L1) while it computes
+ * on this one, so the stream and the arithmetic overlap. Session 17 (the default model's
+ * 210 body linears and lm_head, 1 thread, 41 rounds of back-to-back sweeps, median of the
+ * rounds' new/old ratios): 8 rows 0.96, 12 rows 0.87, 16 rows 0.97, 24 rows 0.94 (fastest
+ * of the rounds: 0.87, 0.78, 0.86, 0.86); 1-7 rows 1.01-1.02, within noise (the same code).
+ * Not kept: chunking without the prefetch (no change), chunks of 32 or 128-256 k (no better
+ * than 64), 6+2 as 4+4 and 6+3 as 5+4 in chunks (1.02 and 1.11). */
+#define KC 64
+#define SG_RUN(NAME, SEVEN, SEVENC, WT, PACKEDX)                                           \
     static void run_##NAME(const float *x, Py_ssize_t m, Py_ssize_t k, const WT *packed,  \
                            Py_ssize_t n, const float *bias, float *out, int threads,      \
                            const plan_t *plan) {                                          \
         typedef void (*fn)(const float *, Py_ssize_t, const WT *, const float *, float *, \
                            Py_ssize_t, Py_ssize_t);                                       \
+        typedef void (*fnc)(SG_CHUNK_ARGS(WT));                                           \
         static const fn table[ROWS + 2] = {NULL,     NAME##_1, NAME##_2, NAME##_3,        \
                                            NAME##_4, NAME##_5, NAME##_6, SEVEN};          \
+        static const fnc ctable[ROWS + 2] = {NULL,      NAME##c_1, NAME##c_2, NAME##c_3,  \
+                                             NAME##c_4, NAME##c_5, NAME##c_6, SEVENC};    \
         Py_ssize_t np = panels_of(n);                                                     \
+        int chunked = PACKEDX && m <= PACK_MAX_ROWS && block_rows(plan, 1) > 0;           \
         _Pragma("omp parallel for schedule(static) num_threads(threads) if (threads > 1 && np > 1)") \
         for (Py_ssize_t p = 0; p < np; p++) {                                             \
             float bias16[PANEL];                                                          \
@@ -265,21 +335,40 @@ static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k, const plan_t
             for (Py_ssize_t j = 0; j < PANEL; j++)                                        \
                 bias16[j] = (bias != NULL && j < cols) ? bias[p * PANEL + j] : 0.0f;      \
             const WT *panel = packed + p * k * PANEL;                                     \
-            Py_ssize_t m0 = 0;                                                            \
-            for (Py_ssize_t j = 0; m0 < m; j++) {                                         \
-                int rows = block_rows(plan, j);                                           \
-                table[rows](x + m0 * k, k, panel, bias16, out + m0 * n + p * PANEL, n, cols); \
-                m0 += rows;                                                               \
+            if (!chunked) {                                                               \
+                Py_ssize_t m0 = 0;                                                        \
+                for (Py_ssize_t j = 0; m0 < m; j++) {                                     \
+                    int rows = block_rows(plan, j);                                       \
+                    table[rows](x + m0 * k, k, panel, bias16, out + m0 * n + p * PANEL, n,  \
+                                cols);                                                    \
+                    m0 += rows;                                                           \
+                }                                                                         \
+                continue;                                                                 \
+            }                                                                             \
+            float acc[PACK_MAX_ROWS * PANEL];                                             \
+            for (Py_ssize_t k0 = 0; k0 < k; k0 += KC) {                                   \
+                Py_ssize_t kl = k - k0 < KC ? k - k0 : KC;                                \
+                int phase = (k0 > 0 ? 1 : 0) | (k0 + kl >= k ? 2 : 0);                    \
+                const WT *next = k0 + kl < k ? panel + (k0 + kl) * PANEL : NULL;          \
+                Py_ssize_t m0 = 0;                                                        \
+                for (Py_ssize_t j = 0; m0 < m; j++) {                                     \
+                    int rows = block_rows(plan, j);                                       \
+                    /* packed x: a block's rows interleave, k0 * rows floats per chunk */ \
+                    ctable[rows](x + m0 * k + k0 * rows, k, kl, panel + k0 * PANEL, bias16, \
+                                out + m0 * n + p * PANEL, n, cols, acc + m0 * PANEL, phase, \
+                                j == 1 ? next : NULL);                                    \
+                    m0 += rows;                                                           \
+                }                                                                         \
             }                                                                             \
         }                                                                                 \
     }
 
-SG_RUN(kf32, NULL, float)
-SG_RUN(kf16, NULL, uint16_t)
-SG_RUN(kf32p, NULL, float)
-SG_RUN(kf16p, NULL, uint16_t)
-SG_RUN(kf32x, kf32x_7, float)
-SG_RUN(kf16x, NULL, uint16_t)
+SG_RUN(kf32, NULL, NULL, float, 0)
+SG_RUN(kf16, NULL, NULL, uint16_t, 0)
+SG_RUN(kf32p, NULL, NULL, float, 0)
+SG_RUN(kf16p, NULL, NULL, uint16_t, 0)
+SG_RUN(kf32x, kf32x_7, kf32xc_7, float, 1)
+SG_RUN(kf16x, NULL, NULL, uint16_t, 1)
 
 /* Round packed float32 panels to half precision (round to nearest even). */
 __attribute__((target("avx2,f16c"))) static void to_half(uint16_t *dst, const float *src,

@@ -43,8 +43,9 @@ _SMALLGEMM: Any = None
 KERNELS = ("panel", "onednn")
 #: Bumped whenever the kernels' speed changes (not their results): cost curves cached on disk
 #: under an older revision are measured again (:func:`structspec.spec.cost.device_cost_curve`).
-#: 4: 6+1 rows as one 7-row block, 6+6+2 as 6+4+4 (session 16).
-KERNEL_REVISION = 4
+#: 4: 6+1 rows as one 7-row block, 6+6+2 as 6+4+4 (session 16). 5: passes of two or more
+#: row blocks take each panel in chunks, the next chunk prefetched (session 17).
+KERNEL_REVISION = 5
 #: Kernels that round the weights (half precision): for drafters, never a default.
 LOSSY_KERNELS = ("panel_f16",)
 #: Where a kernel's pass cost steps up, as ``(b, last)`` per step: passes of ``b`` (a multiple
