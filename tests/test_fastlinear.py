@@ -214,16 +214,18 @@ def test_row_blocks_match_the_native_kernels_rows():
 @panel
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("half", [False, True])
-def test_every_block_plan_gives_each_row_the_bits_of_a_lone_row(threads, half):
+@pytest.mark.parametrize("k", [40, 96, 200])
+def test_every_block_plan_gives_each_row_the_bits_of_a_lone_row(threads, half, k):
     """Passes whose rows split into 6-row blocks and a 7-row block, 4+4, or leftovers (every
     size from 1 to 70, across the packed-x range 6-64 and beyond) give every row bitwise what
-    a pass of that row alone gives, with one thread or two."""
+    a pass of that row alone gives, with one thread or two, and whether the kernel takes the
+    input features in one chunk of 64 or in several, the last one short (k = 40, 96, 200)."""
     kernel = "panel_f16" if half else "panel"
     if kernel not in available_kernels(lossy=True):
         pytest.skip(f"{kernel} does not run here")
-    lin = _linear(96, 80, True, seed=3)  # 5 panels: uneven across two threads
+    lin = _linear(k, 80, True, seed=3)  # 5 panels: uneven across two threads
     packed = PackedLinear(lin, kernel)
-    x = torch.randn(70, 96, generator=torch.Generator().manual_seed(4))
+    x = torch.randn(70, k, generator=torch.Generator().manual_seed(4))
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
