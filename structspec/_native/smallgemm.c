@@ -163,12 +163,12 @@ __attribute__((target("avx2,fma"))) static inline void store_row(float *dst, __m
     }
 }
 
-#define SG_KERNELS(NAME, WT, LOADW, TGT, PF, XA, CH)                                         \
-    SG_KERNEL(NAME, 1, WT, LOADW, TGT, PF, XA, CH)                                             \
-    SG_KERNEL(NAME, 2, WT, LOADW, TGT, PF, XA, CH)                                             \
-    SG_KERNEL(NAME, 3, WT, LOADW, TGT, PF, XA, CH)                                             \
-    SG_KERNEL(NAME, 4, WT, LOADW, TGT, PF, XA, CH)                                             \
-    SG_KERNEL(NAME, 5, WT, LOADW, TGT, PF, XA, CH)                                             \
+#define SG_KERNELS(NAME, WT, LOADW, TGT, PF, XA, CH)                                       \
+    SG_KERNEL(NAME, 1, WT, LOADW, TGT, PF, XA, CH)                                         \
+    SG_KERNEL(NAME, 2, WT, LOADW, TGT, PF, XA, CH)                                         \
+    SG_KERNEL(NAME, 3, WT, LOADW, TGT, PF, XA, CH)                                         \
+    SG_KERNEL(NAME, 4, WT, LOADW, TGT, PF, XA, CH)                                         \
+    SG_KERNEL(NAME, 5, WT, LOADW, TGT, PF, XA, CH)                                         \
     SG_KERNEL(NAME, 6, WT, LOADW, TGT, PF, XA, CH)
 
 /* Two families: one row streams its weights at memory speed and the hardware prefetcher
@@ -339,8 +339,8 @@ static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k, const plan_t
                 Py_ssize_t m0 = 0;                                                        \
                 for (Py_ssize_t j = 0; m0 < m; j++) {                                     \
                     int rows = block_rows(plan, j);                                       \
-                    table[rows](x + m0 * k, k, panel, bias16, out + m0 * n + p * PANEL, n,  \
-                                cols);                                                    \
+                    table[rows](x + m0 * k, k, panel, bias16, out + m0 * n + p * PANEL,     \
+                                n, cols);                                                 \
                     m0 += rows;                                                           \
                 }                                                                         \
                 continue;                                                                 \
@@ -354,9 +354,9 @@ static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k, const plan_t
                 for (Py_ssize_t j = 0; m0 < m; j++) {                                     \
                     int rows = block_rows(plan, j);                                       \
                     /* packed x: a block's rows interleave, k0 * rows floats per chunk */ \
-                    ctable[rows](x + m0 * k + k0 * rows, k, kl, panel + k0 * PANEL, bias16, \
-                                out + m0 * n + p * PANEL, n, cols, acc + m0 * PANEL, phase, \
-                                j == 1 ? next : NULL);                                    \
+                    ctable[rows](x + m0 * k + k0 * rows, k, kl, panel + k0 * PANEL,       \
+                                 bias16, out + m0 * n + p * PANEL, n, cols,               \
+                                 acc + m0 * PANEL, phase, j == 1 ? next : NULL);          \
                     m0 += rows;                                                           \
                 }                                                                         \
             }                                                                             \
