@@ -3,6 +3,9 @@ kernel gives every row bitwise the same result whatever the number of rows in th
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -177,6 +180,31 @@ def test_linear_kernels_benchmark_runs(tmp_path):
     result = json.loads(out.read_text())
     assert set(result["ms"]) == {"plain", *HAVE}
     assert all(set(v) == {"1", "3"} for v in result["ms"].values())
+
+
+@panel
+def test_kernel_ab_benchmark_runs(tmp_path):
+    """``benchmarks/kernel_ab.py`` (a smoke run: the built module against the working tree's
+    source compiled by the script, two pass sizes, one round; the script checks the bits)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from structspec import _native
+
+    if shutil.which(os.environ.get("CC", "gcc")) is None:
+        pytest.skip("no C compiler to build the kernel with")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_ab.py"
+    spec = importlib.util.spec_from_file_location("kernel_ab_bench", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "ab.json"
+    built = _native.load("smallgemm").__file__
+    assert bench.main(["--old-so", built, "--rows", "1,7", "--rounds", "1", "--no-head",
+                       "--json-out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert set(result["rows"]) == {"1", "7"}
+    assert all(v["rounds"] == 1 for v in result["rows"].values())
 
 
 @panel
