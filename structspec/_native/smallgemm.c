@@ -114,8 +114,7 @@ static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) 
  * between x's rows as the caller has them), acc and phase (SG_FINISH) and pfn: the next
  * chunk of the panel, one 64-byte line of it prefetched per k, or NULL. Both inline one body,
  * so whole passes run the code they ran before chunks (with the chunk loop and arguments
- * in every pass, 1-row passes were ~4% slower: session 17, 101 paired rounds). CH: whether
- * the family reads pfn at all (packed x only). */
+ * in every pass, 1-row passes were ~4% slower: session 17, 101 paired rounds). */
 #define SG_CHUNK_ARGS(WT)                                                                  \
     const float *x, Py_ssize_t ldx, Py_ssize_t k, const WT *panel, const float *bias16,   \
         float *out, Py_ssize_t ldo, Py_ssize_t cols, float *acc, int phase, const WT *pfn
@@ -129,7 +128,7 @@ static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) 
     __attribute__((target(TGT), unused)) static void NAME##c_##R(SG_CHUNK_ARGS(WT)) {     \
         NAME##_body_##R(x, ldx, k, panel, bias16, out, ldo, cols, acc, phase, pfn);       \
     }
-#define SG_KERNEL(NAME, R, WT, LOADW, TGT, PF, XA, CH)                                     \
+#define SG_KERNEL(NAME, R, WT, LOADW, TGT, PF, XA)                                         \
     __attribute__((target(TGT), always_inline)) static inline void NAME##_body_##R(       \
         SG_CHUNK_ARGS(WT)) {                                                              \
         enum { NR = R };                                                                  \
@@ -138,7 +137,7 @@ static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) 
                hi2 = lo0, lo3 = lo0, hi3 = lo0, lo4 = lo0, hi4 = lo0, lo5 = lo0, hi5 = lo0; \
         if (phase & 1) { SG_ROWS6(SG_LOADACC) }                                           \
         for (Py_ssize_t kk = 0; kk < k; kk++) {                                           \
-            if (CH && pfn != NULL)                                                        \
+            if (pfn != NULL)                                                              \
                 _mm_prefetch((const char *)(pfn + kk * PANEL), _MM_HINT_T0);              \
             else if (PF)                                                                  \
                 _mm_prefetch((const char *)(panel + (kk + PF) * PANEL), _MM_HINT_T0);     \
@@ -163,13 +162,13 @@ __attribute__((target("avx2,fma"))) static inline void store_row(float *dst, __m
     }
 }
 
-#define SG_KERNELS(NAME, WT, LOADW, TGT, PF, XA, CH)                                       \
-    SG_KERNEL(NAME, 1, WT, LOADW, TGT, PF, XA, CH)                                         \
-    SG_KERNEL(NAME, 2, WT, LOADW, TGT, PF, XA, CH)                                         \
-    SG_KERNEL(NAME, 3, WT, LOADW, TGT, PF, XA, CH)                                         \
-    SG_KERNEL(NAME, 4, WT, LOADW, TGT, PF, XA, CH)                                         \
-    SG_KERNEL(NAME, 5, WT, LOADW, TGT, PF, XA, CH)                                         \
-    SG_KERNEL(NAME, 6, WT, LOADW, TGT, PF, XA, CH)
+#define SG_KERNELS(NAME, WT, LOADW, TGT, PF, XA)                                           \
+    SG_KERNEL(NAME, 1, WT, LOADW, TGT, PF, XA)                                             \
+    SG_KERNEL(NAME, 2, WT, LOADW, TGT, PF, XA)                                             \
+    SG_KERNEL(NAME, 3, WT, LOADW, TGT, PF, XA)                                             \
+    SG_KERNEL(NAME, 4, WT, LOADW, TGT, PF, XA)                                             \
+    SG_KERNEL(NAME, 5, WT, LOADW, TGT, PF, XA)                                             \
+    SG_KERNEL(NAME, 6, WT, LOADW, TGT, PF, XA)
 
 /* Two families: one row streams its weights at memory speed and the hardware prefetcher
  * alone does best there; from two rows on, the FMAs per weight line slow the stream unless
@@ -177,15 +176,15 @@ __attribute__((target("avx2,fma"))) static inline void store_row(float *dst, __m
  * ahead made whole passes of the default model over 4-16 rows 6-9% cheaper, and a 1-row
  * pass 5% dearer (session 11: 30 alternating passes each at a 400-token prefix, one AVX2
  * core; medians). The arithmetic is the same in both, so are the results. */
-SG_KERNELS(kf32, float, SG_LOADW_F32, "avx2,fma", 0, XROW, 0)
-SG_KERNELS(kf16, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 0, XROW, 0)
-SG_KERNELS(kf32p, float, SG_LOADW_F32, "avx2,fma", 16, XROW, 0)
-SG_KERNELS(kf16p, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XROW, 0)
+SG_KERNELS(kf32, float, SG_LOADW_F32, "avx2,fma", 0, XROW)
+SG_KERNELS(kf16, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 0, XROW)
+SG_KERNELS(kf32p, float, SG_LOADW_F32, "avx2,fma", 16, XROW)
+SG_KERNELS(kf16p, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XROW)
 /* Packed x (see the top of the file), for passes of PACK_ROWS to PACK_MAX_ROWS rows: tree
  * passes. Longer ones (prompts) read x as it is: there the gain was within noise (0.95-1.05
  * at 110 and 256 rows), and the per-thread copy would grow with the prompt. */
-SG_KERNELS(kf32x, float, SG_LOADW_F32, "avx2,fma", 16, XPACKED, 1)
-SG_KERNELS(kf16x, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XPACKED, 1)
+SG_KERNELS(kf32x, float, SG_LOADW_F32, "avx2,fma", 16, XPACKED)
+SG_KERNELS(kf16x, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XPACKED)
 #define PACK_ROWS 6
 #define PACK_MAX_ROWS 64
 
@@ -299,7 +298,6 @@ static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k, const plan_t
     return buf;
 }
 
-/* The driver: OpenMP over panels, the plan's row blocks inside each. */
 /* A pass: OpenMP over panels; in each panel, the plan's row blocks.
  *
  * Chunks of k, where packed x has two or more blocks: each block runs over the first KC
