@@ -72,7 +72,7 @@ from structspec.spec.cost import (  # noqa: E402
     measure_cost_curve,
 )
 from structspec.spec.cpu_paths import use_fast_cpu_paths  # noqa: E402
-from structspec.spec.fastlinear import packed_kernel  # noqa: E402
+from structspec.spec.fastlinear import packed_kernel, quantized_count  # noqa: E402
 from structspec.spec.prefix import PrefixCache  # noqa: E402
 
 BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
@@ -292,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--no-pack", action="store_true",
                     help="keep the plain nn.Linear layers and transformers' sdpa attention")
+    ap.add_argument("--no-exact-quant", action="store_true",
+                    help="keep the packed linears off their exactly quantized panels (same "
+                         "outputs; to measure what those panels change)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="runs per variant, each from the same acceptance statistics; the "
@@ -326,8 +329,9 @@ def main(argv: list[str] | None = None) -> int:
 
     gen = Generator(None, device=args.device, pack=False)
     if not args.no_pack:  # as a Generator does (no-ops off CPU)
-        use_fast_cpu_paths(gen.loaded.model)
+        use_fast_cpu_paths(gen.loaded.model, quantized=not args.no_exact_quant)
     kernel = packed_kernel(gen.loaded.model)
+    quantized = quantized_count(gen.loaded.model)
     tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, args.layout)
     base_cfg = SpecConfig(enabled=False)
     draft = None
@@ -349,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
                           draft_model=draft, cost_model=not args.no_cost_model,
                           cost_curve=curve,
                           draft_head=False if args.no_draft_head else "auto")
-    print(f"model={gen.loaded.name} linears={kernel} "
+    print(f"model={gen.loaded.name} linears={kernel} exact-quantized={quantized} "
           f"attention={gen.loaded.model.config._attn_implementation} "
           f"threads={torch.get_num_threads()} "
           f"load={os.getloadavg()[0]:.2f} task={args.task} n={len(tasks)}")
@@ -439,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         "task": args.task, "data": args.data, "offset": args.offset, "n": len(rows),
         "layout": args.layout if args.task == "json" else None,
         "packed": kernel is not None, "linear_kernel": kernel,
+        "exact_quantized_linears": quantized,
         "attention": gen.loaded.model.config._attn_implementation,
         "threads": torch.get_num_threads(),
         "load": round(os.getloadavg()[0], 2),

@@ -34,6 +34,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SG_X86 1
@@ -60,6 +61,29 @@ static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) 
             for (Py_ssize_t j = 0; j < PANEL; j++) {
                 Py_ssize_t col = p * PANEL + j;
                 panel[kk * PANEL + j] = col < n ? w[col * k + kk] : 0.0f;
+            }
+        }
+    }
+}
+
+/* Pack a block-quantized weight, w[c][kk] = d[c][kk/32] * q[c][kk] + m[c][kk/32] (q: n x k
+ * signed bytes, d and m: n x k/32 floats; k a multiple of 32) into SG_LOADW_Q's panels:
+ * per panel and 32 k, q[kk][16] then d[16] and m[16]; 0 past n. */
+#define QK 32
+static void pack_weight_q(int8_t *dst, const int8_t *q, const float *d, const float *m,
+                          Py_ssize_t n, Py_ssize_t k) {
+    Py_ssize_t np = panels_of(n), nb = k / QK;
+    size_t block_bytes = QK * PANEL + 2 * PANEL * sizeof(float);
+    for (Py_ssize_t p = 0; p < np; p++) {
+        for (Py_ssize_t b = 0; b < nb; b++) {
+            int8_t *blk = dst + ((size_t)p * nb + b) * block_bytes;
+            float *sc = (float *)(void *)(blk + QK * PANEL);
+            for (Py_ssize_t j = 0; j < PANEL; j++) {
+                Py_ssize_t col = p * PANEL + j;
+                for (Py_ssize_t i = 0; i < QK; i++)
+                    blk[i * PANEL + j] = col < n ? q[col * k + b * QK + i] : 0;
+                sc[j] = col < n ? d[col * nb + b] : 0.0f;
+                sc[PANEL + j] = col < n ? m[col * nb + b] : 0.0f;
             }
         }
     }
@@ -109,6 +133,29 @@ static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) 
 #define SG_LOADW_F16(p, kk)                                                                \
     __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + (kk) * PANEL)));   \
     __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + (kk) * PANEL + 8)));
+/* Block-quantized weights (see "Exact block-quantized panels" below): per 32 k, 32 rows of
+ * 16 signed bytes q, then the panel's 16 scales d and 16 offsets m as floats; w = d*q + m,
+ * the product rounded before the sum (SG_KEEP stops the compiler fusing them into an FMA,
+ * which rounds once and would give other weights). */
+#define SG_QK 32
+#define SG_QBYTES (SG_QK * PANEL + 2 * PANEL * (int)sizeof(float)) /* 640 bytes per 32 k */
+#define SG_QSPK (SG_QBYTES / SG_QK)                                /* 20 bytes per k */
+#ifndef QPF
+#define QPF 16
+#endif
+#define SG_KEEP(v) __asm__("" : "+x"(v))
+
+#define SG_DQ(q8, d, m)                                                                    \
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(                               \
+                        _mm_loadl_epi64((const __m128i *)(const void *)(q8)))),            \
+                    d, m)
+#define SG_LOADW_Q(p, kk)                                                                  \
+    const int8_t *qb_ = (p) + ((kk) / SG_QK) * SG_QBYTES;                                  \
+    const float *sc_ = (const float *)(const void *)(qb_ + SG_QK * PANEL);                 \
+    __m256 w0 = SG_DQ(qb_ + ((kk) % SG_QK) * PANEL, _mm256_loadu_ps(sc_),                 \
+                      _mm256_loadu_ps(sc_ + 16));                                          \
+    __m256 w1 = SG_DQ(qb_ + ((kk) % SG_QK) * PANEL + 8, _mm256_loadu_ps(sc_ + 8),         \
+                      _mm256_loadu_ps(sc_ + 24));
 /* Each kernel comes twice: NAME_R(x, k, panel, bias16, out, ldo, cols) for a whole pass over
  * the panel, and NAME##c_R for a chunk of k (SG_RUN), which also takes ldx (the distance
  * between x's rows as the caller has them), acc and phase (SG_FINISH) and pfn: the next
@@ -128,7 +175,7 @@ static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) 
     __attribute__((target(TGT), unused)) static void NAME##c_##R(SG_CHUNK_ARGS(WT)) {     \
         NAME##_body_##R(x, ldx, k, panel, bias16, out, ldo, cols, acc, phase, pfn);       \
     }
-#define SG_KERNEL(NAME, R, WT, LOADW, TGT, PF, XA)                                         \
+#define SG_KERNEL(NAME, R, WT, LOADW, TGT, PF, XA, SPK)                                    \
     __attribute__((target(TGT), always_inline)) static inline void NAME##_body_##R(       \
         SG_CHUNK_ARGS(WT)) {                                                              \
         enum { NR = R };                                                                  \
@@ -138,9 +185,9 @@ static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) 
         if (phase & 1) { SG_ROWS6(SG_LOADACC) }                                           \
         for (Py_ssize_t kk = 0; kk < k; kk++) {                                           \
             if (pfn != NULL)                                                              \
-                _mm_prefetch((const char *)(pfn + kk * PANEL), _MM_HINT_T0);              \
+                _mm_prefetch((const char *)(pfn + kk * (SPK)), _MM_HINT_T0);              \
             else if (PF)                                                                  \
-                _mm_prefetch((const char *)(panel + (kk + PF) * PANEL), _MM_HINT_T0);     \
+                _mm_prefetch((const char *)(panel + (kk + PF) * (SPK)), _MM_HINT_T0);     \
             LOADW(panel, kk)                                                              \
             SG_FMA(0, XA) SG_FMA(1, XA) SG_FMA(2, XA) SG_FMA(3, XA) SG_FMA(4, XA)         \
             SG_FMA(5, XA)                                                                 \
@@ -162,13 +209,13 @@ __attribute__((target("avx2,fma"))) static inline void store_row(float *dst, __m
     }
 }
 
-#define SG_KERNELS(NAME, WT, LOADW, TGT, PF, XA)                                           \
-    SG_KERNEL(NAME, 1, WT, LOADW, TGT, PF, XA)                                             \
-    SG_KERNEL(NAME, 2, WT, LOADW, TGT, PF, XA)                                             \
-    SG_KERNEL(NAME, 3, WT, LOADW, TGT, PF, XA)                                             \
-    SG_KERNEL(NAME, 4, WT, LOADW, TGT, PF, XA)                                             \
-    SG_KERNEL(NAME, 5, WT, LOADW, TGT, PF, XA)                                             \
-    SG_KERNEL(NAME, 6, WT, LOADW, TGT, PF, XA)
+#define SG_KERNELS(NAME, WT, LOADW, TGT, PF, XA, SPK)                                      \
+    SG_KERNEL(NAME, 1, WT, LOADW, TGT, PF, XA, SPK)                                        \
+    SG_KERNEL(NAME, 2, WT, LOADW, TGT, PF, XA, SPK)                                        \
+    SG_KERNEL(NAME, 3, WT, LOADW, TGT, PF, XA, SPK)                                        \
+    SG_KERNEL(NAME, 4, WT, LOADW, TGT, PF, XA, SPK)                                        \
+    SG_KERNEL(NAME, 5, WT, LOADW, TGT, PF, XA, SPK)                                        \
+    SG_KERNEL(NAME, 6, WT, LOADW, TGT, PF, XA, SPK)
 
 /* Two families: one row streams its weights at memory speed and the hardware prefetcher
  * alone does best there; from two rows on, the FMAs per weight line slow the stream unless
@@ -176,15 +223,18 @@ __attribute__((target("avx2,fma"))) static inline void store_row(float *dst, __m
  * ahead made whole passes of the default model over 4-16 rows 6-9% cheaper, and a 1-row
  * pass 5% dearer (session 11: 30 alternating passes each at a 400-token prefix, one AVX2
  * core; medians). The arithmetic is the same in both, so are the results. */
-SG_KERNELS(kf32, float, SG_LOADW_F32, "avx2,fma", 0, XROW)
-SG_KERNELS(kf16, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 0, XROW)
-SG_KERNELS(kf32p, float, SG_LOADW_F32, "avx2,fma", 16, XROW)
-SG_KERNELS(kf16p, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XROW)
+SG_KERNELS(kf32, float, SG_LOADW_F32, "avx2,fma", 0, XROW, PANEL)
+SG_KERNELS(kf16, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 0, XROW, PANEL)
+SG_KERNELS(kf32p, float, SG_LOADW_F32, "avx2,fma", 16, XROW, PANEL)
+SG_KERNELS(kf16p, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XROW, PANEL)
 /* Packed x (see the top of the file), for passes of PACK_ROWS to PACK_MAX_ROWS rows: tree
  * passes. Longer ones (prompts) read x as it is: there the gain was within noise (0.95-1.05
  * at 110 and 256 rows), and the per-thread copy would grow with the prompt. */
-SG_KERNELS(kf32x, float, SG_LOADW_F32, "avx2,fma", 16, XPACKED)
-SG_KERNELS(kf16x, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XPACKED)
+SG_KERNELS(kf32x, float, SG_LOADW_F32, "avx2,fma", 16, XPACKED, PANEL)
+SG_KERNELS(kf16x, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XPACKED, PANEL)
+SG_KERNELS(kq, int8_t, SG_LOADW_Q, "avx2,fma", 0, XROW, SG_QSPK)
+SG_KERNELS(kqp, int8_t, SG_LOADW_Q, "avx2,fma", QPF, XROW, SG_QSPK)
+SG_KERNELS(kqx, int8_t, SG_LOADW_Q, "avx2,fma", QPF, XPACKED, SG_QSPK)
 #define PACK_ROWS 6
 #define PACK_MAX_ROWS 64
 
@@ -313,7 +363,8 @@ static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k, const plan_t
  * Not kept: chunking without the prefetch (no change), chunks of 32 or 128-256 k (no better
  * than 64), 6+2 as 4+4 and 6+3 as 5+4 in chunks (1.02 and 1.11). */
 #define KC 64
-#define SG_RUN(NAME, SEVEN, SEVENC, WT, PACKEDX)                                           \
+
+#define SG_RUN(NAME, SEVEN, SEVENC, WT, PACKEDX, SPK)                                         \
     static void run_##NAME(const float *x, Py_ssize_t m, Py_ssize_t k, const WT *packed,  \
                            Py_ssize_t n, const float *bias, float *out, int threads,      \
                            const plan_t *plan) {                                          \
@@ -332,7 +383,7 @@ static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k, const plan_t
             Py_ssize_t cols = n - p * PANEL < PANEL ? n - p * PANEL : PANEL;              \
             for (Py_ssize_t j = 0; j < PANEL; j++)                                        \
                 bias16[j] = (bias != NULL && j < cols) ? bias[p * PANEL + j] : 0.0f;      \
-            const WT *panel = packed + p * k * PANEL;                                     \
+            const WT *panel = packed + p * k * (SPK);                                     \
             if (!chunked) {                                                               \
                 Py_ssize_t m0 = 0;                                                        \
                 for (Py_ssize_t j = 0; m0 < m; j++) {                                     \
@@ -347,12 +398,12 @@ static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k, const plan_t
             for (Py_ssize_t k0 = 0; k0 < k; k0 += KC) {                                   \
                 Py_ssize_t kl = k - k0 < KC ? k - k0 : KC;                                \
                 int phase = (k0 > 0 ? 1 : 0) | (k0 + kl >= k ? 2 : 0);                    \
-                const WT *next = k0 + kl < k ? panel + (k0 + kl) * PANEL : NULL;          \
+                const WT *next = k0 + kl < k ? panel + (k0 + kl) * (SPK) : NULL;          \
                 Py_ssize_t m0 = 0;                                                        \
                 for (Py_ssize_t j = 0; m0 < m; j++) {                                     \
                     int rows = block_rows(plan, j);                                       \
                     /* packed x: a block's rows interleave, k0 * rows floats per chunk */ \
-                    ctable[rows](x + m0 * k + k0 * rows, k, kl, panel + k0 * PANEL,       \
+                    ctable[rows](x + m0 * k + k0 * rows, k, kl, panel + k0 * (SPK),       \
                                  bias16, out + m0 * n + p * PANEL, n, cols,               \
                                  acc + m0 * PANEL, phase, j == 1 ? next : NULL);          \
                     m0 += rows;                                                           \
@@ -361,12 +412,76 @@ static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k, const plan_t
         }                                                                                 \
     }
 
-SG_RUN(kf32, NULL, NULL, float, 0)
-SG_RUN(kf16, NULL, NULL, uint16_t, 0)
-SG_RUN(kf32p, NULL, NULL, float, 0)
-SG_RUN(kf16p, NULL, NULL, uint16_t, 0)
-SG_RUN(kf32x, kf32x_7, kf32xc_7, float, 1)
-SG_RUN(kf16x, NULL, NULL, uint16_t, 1)
+SG_RUN(kf32, NULL, NULL, float, 0, PANEL)
+SG_RUN(kf16, NULL, NULL, uint16_t, 0, PANEL)
+SG_RUN(kf32p, NULL, NULL, float, 0, PANEL)
+SG_RUN(kf16p, NULL, NULL, uint16_t, 0, PANEL)
+SG_RUN(kf32x, kf32x_7, kf32xc_7, float, 1, PANEL)
+SG_RUN(kf16x, NULL, NULL, uint16_t, 1, PANEL)
+SG_RUN(kq, NULL, NULL, int8_t, 0, SG_QSPK)
+SG_RUN(kqp, NULL, NULL, int8_t, 0, SG_QSPK)
+SG_RUN(kqx, NULL, NULL, int8_t, 1, SG_QSPK)
+
+/* One row against four quantized panels at once: a 1-row pass is bound by widening the
+ * weights (SG_DQ) and by the FMA latency of its two chains per panel; eight chains from
+ * four panels keep both FMA pipes busy. Each output is still the one in-order chain. */
+#define QP 4
+__attribute__((target("avx2,fma"))) static void kq1_4(const float *x, Py_ssize_t k,
+                                                      const int8_t *panel0, Py_ssize_t stride,
+                                                      const float *bias, float *out,
+                                                      Py_ssize_t cols) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+           a7 = a0;
+    for (Py_ssize_t b = 0; b < k / SG_QK; b++) {
+        const int8_t *q0 = panel0 + b * SG_QBYTES, *q1 = q0 + stride, *q2 = q1 + stride,
+                     *q3 = q2 + stride;
+        const float *s0 = (const float *)(const void *)(q0 + SG_QK * PANEL);
+        const float *s1 = (const float *)(const void *)(q1 + SG_QK * PANEL);
+        const float *s2 = (const float *)(const void *)(q2 + SG_QK * PANEL);
+        const float *s3 = (const float *)(const void *)(q3 + SG_QK * PANEL);
+        const float *xb = x + b * SG_QK;
+        for (int i = 0; i < SG_QK; i++) {
+            __m256 xv = _mm256_broadcast_ss(xb + i);
+#define SG_Q1(q, s, A, B)                                                                  \
+    A = _mm256_fmadd_ps(                                                                   \
+        xv, SG_DQ((q) + i * PANEL, _mm256_loadu_ps(s), _mm256_loadu_ps((s) + 16)), A);     \
+    B = _mm256_fmadd_ps(                                                                   \
+        xv, SG_DQ((q) + i * PANEL + 8, _mm256_loadu_ps((s) + 8), _mm256_loadu_ps((s) + 24)), B);
+            SG_Q1(q0, s0, a0, a1)
+            SG_Q1(q1, s1, a2, a3)
+            SG_Q1(q2, s2, a4, a5)
+            SG_Q1(q3, s3, a6, a7)
+#undef SG_Q1
+        }
+    }
+    __m256 b0 = _mm256_loadu_ps(bias), b1 = _mm256_loadu_ps(bias + 8);
+    store_row(out, _mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1), cols > 0 ? (cols < PANEL ? cols : PANEL) : 0);
+    b0 = _mm256_loadu_ps(bias + 16), b1 = _mm256_loadu_ps(bias + 24);
+    store_row(out + 16, _mm256_add_ps(a2, b0), _mm256_add_ps(a3, b1), cols > 16 ? (cols < 32 ? cols - 16 : PANEL) : 0);
+    b0 = _mm256_loadu_ps(bias + 32), b1 = _mm256_loadu_ps(bias + 40);
+    store_row(out + 32, _mm256_add_ps(a4, b0), _mm256_add_ps(a5, b1), cols > 32 ? (cols < 48 ? cols - 32 : PANEL) : 0);
+    b0 = _mm256_loadu_ps(bias + 48), b1 = _mm256_loadu_ps(bias + 56);
+    store_row(out + 48, _mm256_add_ps(a6, b0), _mm256_add_ps(a7, b1), cols > 48 ? (cols < 64 ? cols - 48 : PANEL) : 0);
+}
+
+/* A 1-row pass over quantized panels: groups of four (kq1_4), OpenMP over groups, then the
+ * panels left over one by one. */
+static void run_kq1(const float *x, Py_ssize_t k, const int8_t *packed, Py_ssize_t n,
+                    const float *bias, float *out, int threads, const plan_t *plan) {
+    Py_ssize_t np = panels_of(n), groups = np / QP, stride = k * SG_QSPK;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && groups > 1)
+    for (Py_ssize_t gi = 0; gi < groups; gi++) {
+        Py_ssize_t c0 = gi * QP * PANEL, cols = n - c0 < QP * PANEL ? n - c0 : QP * PANEL;
+        float bias64[QP * PANEL];
+        for (Py_ssize_t j = 0; j < QP * PANEL; j++)
+            bias64[j] = (bias != NULL && j < cols) ? bias[c0 + j] : 0.0f;
+        kq1_4(x, k, packed + gi * QP * stride, stride, bias64, out + c0, cols);
+    }
+    Py_ssize_t c0 = groups * QP * PANEL;
+    if (c0 < n)
+        run_kq(x, 1, k, packed + groups * QP * stride, n - c0, bias != NULL ? bias + c0 : NULL,
+               out + c0, 1, plan);
+}
 
 /* Round packed float32 panels to half precision (round to nearest even). */
 __attribute__((target("avx2,f16c"))) static void to_half(uint16_t *dst, const float *src,
@@ -442,16 +557,135 @@ static PyObject *sg_pack(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* linear(x_ptr, m, k, packed_ptr, n, bias_ptr or 0, out_ptr, threads, half=False). */
+#if SG_X86
+/* Recovery of a block quantization (the twin of structspec.spec.block_quant._recover_blocks,
+ * which documents it; identical results, ~30x faster). Returns 1 when every block of w
+ * (n x k, k a multiple of 32) is reproduced bit for bit, filling q, d and m. */
+__attribute__((target("f16c"))) static float to_half_near(float v, int step) {
+    int bits = (int)_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT) + step;
+    bits = bits < 0 ? 0 : (bits > 0x7BFF ? 0x7BFF : bits);
+    return _cvtsh_ss((unsigned short)bits);
+}
+
+__attribute__((target("f16c"))) static int is_half(float v) {
+    return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT)) == v;
+}
+
+__attribute__((target("avx2,fma,f16c"))) static int try_block(const float *w, float d,
+                                                                 float m, int lo, int hi,
+                                                                 int8_t *q) {
+    if (!(d > 0.0f)) return 0;
+    float t[QK];
+    uint32_t diff = 0;
+    for (int i = 0; i < QK; i++) {
+        float v = __builtin_roundevenf((w[i] - m) / d);
+        v = v < (float)lo ? (float)lo : (v > (float)hi ? (float)hi : v);
+        t[i] = (float)(int)v; /* as the kernel widens it from its byte: never -0.0 */
+        float back = d * t[i] + m; /* d*t is exact: fused or not, one rounding, as numpy's */
+        uint32_t a, b;
+        memcpy(&a, &back, 4);
+        memcpy(&b, &w[i], 4);
+        diff |= a ^ b;
+    }
+    if (diff) return 0;
+    for (int i = 0; i < QK; i++) q[i] = (int8_t)t[i];
+    return 1;
+}
+
+__attribute__((target("avx2,fma,f16c"))) static int recover_block(const float *w, int8_t *q, float *d, float *m) {
+    float lo = w[0], hi = w[0], amax = 0.0f;
+    for (int i = 0; i < QK; i++) {
+        if (!isfinite(w[i])) return 0;
+        lo = w[i] < lo ? w[i] : lo;
+        hi = w[i] > hi ? w[i] : hi;
+        amax = fabsf(w[i]) > amax ? fabsf(w[i]) : amax;
+    }
+    static const int steps[5] = {0, -1, 1, -2, 2};
+    float q4 = (float)(((double)hi - (double)lo) / 15.0), q8 = (float)((double)amax / 127.0);
+    int lo_half = is_half(lo);
+    for (int a = 0; a < 10; a++) { /* the nearest scale of each kind first */
+        int q4kind = a == 0 || (a >= 2 && a < 6);
+        int step = a < 2 ? 0 : steps[(a - 2) % 4 + 1];
+        if (q4kind && !lo_half) continue;
+        float dd = to_half_near(q4kind ? q4 : q8, step), mm = q4kind ? lo : -0.0f;
+        if (try_block(w, dd, mm, q4kind ? 0 : -127, q4kind ? 15 : 127, q)) {
+            *d = dd;
+            *m = mm;
+            return 1;
+        }
+    }
+    return 0;
+}
+#endif
+
+/* recover_q(w_ptr, n, k, q_ptr, d_ptr, m_ptr) -> bool (see recover_block). */
+static PyObject *sg_recover_q(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long w, q, d, m;
+    Py_ssize_t n, k;
+    if (!PyArg_ParseTuple(args, "KnnKKK", &w, &n, &k, &q, &d, &m)) return NULL;
+    if (n <= 0 || k <= 0 || k % QK != 0) {
+        PyErr_SetString(PyExc_ValueError, "recover_q: n must be positive and k a positive multiple of 32");
+        return NULL;
+    }
+#if SG_X86
+    if (!cpu_ok(1)) {
+        PyErr_SetString(PyExc_RuntimeError, "recover_q needs F16C");
+        return NULL;
+    }
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    const float *ws = (const float *)(uintptr_t)w;
+    int8_t *qs = (int8_t *)(uintptr_t)q;
+    float *ds = (float *)(uintptr_t)d, *ms = (float *)(uintptr_t)m;
+    Py_ssize_t nb = n * (k / QK);
+    for (Py_ssize_t b = 0; b < nb && ok; b++)
+        ok = recover_block(ws + b * QK, qs + b * QK, ds + b, ms + b);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(ok);
+#else
+    (void)w; (void)q; (void)d; (void)m;
+    PyErr_SetString(PyExc_RuntimeError, "smallgemm is built for x86-64 only");
+    return NULL;
+#endif
+}
+
+static PyObject *sg_packed_bytes_q(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t n, k;
+    if (!PyArg_ParseTuple(args, "nn", &n, &k)) return NULL;
+    return PyLong_FromSsize_t(panels_of(n) * (k / QK) * (QK * PANEL + 2 * PANEL * 4));
+}
+
+/* pack_q(dst_ptr, q_ptr, d_ptr, m_ptr, n, k): dst must hold packed_bytes_q(n, k) bytes. */
+static PyObject *sg_pack_q(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long dst, q, d, m;
+    Py_ssize_t n, k;
+    if (!PyArg_ParseTuple(args, "KKKKnn", &dst, &q, &d, &m, &n, &k)) return NULL;
+    if (n <= 0 || k <= 0 || k % QK != 0) {
+        PyErr_SetString(PyExc_ValueError, "pack_q: n must be positive and k a positive multiple of 32");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    pack_weight_q((int8_t *)(uintptr_t)dst, (const int8_t *)(uintptr_t)q,
+                  (const float *)(uintptr_t)d, (const float *)(uintptr_t)m, n, k);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* linear(x_ptr, m, k, packed_ptr, n, bias_ptr or 0, out_ptr, threads, kind=0): kind 0
+ * float32 panels, 1 (or True) half panels, 2 block-quantized panels (k a multiple of 32). */
 static PyObject *sg_linear(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long x, packed, bias, out;
     Py_ssize_t m, k, n;
-    int threads, half = 0;
-    if (!PyArg_ParseTuple(args, "KnnKnKKi|p", &x, &m, &k, &packed, &n, &bias, &out, &threads,
-                          &half))
+    int threads, kind = 0;
+    if (!PyArg_ParseTuple(args, "KnnKnKKi|i", &x, &m, &k, &packed, &n, &bias, &out, &threads,
+                          &kind))
         return NULL;
-    if (m < 0 || k <= 0 || n <= 0) {
+    int half = kind == 1;
+    if (m < 0 || k <= 0 || n <= 0 || kind < 0 || kind > 2 || (kind == 2 && k % QK != 0)) {
         PyErr_SetString(PyExc_ValueError, "linear: bad shape");
         return NULL;
     }
@@ -468,11 +702,16 @@ static PyObject *sg_linear(PyObject *self, PyObject *args) {
     const float *xs = (const float *)(uintptr_t)x;
     int packs = m >= PACK_ROWS && m <= PACK_MAX_ROWS;
     /* The 7-row kernel reads packed float32 x only. */
-    plan_t plan = plan_blocks(m, packs && !half);
+    plan_t plan = plan_blocks(m, packs && kind == 0); /* 7-row kernel: float32 panels only */
     const float *xp = packs ? pack_rows(xs, m, k, &plan) : NULL;
     if (packs && xp == NULL) plan = plan_blocks(m, 0);
     float *o = (float *)(uintptr_t)out;
-    if (half) {
+    if (kind == 2) {
+        const int8_t *w = (const int8_t *)(uintptr_t)packed;
+        if (xp) run_kqx(xp, m, k, w, n, b, o, threads, &plan);
+        else if (m == 1) run_kq1(xs, k, w, n, b, o, threads, &plan);
+        else run_kqp(xs, m, k, w, n, b, o, threads, &plan);
+    } else if (half) {
         const uint16_t *w = (const uint16_t *)(uintptr_t)packed;
         if (xp) run_kf16x(xp, m, k, w, n, b, o, threads, &plan);
         else (m > 1 ? run_kf16p : run_kf16)(xs, m, k, w, n, b, o, threads, &plan);
@@ -497,6 +736,13 @@ static PyMethodDef METHODS[] = {
      "Elements (floats, or halves) needed to pack an n x k weight."},
     {"pack", sg_pack, METH_VARARGS,
      "pack(dst_ptr, w_ptr, n, k, half=False): pack a float32 weight into panels."},
+    {"packed_bytes_q", sg_packed_bytes_q, METH_VARARGS,
+     "Bytes needed to pack an n x k block-quantized weight (k a multiple of 32)."},
+    {"recover_q", sg_recover_q, METH_VARARGS,
+     "recover_q(w_ptr, n, k, q_ptr, d_ptr, m_ptr): find int8 q and per-32 d, m with "
+     "w == d*q + m bit for bit; False when there are none."},
+    {"pack_q", sg_pack_q, METH_VARARGS,
+     "pack_q(dst_ptr, q_ptr, d_ptr, m_ptr, n, k): pack w = d*q + m (int8 q, per-32 d, m)."},
     {"linear", sg_linear, METH_VARARGS,
      "linear(x_ptr, m, k, packed_ptr, n, bias_ptr, out_ptr, threads, half=False): "
      "out = x W^T + b."},

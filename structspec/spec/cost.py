@@ -189,11 +189,13 @@ _CURVES: weakref.WeakKeyDictionary[Any, dict[tuple, CostCurve]] = weakref.WeakKe
 
 def device_cost_curve(model: Any) -> CostCurve:
     """The cost curve of ``model`` on its device, measured on first use and cached for the
-    life of the model object (keyed by device, dtype, the kernel of its packed linears, its
-    attention implementation and the number of torch threads)."""
-    from structspec.spec.fastlinear import packed_kernel
+    life of the model object (keyed by device, dtype, the kernel of its packed linears and
+    whether they have exactly quantized panels, its attention implementation and the number
+    of torch threads)."""
+    from structspec.spec.fastlinear import packed_kernel, quantized_count
 
     key = (str(model.device), str(getattr(model, "dtype", "")), packed_kernel(model),
+           quantized_count(model) > 0,
            getattr(getattr(model, "config", None), "_attn_implementation", None),
            torch.get_num_threads())
     per_model = _CURVES.setdefault(model, {})

@@ -13,10 +13,11 @@ from structspec.spec.attention import use_grouped_sdpa
 from structspec.spec.fastlinear import pack_linears
 
 
-def use_fast_cpu_paths(model: Any) -> Any:
+def use_fast_cpu_paths(model: Any, quantized: bool = True) -> Any:
     """Pack ``model``'s linears and switch its attention where each applies (a CPU float32
     model; grouped-query sdpa attention); a no-op elsewhere. In place, idempotent; returns
-    ``model``."""
-    pack_linears(model)  # a no-op where no kernel runs or the model is not CPU float32
+    ``model``. ``quantized``: as :func:`~structspec.spec.fastlinear.pack_linears`."""
+    # a no-op where no kernel runs or the model is not CPU float32
+    pack_linears(model, quantized=quantized)
     use_grouped_sdpa(model)
     return model

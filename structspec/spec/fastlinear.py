@@ -17,7 +17,14 @@ few rows, so a 8-row pass of the default model costs ~2.3× a 1-row pass instead
   ``_linear_pointwise``), where the panel kernel is not built or the CPU lacks AVX2/FMA
   (DESIGN.md, AMD Zen 3: t(2) 1.15×, t(8) 1.52×, t(32) 2.19× of t(1)).
 
-Both stay within 1e-4 of the unpacked model. A third, lossy kernel, ``"panel_f16"``, stores
+Both stay within 1e-4 of the unpacked model. Where a weight is *exactly* block-quantized
+(the default model's: float32 numbers dequantized from GGUF Q4_1 and Q8_0, found bit for
+bit by :mod:`structspec.spec.block_quant`), a ``"panel"`` layer also keeps it as one byte per
+weight plus a scale and offset per 32, and passes of up to :data:`QUANT_MAX_ROWS` rows read
+that copy, widened in the kernel to the very same float32 numbers: the same chains, the same
+bits, from a third of the bytes (a 1-row pass of the default model costs 0.72 of the same
+pass on float32 panels on this CPU, 2-4 rows 0.86-0.89; longer passes keep the float32
+panels, where widening the weights costs what their bytes save). A third, lossy kernel, ``"panel_f16"``, stores
 the panels in half precision (read at half the bytes, computed in float32): for drafters only
 (the learned draft head), whose numbers never reach the output; it is never chosen by default.
 
@@ -34,6 +41,7 @@ import torch
 from torch import nn
 
 from structspec import _native
+from structspec.spec import block_quant
 
 # The native module, set when the first panel layer is packed (not an attribute of the
 # layers: a module object there would make them impossible to deep-copy).
@@ -45,7 +53,13 @@ KERNELS = ("panel", "onednn")
 #: under an older revision are measured again (:func:`structspec.spec.cost.device_cost_curve`).
 #: 4: 6+1 rows as one 7-row block, 6+6+2 as 6+4+4 (session 16). 5: passes of two or more
 #: row blocks take each panel in chunks, the next chunk prefetched (session 17).
-KERNEL_REVISION = 5
+#: 6: passes of up to QUANT_MAX_ROWS rows read exactly quantized panels (session 18).
+KERNEL_REVISION = 6
+#: Passes of up to this many rows read a layer's exactly quantized panels where it has them
+#: (whole passes of the default model, 1 thread, paired rounds: 1 row 0.72 of the float32
+#: panels, 2 rows 0.86, 4 rows 0.89, 6 rows 1.00 — there the widening costs what the bytes
+#: save — and beyond, where a pass has two row blocks, each widening the weights again).
+QUANT_MAX_ROWS = 5
 #: Kernels that round the weights (half precision): for drafters, never a default.
 LOSSY_KERNELS = ("panel_f16",)
 #: Where a kernel's pass cost steps up, as ``(b, last)`` per step: passes of ``b`` (a multiple
@@ -104,13 +118,15 @@ class PackedLinear(nn.Module):
         kernel: one of :data:`KERNELS` or :data:`LOSSY_KERNELS`.
     """
 
-    def __init__(self, linear: nn.Linear, kernel: str = "panel") -> None:
+    def __init__(self, linear: nn.Linear, kernel: str = "panel", quantized: bool = True) -> None:
         super().__init__()
         if kernel not in KERNELS + LOSSY_KERNELS:
             raise ValueError(f"unknown linear kernel {kernel!r}; expected one of "
                              f"{KERNELS + LOSSY_KERNELS}")
         self.original = linear
         self.kernel = kernel
+        #: The exactly quantized panels (``"panel"`` only; None where the weight is not).
+        self._qpacked: torch.Tensor | None = None
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         with torch.no_grad():
@@ -127,6 +143,8 @@ class PackedLinear(nn.Module):
                 self._packed = torch.empty(gemm.packed_size(n, k),
                                            dtype=torch.float16 if self._half else torch.float32)
                 gemm.pack(self._packed.data_ptr(), weight.data_ptr(), n, k, self._half)
+                if kernel == "panel" and quantized:
+                    self._qpacked = _pack_quantized(gemm, weight)
                 global _SMALLGEMM
                 _SMALLGEMM = gemm
             else:
@@ -137,7 +155,8 @@ class PackedLinear(nn.Module):
         copied)."""
         import copy
 
-        return PackedLinear(copy.deepcopy(self.original, memo), self.kernel)
+        return PackedLinear(copy.deepcopy(self.original, memo), self.kernel,
+                            self._qpacked is not None)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -154,18 +173,43 @@ class PackedLinear(nn.Module):
         rows = x.numel() // self.in_features
         out = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32)
         if rows:
-            _SMALLGEMM.linear(x.data_ptr(), rows, self.in_features, self._packed.data_ptr(),
+            quant = self._qpacked is not None and rows <= QUANT_MAX_ROWS
+            packed = self._qpacked if quant else self._packed
+            _SMALLGEMM.linear(x.data_ptr(), rows, self.in_features, packed.data_ptr(),
                               self.out_features,
                               0 if self._bias is None else self._bias.data_ptr(),
-                              out.data_ptr(), torch.get_num_threads(), self._half)
+                              out.data_ptr(), torch.get_num_threads(),
+                              2 if quant else int(self._half))
         return out
+
+    @property
+    def quantized(self) -> bool:
+        """Whether small passes read exactly quantized panels (see the module docstring)."""
+        return self._qpacked is not None
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"packed={self.kernel}")
+                f"packed={self.kernel}{', exact-quantized' if self.quantized else ''}")
 
 
-def pack_linears(model: nn.Module, kernel: str | None = None) -> nn.Module:
+def _pack_quantized(gemm: Any, weight: torch.Tensor) -> torch.Tensor | None:
+    """``weight`` (float32 [n, k]) as the kernel's quantized panels, or None where it is not
+    exactly block-quantized (or the kernel module predates them)."""
+    n, k = weight.shape
+    if k % block_quant.BLOCK or not hasattr(gemm, "recover_q") or not gemm.available(True):
+        return None
+    q = torch.empty(n, k, dtype=torch.int8)
+    d = torch.empty(n, k // block_quant.BLOCK, dtype=torch.float32)
+    m = torch.empty_like(d)
+    if not gemm.recover_q(weight.data_ptr(), n, k, q.data_ptr(), d.data_ptr(), m.data_ptr()):
+        return None
+    packed = torch.empty(gemm.packed_bytes_q(n, k), dtype=torch.int8)
+    gemm.pack_q(packed.data_ptr(), q.data_ptr(), d.data_ptr(), m.data_ptr(), n, k)
+    return packed
+
+
+def pack_linears(model: nn.Module, kernel: str | None = None,
+                 quantized: bool = True) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (``lm_head`` included) by a
     :class:`PackedLinear`, in place; returns ``model``.
 
@@ -178,7 +222,8 @@ def pack_linears(model: nn.Module, kernel: str | None = None) -> nn.Module:
     and ``model.device`` are unchanged but ``state_dict`` keys are not: call
     :func:`unpack_linears` before saving. Calls run under ``torch.no_grad`` or
     ``inference_mode`` use the packed path; with autograd enabled each layer falls back to its
-    original ``nn.Linear``.
+    original ``nn.Linear``. ``quantized=False`` keeps ``"panel"`` layers off their exactly
+    quantized panels (same outputs, for measuring them against the float32 panels alone).
     """
     kernels = available_kernels(lossy=kernel in LOSSY_KERNELS)
     if kernel is not None and kernel not in kernels:
@@ -192,7 +237,7 @@ def pack_linears(model: nn.Module, kernel: str | None = None) -> nn.Module:
             continue
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                setattr(parent, name, PackedLinear(child, chosen))
+                setattr(parent, name, PackedLinear(child, chosen, quantized))
     return model
 
 
@@ -213,6 +258,11 @@ def is_packed(model: nn.Module) -> bool:
 def packed_kernel(model: nn.Module) -> str | None:
     """The kernel of ``model``'s packed linears (the first found), or ``None``."""
     return next((m.kernel for m in model.modules() if isinstance(m, PackedLinear)), None)
+
+
+def quantized_count(model: nn.Module) -> int:
+    """How many of ``model``'s packed linears read exactly quantized panels in small passes."""
+    return sum(1 for m in model.modules() if isinstance(m, PackedLinear) and m.quantized)
 
 
 def cost_steps(model: nn.Module) -> tuple[tuple[int, int], ...] | None:
