@@ -24,9 +24,11 @@ weight plus a scale and offset per 32, and passes of up to :data:`QUANT_MAX_ROWS
 that copy, widened in the kernel to the very same float32 numbers: the same chains, the same
 bits, from a third of the bytes (a 1-row pass of the default model costs 0.72 of the same
 pass on float32 panels on this CPU, 2-4 rows 0.86-0.89; longer passes keep the float32
-panels, where widening the weights costs what their bytes save). A third, lossy kernel, ``"panel_f16"``, stores
-the panels in half precision (read at half the bytes, computed in float32): for drafters only
-(the learned draft head), whose numbers never reach the output; it is never chosen by default.
+panels, where widening the weights costs what their bytes save).
+
+A third, lossy kernel, ``"panel_f16"``, stores the panels in half precision (read at half
+the bytes, computed in float32): for drafters only (the learned draft head), whose numbers
+never reach the output; it is never chosen by default.
 
 :func:`pack_linears` swaps modules in place and keeps the originals, so :func:`unpack_linears`
 restores the model exactly. Packed weights are an extra copy of every linear weight (≈ the
