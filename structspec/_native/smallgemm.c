@@ -464,6 +464,77 @@ __attribute__((target("avx2,fma"))) static void kq1_4(const float *x, Py_ssize_t
     store_row(out + 48, _mm256_add_ps(a6, b0), _mm256_add_ps(a7, b1), cols > 48 ? (cols < 64 ? cols - 48 : PANEL) : 0);
 }
 
+/* Two or three rows against two quantized panels at once: 8 or 12 chains, where one panel
+ * would give 4 or 6 and leave the FMA pipes waiting on their latency. The same chains. */
+#define SG_Q2P(NR)                                                                         \
+    __attribute__((target("avx2,fma"))) static void kq2p_##NR(                            \
+        const float *x, Py_ssize_t k, const int8_t *panel0, Py_ssize_t stride,            \
+        const float *bias32, float *out, Py_ssize_t ldo, Py_ssize_t cols) {               \
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00,     \
+               a11 = a00, a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00; \
+        for (Py_ssize_t b = 0; b < k / SG_QK; b++) {                                      \
+            const int8_t *q0 = panel0 + b * SG_QBYTES, *q1 = q0 + stride;                 \
+            const float *s0 = (const float *)(const void *)(q0 + SG_QK * PANEL);          \
+            const float *s1 = (const float *)(const void *)(q1 + SG_QK * PANEL);          \
+            for (int i = 0; i < SG_QK; i++) {                                             \
+                Py_ssize_t kk = b * SG_QK + i;                                            \
+                __m256 w0 = SG_DQ(q0 + i * PANEL, _mm256_loadu_ps(s0), _mm256_loadu_ps(s0 + 16)); \
+                __m256 w1 = SG_DQ(q0 + i * PANEL + 8, _mm256_loadu_ps(s0 + 8),            \
+                                  _mm256_loadu_ps(s0 + 24));                              \
+                __m256 w2 = SG_DQ(q1 + i * PANEL, _mm256_loadu_ps(s1), _mm256_loadu_ps(s1 + 16)); \
+                __m256 w3 = SG_DQ(q1 + i * PANEL + 8, _mm256_loadu_ps(s1 + 8),            \
+                                  _mm256_loadu_ps(s1 + 24));                              \
+                SG_Q2ROW(0) SG_Q2ROW(1) if (NR > 2) { SG_Q2ROW(2) }                       \
+            }                                                                             \
+        }                                                                                 \
+        SG_Q2STORE(0) SG_Q2STORE(1) if (NR > 2) { SG_Q2STORE(2) }                         \
+    }
+#define SG_Q2ROW(r)                                                                        \
+    {                                                                                      \
+        __m256 xv = _mm256_broadcast_ss(x + (r) * k + kk);                                 \
+        a##r##0 = _mm256_fmadd_ps(xv, w0, a##r##0);                                        \
+        a##r##1 = _mm256_fmadd_ps(xv, w1, a##r##1);                                        \
+        a##r##2 = _mm256_fmadd_ps(xv, w2, a##r##2);                                        \
+        a##r##3 = _mm256_fmadd_ps(xv, w3, a##r##3);                                        \
+    }
+#define SG_Q2STORE(r)                                                                      \
+    {                                                                                      \
+        float *o = out + (r) * ldo;                                                        \
+        store_row(o, _mm256_add_ps(a##r##0, _mm256_loadu_ps(bias32)),                      \
+                  _mm256_add_ps(a##r##1, _mm256_loadu_ps(bias32 + 8)),                     \
+                  cols < PANEL ? cols : PANEL);                                            \
+        if (cols > PANEL)                                                                  \
+            store_row(o + PANEL, _mm256_add_ps(a##r##2, _mm256_loadu_ps(bias32 + 16)),     \
+                      _mm256_add_ps(a##r##3, _mm256_loadu_ps(bias32 + 24)), cols - PANEL); \
+    }
+SG_Q2P(2)
+SG_Q2P(3)
+
+/* A pass of 2 or 3 rows over quantized panels: pairs of panels (kq2p_R), OpenMP over pairs,
+ * then the panel left over, if any. */
+static void run_kq2p(const float *x, Py_ssize_t m, Py_ssize_t k, const int8_t *packed,
+                     Py_ssize_t n, const float *bias, float *out, int threads,
+                     const plan_t *plan) {
+    Py_ssize_t np = panels_of(n), pairs = np / 2, stride = k * SG_QSPK;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && pairs > 1)
+    for (Py_ssize_t pi = 0; pi < pairs; pi++) {
+        Py_ssize_t c0 = pi * 2 * PANEL, cols = n - c0 < 2 * PANEL ? n - c0 : 2 * PANEL;
+        float bias32[2 * PANEL];
+        for (Py_ssize_t j = 0; j < 2 * PANEL; j++)
+            bias32[j] = (bias != NULL && j < cols) ? bias[c0 + j] : 0.0f;
+        (m == 2 ? kq2p_2 : kq2p_3)(x, k, packed + pi * 2 * stride, stride, bias32, out + c0,
+                                   n, cols);
+    }
+    Py_ssize_t c0 = pairs * 2 * PANEL;
+    if (c0 < n) { /* the last panel: its own columns of every row */
+        float tmp[3 * PANEL];
+        run_kqp(x, m, k, packed + pairs * 2 * stride, n - c0, bias != NULL ? bias + c0 : NULL,
+                tmp, 1, plan);
+        for (Py_ssize_t r = 0; r < m; r++)
+            memcpy(out + r * n + c0, tmp + r * (n - c0), (size_t)(n - c0) * sizeof(float));
+    }
+}
+
 /* A 1-row pass over quantized panels: groups of four (kq1_4), OpenMP over groups, then the
  * panels left over one by one. */
 static void run_kq1(const float *x, Py_ssize_t k, const int8_t *packed, Py_ssize_t n,
@@ -710,6 +781,7 @@ static PyObject *sg_linear(PyObject *self, PyObject *args) {
         const int8_t *w = (const int8_t *)(uintptr_t)packed;
         if (xp) run_kqx(xp, m, k, w, n, b, o, threads, &plan);
         else if (m == 1) run_kq1(xs, k, w, n, b, o, threads, &plan);
+        else if (m <= 3) run_kq2p(xs, m, k, w, n, b, o, threads, &plan);
         else run_kqp(xs, m, k, w, n, b, o, threads, &plan);
     } else if (half) {
         const uint16_t *w = (const uint16_t *)(uintptr_t)packed;
