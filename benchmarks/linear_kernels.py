@@ -1,10 +1,14 @@
 """Time of the default model's linear layers per pass size, for each packing kernel.
 
 The 30 layers × 7 linears of SmolLM2-135M (q, k, v, o: 576→576/192; gate, up: 576→1536;
-down: 1536→576), random float32 weights (cost does not depend on the values), packed by each
-kernel that runs here (:func:`structspec.spec.fastlinear.available_kernels`) and as plain
-``nn.Linear``; for each number of rows, the fastest of ``--repeats`` sweeps through all 210
-layers, kernels interleaved. Also checks that every kernel agrees with ``nn.Linear``.
+down: 1536→576), random weights quantized like the default model's (GGUF Q4_1, dequantized to
+float32; cost does not depend on the values), packed by each kernel that runs here
+(:func:`structspec.spec.fastlinear.available_kernels`) and as plain ``nn.Linear``; ``panel+q``
+is the panel kernel with its exactly quantized panels (passes of up to ``QUANT_MAX_ROWS``
+rows read them; the column beside it, ``panel``, keeps the float32 panels only). For each
+number of rows, the fastest of ``--repeats`` sweeps through all 210 layers, kernels
+interleaved. Also checks that every kernel agrees with ``nn.Linear``, and ``panel+q`` with
+``panel`` bit for bit.
 
     python benchmarks/linear_kernels.py [--threads T] [--rows 1,2,4,8] [--repeats R] [--json-out F]
 """
@@ -24,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from structspec.spec.block_quant import dequantize, quantize_q4_1  # noqa: E402
 from structspec.spec.fastlinear import PackedLinear, available_kernels  # noqa: E402
 
 SHAPES = [(576, 576), (576, 192), (576, 192), (576, 576), (576, 1536), (576, 1536), (1536, 576)]
@@ -40,11 +45,19 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     kernels = available_kernels()
-    variants = ["plain", *kernels]
+    quant = "panel" in kernels
+    variants = ["plain", *kernels, *(["panel+q"] if quant else [])]
     layers = []
     for k, n in SHAPES * LAYERS:
         lin = nn.Linear(k, n, bias=False).eval()
-        layers.append((k, {"plain": lin, **{kern: PackedLinear(lin, kern) for kern in kernels}}))
+        with torch.no_grad():  # as the default model's weights are
+            lin.weight.copy_(torch.from_numpy(dequantize(quantize_q4_1(lin.weight.numpy()))))
+        mods = {"plain": lin, **{kern: PackedLinear(lin, kern, quantized=False)
+                                 for kern in kernels}}
+        if quant:
+            mods["panel+q"] = PackedLinear(lin, "panel")
+            assert mods["panel+q"].quantized
+        layers.append((k, mods))
     rows = [int(r) for r in args.rows.split(",")]
     inputs = {k: torch.randn(max(rows), k) for k in {k for k, _ in SHAPES}}
 
@@ -58,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
             ref = mods["plain"](inputs[k][:5])
             for kern in kernels:
                 assert torch.allclose(mods[kern](inputs[k][:5]), ref, atol=1e-4), kern
+            if quant:
+                for m in (1, 2, 3, 5):
+                    assert torch.equal(mods["panel+q"](inputs[k][:m]),
+                                       mods["panel"](inputs[k][:m])), m
         for m in rows:
             best = {v: float("inf") for v in variants}
             for v in variants:
@@ -74,9 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     # oneDNN's time over each other kernel's, where oneDNN runs
     compared = [k for k in kernels if k != "onednn"] if "onednn" in kernels else []
     print(f"{'rows':>5} " + " ".join(f"{v:>9}" for v in variants)
-          + "".join(f" {'onednn/' + k:>14}" for k in compared))
+          + "".join(f" {'onednn/' + k:>14}" for k in compared)
+          + (f" {'panel+q/panel':>14}" if quant else ""))
     for m in rows:
         ratios = "".join(f" {ms['onednn'][m] / ms[k][m]:>14.2f}" for k in compared)
+        if quant:
+            ratios += f" {ms['panel+q'][m] / ms['panel'][m]:>14.2f}"
         print(f"{m:>5} " + " ".join(f"{ms[v][m]:>9.1f}" for v in variants) + ratios)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -119,15 +120,24 @@ def tiny_model(smollm_tokenizer):
     return LoadedModel(model, smollm_tokenizer, "tiny-random", eos)
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    """Tiny matmuls run faster on one thread than two (and the CI box is shared)."""
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """Run the block with ``count`` torch threads, then restore the number before."""
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny matmuls run faster on one thread than two (and the CI box is shared)."""
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import run_decode, tiny_llama
+from conftest import run_decode, tiny_llama, torch_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -137,17 +137,12 @@ def test_quantized_panels_give_the_float32_panels_bits(threads, n, k, bias):
     quant, plain = PackedLinear(lin, "panel"), PackedLinear(lin, "panel", quantized=False)
     assert quant.quantized and not plain.quantized
     x = torch.randn(70, k, generator=torch.Generator().manual_seed(5))
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with torch.inference_mode():
-            alone = torch.cat([quant(x[i:i + 1]) for i in range(70)])
-            assert torch.equal(alone, torch.cat([plain(x[i:i + 1]) for i in range(70)]))
-            for rows in [*range(1, QUANT_MAX_ROWS + 3), 13, 70]:
-                assert torch.equal(quant(x[:rows]), alone[:rows]), rows
-                assert torch.equal(plain(x[:rows]), alone[:rows]), rows
-    finally:
-        torch.set_num_threads(before)
+    with torch_threads(threads), torch.inference_mode():
+        alone = torch.cat([quant(x[i:i + 1]) for i in range(70)])
+        assert torch.equal(alone, torch.cat([plain(x[i:i + 1]) for i in range(70)]))
+        for rows in [*range(1, QUANT_MAX_ROWS + 3), 13, 70]:
+            assert torch.equal(quant(x[:rows]), alone[:rows]), rows
+            assert torch.equal(plain(x[:rows]), alone[:rows]), rows
 
 
 @native_q
@@ -218,3 +213,16 @@ def test_speculation_on_quantized_panels_equals_plain_decoding(quantized_tiny,
         for rows in (1, 3, QUANT_MAX_ROWS, QUANT_MAX_ROWS + 1):
             a, b = quant(ids[:, :rows]).logits, plain(ids[:, :rows]).logits
             assert torch.equal(a, b), rows
+
+
+@native_q
+def test_the_cost_curve_is_measured_either_side_of_the_quantized_passes(quantized_tiny):
+    import copy
+
+    from structspec.spec.cost import curve_sizes
+    from structspec.spec.fastlinear import COST_STEPS, cost_steps
+
+    model = pack_linears(copy.deepcopy(quantized_tiny[0]))
+    steps = cost_steps(model)
+    assert set(steps) == {*COST_STEPS["panel"], (QUANT_MAX_ROWS, QUANT_MAX_ROWS)}
+    assert {QUANT_MAX_ROWS, QUANT_MAX_ROWS + 1} <= set(curve_sizes(steps))

@@ -28,6 +28,15 @@
  * Half precision (opt-in, for drafters only: their numbers never reach the output): the
  * same panels stored as IEEE halves (F16C), widened to float32 as they are loaded, so a
  * pass reads half the bytes; the arithmetic is float32 as above.
+ *
+ * Exact block-quantized panels: where every weight is d*q + m with d, m halves per block of
+ * 32 input features and q a small integer (GGUF Q4_1 and Q8_0, dequantized to float32: the
+ * default model; recover_q finds d, m, q and refuses any weight they do not give back bit
+ * for bit), the panels hold q as bytes and d, m per block (1.25 bytes per weight), widened
+ * to exactly the float32 weights in registers (SG_DQ): the same chains, the same bits as
+ * float32 panels, from a third of the bytes. It pays where a pass waits on memory: one row
+ * takes four panels at once (kq1_4), two or three rows two panels (kq2p_R); the caller
+ * keeps float32 panels for longer passes (structspec/spec/fastlinear.py, QUANT_MAX_ROWS).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -133,18 +142,13 @@ static void pack_weight_q(int8_t *dst, const int8_t *q, const float *d, const fl
 #define SG_LOADW_F16(p, kk)                                                                \
     __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + (kk) * PANEL)));   \
     __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + (kk) * PANEL + 8)));
-/* Block-quantized weights (see "Exact block-quantized panels" below): per 32 k, 32 rows of
- * 16 signed bytes q, then the panel's 16 scales d and 16 offsets m as floats; w = d*q + m,
- * the product rounded before the sum (SG_KEEP stops the compiler fusing them into an FMA,
- * which rounds once and would give other weights). */
+/* Block-quantized weights (see "Exact block-quantized panels" at the top): per 32 k, 32
+ * rows of 16 signed bytes q, then the panel's 16 scales d and 16 offsets m as floats. */
 #define SG_QK 32
 #define SG_QBYTES (SG_QK * PANEL + 2 * PANEL * (int)sizeof(float)) /* 640 bytes per 32 k */
 #define SG_QSPK (SG_QBYTES / SG_QK)                                /* 20 bytes per k */
-#ifndef QPF
-#define QPF 16
-#endif
-#define SG_KEEP(v) __asm__("" : "+x"(v))
-
+/* 8 weights from 8 bytes q and their scales d and offsets m: q*d + m in one FMA, which is
+ * d*q + m rounded once, as the dequantizer computed it (d*q itself is exact in float32). */
 #define SG_DQ(q8, d, m)                                                                    \
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(                               \
                         _mm_loadl_epi64((const __m128i *)(const void *)(q8)))),            \
@@ -233,8 +237,8 @@ SG_KERNELS(kf16p, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XROW, PANEL)
 SG_KERNELS(kf32x, float, SG_LOADW_F32, "avx2,fma", 16, XPACKED, PANEL)
 SG_KERNELS(kf16x, uint16_t, SG_LOADW_F16, "avx2,fma,f16c", 16, XPACKED, PANEL)
 SG_KERNELS(kq, int8_t, SG_LOADW_Q, "avx2,fma", 0, XROW, SG_QSPK)
-SG_KERNELS(kqp, int8_t, SG_LOADW_Q, "avx2,fma", QPF, XROW, SG_QSPK)
-SG_KERNELS(kqx, int8_t, SG_LOADW_Q, "avx2,fma", QPF, XPACKED, SG_QSPK)
+SG_KERNELS(kqp, int8_t, SG_LOADW_Q, "avx2,fma", 16, XROW, SG_QSPK)
+SG_KERNELS(kqx, int8_t, SG_LOADW_Q, "avx2,fma", 16, XPACKED, SG_QSPK)
 #define PACK_ROWS 6
 #define PACK_MAX_ROWS 64
 
@@ -445,8 +449,10 @@ __attribute__((target("avx2,fma"))) static void kq1_4(const float *x, Py_ssize_t
 #define SG_Q1(q, s, A, B)                                                                  \
     A = _mm256_fmadd_ps(                                                                   \
         xv, SG_DQ((q) + i * PANEL, _mm256_loadu_ps(s), _mm256_loadu_ps((s) + 16)), A);     \
-    B = _mm256_fmadd_ps(                                                                   \
-        xv, SG_DQ((q) + i * PANEL + 8, _mm256_loadu_ps((s) + 8), _mm256_loadu_ps((s) + 24)), B);
+    B = _mm256_fmadd_ps(xv,                                                                \
+                        SG_DQ((q) + i * PANEL + 8, _mm256_loadu_ps((s) + 8),               \
+                              _mm256_loadu_ps((s) + 24)),                                  \
+                        B);
             SG_Q1(q0, s0, a0, a1)
             SG_Q1(q1, s1, a2, a3)
             SG_Q1(q2, s2, a4, a5)
@@ -454,14 +460,13 @@ __attribute__((target("avx2,fma"))) static void kq1_4(const float *x, Py_ssize_t
 #undef SG_Q1
         }
     }
-    __m256 b0 = _mm256_loadu_ps(bias), b1 = _mm256_loadu_ps(bias + 8);
-    store_row(out, _mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1), cols > 0 ? (cols < PANEL ? cols : PANEL) : 0);
-    b0 = _mm256_loadu_ps(bias + 16), b1 = _mm256_loadu_ps(bias + 24);
-    store_row(out + 16, _mm256_add_ps(a2, b0), _mm256_add_ps(a3, b1), cols > 16 ? (cols < 32 ? cols - 16 : PANEL) : 0);
-    b0 = _mm256_loadu_ps(bias + 32), b1 = _mm256_loadu_ps(bias + 40);
-    store_row(out + 32, _mm256_add_ps(a4, b0), _mm256_add_ps(a5, b1), cols > 32 ? (cols < 48 ? cols - 32 : PANEL) : 0);
-    b0 = _mm256_loadu_ps(bias + 48), b1 = _mm256_loadu_ps(bias + 56);
-    store_row(out + 48, _mm256_add_ps(a6, b0), _mm256_add_ps(a7, b1), cols > 48 ? (cols < 64 ? cols - 48 : PANEL) : 0);
+#define SG_Q1STORE(j, A, B)                                                                \
+    if (cols > (j) * PANEL)                                                                \
+        store_row(out + (j) * PANEL, _mm256_add_ps(A, _mm256_loadu_ps(bias + (j) * PANEL)), \
+                  _mm256_add_ps(B, _mm256_loadu_ps(bias + (j) * PANEL + 8)),               \
+                  cols - (j) * PANEL < PANEL ? cols - (j) * PANEL : PANEL);
+    SG_Q1STORE(0, a0, a1) SG_Q1STORE(1, a2, a3) SG_Q1STORE(2, a4, a5) SG_Q1STORE(3, a6, a7)
+#undef SG_Q1STORE
 }
 
 /* Two or three rows against two quantized panels at once: 8 or 12 chains, where one panel
@@ -478,10 +483,12 @@ __attribute__((target("avx2,fma"))) static void kq1_4(const float *x, Py_ssize_t
             const float *s1 = (const float *)(const void *)(q1 + SG_QK * PANEL);          \
             for (int i = 0; i < SG_QK; i++) {                                             \
                 Py_ssize_t kk = b * SG_QK + i;                                            \
-                __m256 w0 = SG_DQ(q0 + i * PANEL, _mm256_loadu_ps(s0), _mm256_loadu_ps(s0 + 16)); \
+                __m256 w0 = SG_DQ(q0 + i * PANEL, _mm256_loadu_ps(s0),                    \
+                                  _mm256_loadu_ps(s0 + 16));                              \
                 __m256 w1 = SG_DQ(q0 + i * PANEL + 8, _mm256_loadu_ps(s0 + 8),            \
                                   _mm256_loadu_ps(s0 + 24));                              \
-                __m256 w2 = SG_DQ(q1 + i * PANEL, _mm256_loadu_ps(s1), _mm256_loadu_ps(s1 + 16)); \
+                __m256 w2 = SG_DQ(q1 + i * PANEL, _mm256_loadu_ps(s1),                    \
+                                  _mm256_loadu_ps(s1 + 16));                              \
                 __m256 w3 = SG_DQ(q1 + i * PANEL + 8, _mm256_loadu_ps(s1 + 8),            \
                                   _mm256_loadu_ps(s1 + 24));                              \
                 SG_Q2ROW(0) SG_Q2ROW(1) if (NR > 2) { SG_Q2ROW(2) }                       \
@@ -663,7 +670,8 @@ __attribute__((target("avx2,fma,f16c"))) static int try_block(const float *w, fl
     return 1;
 }
 
-__attribute__((target("avx2,fma,f16c"))) static int recover_block(const float *w, int8_t *q, float *d, float *m) {
+__attribute__((target("avx2,fma,f16c"))) static int recover_block(const float *w, int8_t *q,
+                                                                     float *d, float *m) {
     float lo = w[0], hi = w[0], amax = 0.0f;
     for (int i = 0; i < QK; i++) {
         if (!isfinite(w[i])) return 0;
@@ -696,7 +704,8 @@ static PyObject *sg_recover_q(PyObject *self, PyObject *args) {
     Py_ssize_t n, k;
     if (!PyArg_ParseTuple(args, "KnnKKK", &w, &n, &k, &q, &d, &m)) return NULL;
     if (n <= 0 || k <= 0 || k % QK != 0) {
-        PyErr_SetString(PyExc_ValueError, "recover_q: n must be positive and k a positive multiple of 32");
+        PyErr_SetString(PyExc_ValueError,
+                        "recover_q: n must be positive and k a positive multiple of 32");
         return NULL;
     }
 #if SG_X86
@@ -735,7 +744,8 @@ static PyObject *sg_pack_q(PyObject *self, PyObject *args) {
     Py_ssize_t n, k;
     if (!PyArg_ParseTuple(args, "KKKKnn", &dst, &q, &d, &m, &n, &k)) return NULL;
     if (n <= 0 || k <= 0 || k % QK != 0) {
-        PyErr_SetString(PyExc_ValueError, "pack_q: n must be positive and k a positive multiple of 32");
+        PyErr_SetString(PyExc_ValueError,
+                        "pack_q: n must be positive and k a positive multiple of 32");
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS

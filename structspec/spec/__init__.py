@@ -10,6 +10,8 @@
 - :mod:`~structspec.spec.decode`: :func:`speculative_decode` and :class:`SpecConfig`;
 - :mod:`~structspec.spec.fastlinear`: packed linears (our AVX2 panel kernel, or oneDNN) that
   make multi-row passes cheap on CPU;
+- :mod:`~structspec.spec.block_quant`: the exact block quantization of weights dequantized
+  from GGUF (the default model's), which the panel kernel reads at a third of the bytes;
 - :mod:`~structspec.spec.attention`: grouped-query SDPA under tree masks on CPU;
 - :mod:`~structspec.spec.cpu_paths`: both, in one call (:func:`use_fast_cpu_paths`).
 """

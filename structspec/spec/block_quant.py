@@ -118,3 +118,18 @@ def dequantize(quant: BlockQuant) -> np.ndarray:
     n, k = quant.q.shape
     blocks = quant.q.reshape(n, k // BLOCK, BLOCK).astype(np.float32)
     return (quant.d[..., None] * blocks + quant.m[..., None]).reshape(n, k)
+
+
+def quantize_q4_1(weight: np.ndarray) -> BlockQuant:
+    """Quantize ``weight`` (float32 [n, k], k a multiple of 32) as GGUF's Q4_1 does (per block:
+    offset the minimum, scale (max - min) / 15, both stored as halves, q rounded to nearest):
+    for benchmarks and tests that need weights shaped like the default model's. Lossy, pure."""
+    n, k = weight.shape
+    blocks = weight.astype(np.float32).reshape(n, k // BLOCK, BLOCK)
+    low, high = blocks.min(-1), blocks.max(-1)
+    d = ((high - low) / 15).astype(np.float16).astype(np.float32)
+    m = low.astype(np.float16).astype(np.float32)
+    safe = np.where(d > 0, d, np.float32(1))[..., None]
+    q = np.clip(np.rint((blocks - m[..., None]) / safe), 0, 15).astype(np.int8)
+    return BlockQuant(q.reshape(n, k), d, m)
+
