@@ -153,6 +153,8 @@ def test_quantized_kernel_refuses_bad_shapes():
         GEMM.pack_q(0, 0, 0, 0, 4, 40)
     with pytest.raises(ValueError, match="multiple of 32"):
         GEMM.recover_q(0, 4, 33, 0, 0, 0)
+    with pytest.raises(ValueError, match="packed_bytes_q: .*multiple of 32"):
+        GEMM.packed_bytes_q(4, 40)
 
 
 @native_q

@@ -75,22 +75,25 @@ static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) 
     }
 }
 
+/* Block-quantized panels (see "Exact block-quantized panels" at the top): per 32 k, 32 rows
+ * of 16 signed bytes q, then the panel's 16 scales d and 16 offsets m as floats. */
+#define SG_QK 32
+#define SG_QBYTES (SG_QK * PANEL + 2 * PANEL * (int)sizeof(float)) /* 640 bytes per 32 k */
+#define SG_QSPK (SG_QBYTES / SG_QK)                                /* 20 bytes per k */
+
 /* Pack a block-quantized weight, w[c][kk] = d[c][kk/32] * q[c][kk] + m[c][kk/32] (q: n x k
- * signed bytes, d and m: n x k/32 floats; k a multiple of 32) into SG_LOADW_Q's panels:
- * per panel and 32 k, q[kk][16] then d[16] and m[16]; 0 past n. */
-#define QK 32
+ * signed bytes, d and m: n x k/32 floats; k a multiple of 32) into those panels; 0 past n. */
 static void pack_weight_q(int8_t *dst, const int8_t *q, const float *d, const float *m,
                           Py_ssize_t n, Py_ssize_t k) {
-    Py_ssize_t np = panels_of(n), nb = k / QK;
-    size_t block_bytes = QK * PANEL + 2 * PANEL * sizeof(float);
+    Py_ssize_t np = panels_of(n), nb = k / SG_QK;
     for (Py_ssize_t p = 0; p < np; p++) {
         for (Py_ssize_t b = 0; b < nb; b++) {
-            int8_t *blk = dst + ((size_t)p * nb + b) * block_bytes;
-            float *sc = (float *)(void *)(blk + QK * PANEL);
+            int8_t *blk = dst + ((size_t)p * nb + b) * SG_QBYTES;
+            float *sc = (float *)(void *)(blk + SG_QK * PANEL);
             for (Py_ssize_t j = 0; j < PANEL; j++) {
                 Py_ssize_t col = p * PANEL + j;
-                for (Py_ssize_t i = 0; i < QK; i++)
-                    blk[i * PANEL + j] = col < n ? q[col * k + b * QK + i] : 0;
+                for (Py_ssize_t i = 0; i < SG_QK; i++)
+                    blk[i * PANEL + j] = col < n ? q[col * k + b * SG_QK + i] : 0;
                 sc[j] = col < n ? d[col * nb + b] : 0.0f;
                 sc[PANEL + j] = col < n ? m[col * nb + b] : 0.0f;
             }
@@ -142,11 +145,6 @@ static void pack_weight_q(int8_t *dst, const int8_t *q, const float *d, const fl
 #define SG_LOADW_F16(p, kk)                                                                \
     __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + (kk) * PANEL)));   \
     __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + (kk) * PANEL + 8)));
-/* Block-quantized weights (see "Exact block-quantized panels" at the top): per 32 k, 32
- * rows of 16 signed bytes q, then the panel's 16 scales d and 16 offsets m as floats. */
-#define SG_QK 32
-#define SG_QBYTES (SG_QK * PANEL + 2 * PANEL * (int)sizeof(float)) /* 640 bytes per 32 k */
-#define SG_QSPK (SG_QBYTES / SG_QK)                                /* 20 bytes per k */
 /* 8 weights from 8 bytes q and their scales d and offsets m: q*d + m in one FMA, which is
  * d*q + m rounded once, as the dequantizer computed it (d*q itself is exact in float32). */
 #define SG_DQ(q8, d, m)                                                                    \
@@ -653,9 +651,9 @@ __attribute__((target("avx2,fma,f16c"))) static int try_block(const float *w, fl
                                                                  float m, int lo, int hi,
                                                                  int8_t *q) {
     if (!(d > 0.0f)) return 0;
-    float t[QK];
+    float t[SG_QK];
     uint32_t diff = 0;
-    for (int i = 0; i < QK; i++) {
+    for (int i = 0; i < SG_QK; i++) {
         float v = __builtin_roundevenf((w[i] - m) / d);
         v = v < (float)lo ? (float)lo : (v > (float)hi ? (float)hi : v);
         t[i] = (float)(int)v; /* as the kernel widens it from its byte: never -0.0 */
@@ -666,14 +664,14 @@ __attribute__((target("avx2,fma,f16c"))) static int try_block(const float *w, fl
         diff |= a ^ b;
     }
     if (diff) return 0;
-    for (int i = 0; i < QK; i++) q[i] = (int8_t)t[i];
+    for (int i = 0; i < SG_QK; i++) q[i] = (int8_t)t[i];
     return 1;
 }
 
 __attribute__((target("avx2,fma,f16c"))) static int recover_block(const float *w, int8_t *q,
                                                                      float *d, float *m) {
     float lo = w[0], hi = w[0], amax = 0.0f;
-    for (int i = 0; i < QK; i++) {
+    for (int i = 0; i < SG_QK; i++) {
         if (!isfinite(w[i])) return 0;
         lo = w[i] < lo ? w[i] : lo;
         hi = w[i] > hi ? w[i] : hi;
@@ -697,17 +695,21 @@ __attribute__((target("avx2,fma,f16c"))) static int recover_block(const float *w
 }
 #endif
 
+/* Whether an n x k weight can be block-quantized; else a ValueError naming fn. */
+static int q_shape_ok(const char *fn, Py_ssize_t n, Py_ssize_t k) {
+    if (n > 0 && k > 0 && k % SG_QK == 0) return 1;
+    PyErr_Format(PyExc_ValueError, "%s: n must be positive and k a positive multiple of %d",
+                 fn, SG_QK);
+    return 0;
+}
+
 /* recover_q(w_ptr, n, k, q_ptr, d_ptr, m_ptr) -> bool (see recover_block). */
 static PyObject *sg_recover_q(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long w, q, d, m;
     Py_ssize_t n, k;
     if (!PyArg_ParseTuple(args, "KnnKKK", &w, &n, &k, &q, &d, &m)) return NULL;
-    if (n <= 0 || k <= 0 || k % QK != 0) {
-        PyErr_SetString(PyExc_ValueError,
-                        "recover_q: n must be positive and k a positive multiple of 32");
-        return NULL;
-    }
+    if (!q_shape_ok("recover_q", n, k)) return NULL;
 #if SG_X86
     if (!cpu_ok(1)) {
         PyErr_SetString(PyExc_RuntimeError, "recover_q needs F16C");
@@ -718,9 +720,9 @@ static PyObject *sg_recover_q(PyObject *self, PyObject *args) {
     const float *ws = (const float *)(uintptr_t)w;
     int8_t *qs = (int8_t *)(uintptr_t)q;
     float *ds = (float *)(uintptr_t)d, *ms = (float *)(uintptr_t)m;
-    Py_ssize_t nb = n * (k / QK);
+    Py_ssize_t nb = n * (k / SG_QK);
     for (Py_ssize_t b = 0; b < nb && ok; b++)
-        ok = recover_block(ws + b * QK, qs + b * QK, ds + b, ms + b);
+        ok = recover_block(ws + b * SG_QK, qs + b * SG_QK, ds + b, ms + b);
     Py_END_ALLOW_THREADS
     return PyBool_FromLong(ok);
 #else
@@ -734,7 +736,8 @@ static PyObject *sg_packed_bytes_q(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t n, k;
     if (!PyArg_ParseTuple(args, "nn", &n, &k)) return NULL;
-    return PyLong_FromSsize_t(panels_of(n) * (k / QK) * (QK * PANEL + 2 * PANEL * 4));
+    if (!q_shape_ok("packed_bytes_q", n, k)) return NULL;
+    return PyLong_FromSsize_t(panels_of(n) * (k / SG_QK) * SG_QBYTES);
 }
 
 /* pack_q(dst_ptr, q_ptr, d_ptr, m_ptr, n, k): dst must hold packed_bytes_q(n, k) bytes. */
@@ -743,11 +746,7 @@ static PyObject *sg_pack_q(PyObject *self, PyObject *args) {
     unsigned long long dst, q, d, m;
     Py_ssize_t n, k;
     if (!PyArg_ParseTuple(args, "KKKKnn", &dst, &q, &d, &m, &n, &k)) return NULL;
-    if (n <= 0 || k <= 0 || k % QK != 0) {
-        PyErr_SetString(PyExc_ValueError,
-                        "pack_q: n must be positive and k a positive multiple of 32");
-        return NULL;
-    }
+    if (!q_shape_ok("pack_q", n, k)) return NULL;
     Py_BEGIN_ALLOW_THREADS
     pack_weight_q((int8_t *)(uintptr_t)dst, (const int8_t *)(uintptr_t)q,
                   (const float *)(uintptr_t)d, (const float *)(uintptr_t)m, n, k);
@@ -766,7 +765,7 @@ static PyObject *sg_linear(PyObject *self, PyObject *args) {
                           &kind))
         return NULL;
     int half = kind == 1;
-    if (m < 0 || k <= 0 || n <= 0 || kind < 0 || kind > 2 || (kind == 2 && k % QK != 0)) {
+    if (m < 0 || k <= 0 || n <= 0 || kind < 0 || kind > 2 || (kind == 2 && k % SG_QK != 0)) {
         PyErr_SetString(PyExc_ValueError, "linear: bad shape");
         return NULL;
     }
