@@ -20,6 +20,7 @@ from structspec.spec.cost import (
     free_nodes,
     measure_cost_curve,
     memory_use,
+    node_floor,
     plan_tree,
 )
 from structspec.spec.schedule import Scheduler
@@ -93,7 +94,7 @@ def test_free_nodes_are_those_a_pass_of_the_root_alone_pays_for():
 
 
 def test_acceptance_model_is_conditional_per_drafter_and_depth():
-    m = AcceptanceModel(prior=0.5, strength=2.0, decay=1.0)
+    m = AcceptanceModel(prior=0.5, strength=2.0, decay=1.0, fade=1.0)
     assert m.rate("lookup", 1) == 0.5 and m.rate("lookup", 3) == 0.5
     # root -> 1 (forced chain) -> {2 lookup -> 3 lookup, 4 topk}
     tree = _tree([-1, 0, 1, 2, 1], ["forced", "lookup", "lookup", "topk"])
@@ -113,7 +114,7 @@ def test_acceptance_model_is_conditional_per_drafter_and_depth():
 
 
 def test_scored_nodes_are_estimated_from_their_calibrated_scores():
-    m = AcceptanceModel(prior=0.5, strength=2.0, decay=1.0)
+    m = AcceptanceModel(prior=0.5, strength=2.0, decay=1.0, fade=1.0)
     # root -> 1 (forced chain) -> {2 head (0.8) -> 3 head (0.5), 4 lookup (unscored)}
     tree = _tree([-1, 0, 1, 2, 1], ["forced", "head", "head", "lookup"])
     tree = DraftTree(tree.tokens, tree.parents, tree.depths, tree.states, tree.sources,
@@ -136,6 +137,26 @@ def test_scored_nodes_are_estimated_from_their_calibrated_scores():
     assert max(m.node_probabilities(tree, 1)) <= 1.0
 
 
+def test_a_drafter_keeps_its_record_while_it_sits_out():
+    """Counts fade fast only in steps that observe them: a drafter that missed 40 times
+    still looks bad after 100 steps in which only others drafted (before, every count
+    faded every step and it was back near the prior), and drifts back toward the prior
+    over a few hundred, so it gets tried again."""
+    m = AcceptanceModel(prior=0.5, strength=2.0, decay=0.97, fade=0.995)
+    junk = _tree([-1, 0], ["closers"])
+    head = _tree([-1, 0], ["draft_head"])
+    for _ in range(40):
+        m.record(junk, (0,), frontier_depth=0)
+    assert m.rate("closers", 1) < 0.05
+    for _ in range(100):
+        m.record(head, (0, 1), frontier_depth=0)
+    assert m.rate("closers", 1) < 0.08
+    assert m.rate("draft_head", 1) > 0.9
+    for _ in range(600):
+        m.record(head, (0, 1), frontier_depth=0)
+    assert m.rate("closers", 1) > 0.3
+
+
 def test_plan_keeps_what_pays_for_its_cost():
     # root, then a chain of 4 speculative nodes and 4 unlikely single-node branches.
     parents = [-1, 0, 1, 2, 3, 0, 0, 0, 0]
@@ -152,6 +173,28 @@ def test_plan_keeps_what_pays_for_its_cost():
     for plan in (flat, steep, cpu):  # ancestor-closed
         assert all(parents[i] == 0 or parents[i] in plan.keep for i in plan.keep)
     assert cpu.expected_tokens == pytest.approx(1 + sum(probs[i] for i in cpu.keep))
+
+
+def test_plan_floor_prices_every_node_over_a_flat_stretch():
+    """A flat stretch of the measured curve (a kernel's block, or noise the curve's
+    monotone rule flattened) makes any node look free; the floor prices each at half the
+    curve's mean cost per node, so guesses that are almost never accepted stay out while
+    likely ones stay in."""
+    curve = CostCurve((1, 2, 8, 16), (1.0, 1.17, 1.17, 2.15))
+    floor = node_floor(curve)
+    assert floor == pytest.approx(0.5 * 1.15 / 15)
+    assert node_floor(CostCurve((1,), (1.0,))) == 0.0
+    # root -> a likely head chain of two, then two junk branches off the root (closers,
+    # values in free text), and a fair side branch.
+    tree = _tree([-1, 0, 1, 0, 0, 0], ["draft_head", "draft_head", "closers", "values",
+                                        "draft_head_alt"])
+    probs = [1.0, 0.45, 0.2, 0.02, 0.01, 0.15]
+    free = plan_tree(tree, 0, probs, curve)
+    assert set(free.keep) == {1, 2, 3, 4, 5}  # 2 -> 8 nodes cost nothing: all kept
+    priced = plan_tree(tree, 0, probs, curve, floor=floor)
+    assert set(priced.keep) == {1, 2, 5}
+    assert priced.seconds >= curve(4) and priced.seconds == pytest.approx(
+        max(curve(4), curve(2) + 2 * floor))
 
 
 def test_curve_sizes_bracket_the_kernels_cost_steps():

@@ -52,3 +52,29 @@ def test_budget_never_shrinks_below_the_free_nodes():
         s.budget()
         s.record(offered=3, accepted=0)
     assert s.levels[s.level] == 3 and all(s.budget().nodes == 3 for _ in range(20))
+
+
+def test_gate_doubles_the_pause_of_a_drafter_that_keeps_missing():
+    g = DrafterGate(window=2, pause=4, max_pause=10)
+
+    def miss_until_paused() -> int:
+        n = 0
+        while g.active("closers"):
+            g.record({"closers": False})
+            n += 1
+        return n
+
+    def paused_for() -> int:
+        n = 0
+        while not g.active("closers"):
+            g.record({})
+            n += 1
+        return n
+
+    pauses = []
+    for _ in range(4):
+        assert miss_until_paused() == 2
+        pauses.append(paused_for())
+    assert pauses == [4, 8, 10, 10]  # doubled, up to max_pause
+    g.record({"closers": True})  # a hit resets the pause
+    assert miss_until_paused() == 2 and paused_for() == 4

@@ -11,9 +11,10 @@ device against the running acceptance of each drafter at each depth.
 - :func:`plan_tree`: estimates each node's probability of being accepted (the product of
   the conditional rates along its path), and keeps the ``k`` most likely nodes — an
   ancestor-closed set — for the ``k`` that maximizes
-  ``(expected tokens) / cost(pass of that size)``. That ``k`` is the step's node
-  budget. Pruning never affects what is generated, only how fast (acceptance stays lossless
-  for any tree of legal nodes).
+  ``(expected tokens) / cost(pass of that size)``, where no node is priced below a
+  floor (:func:`node_floor`: a measured curve's flat stretches would make any guess look
+  free). That ``k`` is the step's node budget. Pruning never affects what is generated,
+  only how fast (acceptance stays lossless for any tree of legal nodes).
 - :func:`memory_use`: the fraction of device (CUDA) or system memory in use, for the
   scheduler's memory-pressure rule.
 
@@ -315,7 +316,9 @@ class AcceptanceModel:
         prior: the rate assumed for a drafter never seen at depth 1.
         strength: weight of the prior, in pseudo-observations (deeper levels take the
             estimate of the level above as their prior).
-        decay: counts are multiplied by this every step (recent steps weigh more).
+        decay: a count is multiplied by this in every step that observes it (recent
+            observations weigh more).
+        fade: ... and by this in every step that does not (old records fade slowly).
 
     Nodes a drafter scored (its own probability of the token, :attr:`DraftTree.scores`)
     are estimated from the score instead, times a running calibration factor
@@ -326,10 +329,12 @@ class AcceptanceModel:
     Not thread-safe; one per decode.
     """
 
-    def __init__(self, prior: float = 0.5, strength: float = 2.0, decay: float = 0.97) -> None:
+    def __init__(self, prior: float = 0.5, strength: float = 2.0, decay: float = 0.97,
+                 fade: float = 0.995) -> None:
         self.prior = prior
         self.strength = strength
         self.decay = decay
+        self.fade = fade
         self.counts: dict[tuple[str, int], list[float]] = {}  # -> [proposed, accepted]
         self.chain = [0.0, 0.0]  # forced-chain nodes: [proposed, accepted]
         self.scored = [0.0, 0.0]  # scored nodes: [sum of their scores, accepted]
@@ -397,24 +402,38 @@ class AcceptanceModel:
 
     def record(self, tree: DraftTree, path: Sequence[int], frontier_depth: int) -> None:
         """Learn from one step: ``path`` (root first) is what was accepted. Only nodes whose
-        parent was accepted count (the others never had a chance)."""
-        if self.decay < 1.0:
-            for c in (*self.counts.values(), self.chain, self.scored):
-                c[0] *= self.decay
-                c[1] *= self.decay
+        parent was accepted count (the others never had a chance).
+
+        A count fades by ``decay`` in each step that observes it, and by only ``fade`` in
+        the others: a drafter the gate has paused, or whose guesses the plan drops, keeps
+        most of its record for a few hundred steps, then drifts back toward the prior and
+        gets tried again. Fading every count by ``decay`` every step let a drafter that is
+        never accepted drift back to the prior while it sat out (free text: ``closers`` and
+        ``values`` were estimated at 0.1-0.15 after dozens of misses, so the plan kept
+        their guesses, 0.5 nodes per pass accepted 1% of the time)."""
         on_path = set(path)
         depths = speculative_depths(tree, frontier_depth)
+        seen: set[int] = set()
+        observed: list[tuple[list[float], float, bool]] = []
         for i in range(1, len(tree)):
             if tree.parents[i] not in on_path:
                 continue
             d = depths[i]
             c = self.chain if d <= 0 else self.counts.setdefault((tree.sources[i], d), [0.0, 0.0])
-            c[0] += 1
-            c[1] += i in on_path
+            hit = i in on_path
+            observed.append((c, 1.0, hit))
+            seen.add(id(c))
             score = tree.score(i) if d > 0 else None
             if score is not None:
-                self.scored[0] += score
-                self.scored[1] += i in on_path
+                observed.append((self.scored, score, hit))
+                seen.add(id(self.scored))
+        for c in (*self.counts.values(), self.chain, self.scored):
+            rate = self.decay if id(c) in seen else self.fade
+            c[0] *= rate
+            c[1] *= rate
+        for c, weight, hit in observed:
+            c[0] += weight
+            c[1] += hit
 
 
 @dataclass(frozen=True)
@@ -431,8 +450,25 @@ class Plan:
         return len(self.keep)
 
 
+def node_floor(curve: CostCurve, fraction: float = 0.5) -> float:
+    """The least a speculative node may be priced at by :func:`plan_tree`: ``fraction`` of
+    the curve's mean cost per node between its smallest and largest measured sizes (seconds;
+    ``0`` for a one-point curve). Pure.
+
+    Why: every row of a pass costs something (its logits, its attention, its norms), but a
+    measured curve has flat stretches — the staircase of the packed kernels, and noise that
+    the curve's "a larger pass never costs less" rule turns into a step. Over such a stretch
+    any node with a non-zero estimate raised the plan's expected tokens per second, so free
+    text carried the ``closers`` and ``values`` drafters' guesses (accepted 2% and 0% of the
+    time in the prose benchmark, 0.56 such nodes per pass)."""
+    first, last = curve.sizes[0], curve.sizes[-1]
+    if last <= first:
+        return 0.0
+    return max(0.0, fraction * (curve(last) - curve(first)) / (last - first))
+
+
 def plan_tree(tree: DraftTree, frontier_depth: int, probs: Sequence[float], curve: CostCurve,
-              *, overhead: float = 0.0) -> Plan:
+              *, overhead: float = 0.0, floor: float = 0.0) -> Plan:
     """The speculative nodes to keep: the ``k`` most likely (an ancestor-closed set, since a
     node is never likelier than its parent) for the ``k`` maximizing expected tokens per
     second. Pure.
@@ -444,6 +480,8 @@ def plan_tree(tree: DraftTree, frontier_depth: int, probs: Sequence[float], curv
         probs: estimated P(accepted) per node (see :meth:`AcceptanceModel.node_probabilities`).
         curve: pass time vs nodes.
         overhead: seconds per step outside the pass (drafting, masks).
+        floor: the least each speculative node adds to the pass's cost, in seconds
+            (:func:`node_floor`); a node is kept only where its estimate pays for that.
 
     Returns:
         A :class:`Plan`; ``keep`` lists speculative node indices (ascending).
@@ -455,12 +493,14 @@ def plan_tree(tree: DraftTree, frontier_depth: int, probs: Sequence[float], curv
     expected = 1.0 + sum(probs[i] for i in base_nodes[1:])
     q0 = len(base_nodes)
     order = sorted(spec, key=lambda i: (-probs[i], i))
-    best_k, best_rate = 0, expected / (curve(q0) + overhead)
+    cost = curve(q0)
+    best_k, best_rate, best_cost = 0, expected / (cost + overhead), cost
     best_expected, gain = expected, expected
     for k, i in enumerate(order, start=1):
         gain += probs[i]
-        rate = gain / (curve(q0 + k) + overhead)
+        cost = max(curve(q0 + k), cost + floor)
+        rate = gain / (cost + overhead)
         if rate > best_rate * (1 + 1e-9):
-            best_k, best_rate, best_expected = k, rate, gain
+            best_k, best_rate, best_expected, best_cost = k, rate, gain, cost
     keep = tuple(sorted(order[:best_k]))
-    return Plan(keep, best_expected, curve(q0 + best_k) + overhead)
+    return Plan(keep, best_expected, best_cost + overhead)

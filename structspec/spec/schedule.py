@@ -24,7 +24,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from structspec.spec.cost import AcceptanceModel, CostCurve, plan_tree, speculative_depths
+from structspec.spec.cost import (
+    AcceptanceModel,
+    CostCurve,
+    node_floor,
+    plan_tree,
+    speculative_depths,
+)
 from structspec.spec.tree import DraftTree
 
 
@@ -83,6 +89,7 @@ class Scheduler:
         self._hits: deque[bool] = deque(maxlen=self.window)
         self._steps_at_none = 0
         self.curve = curve
+        self._floor = node_floor(curve) if curve is not None else 0.0
         self.acceptance = acceptance if acceptance is not None else AcceptanceModel()
         self.memory_probe = memory_probe
         self.memory_threshold = memory_threshold
@@ -125,7 +132,7 @@ class Scheduler:
             self.planned.append(speculative)
             return tree
         probs = self.acceptance.node_probabilities(tree, frontier_depth)
-        plan = plan_tree(tree, frontier_depth, probs, self.curve)
+        plan = plan_tree(tree, frontier_depth, probs, self.curve, floor=self._floor)
         self.planned.append(plan.speculative_nodes)
         if plan.speculative_nodes == speculative:
             return tree
@@ -161,18 +168,24 @@ class Scheduler:
 
 class DrafterGate:
     """Per-drafter on/off switch: a drafter none of whose last ``window`` proposals got a
-    token accepted sits out ``pause`` steps, then is tried again. (Free text gives the
-    ``values`` drafter nothing to do; JSON gives ``lookup`` little: each stops costing nodes.)
+    token accepted sits out ``pause`` steps, then is tried again; each further window
+    without a hit doubles the pause (up to ``max_pause``), and a hit resets it. (Free text
+    gives the ``values`` and ``closers`` drafters nothing to do; JSON gives ``lookup``
+    little: each stops costing nodes and drafting time. With a fixed pause such a drafter
+    still drafted a third of the steps of a long answer.)
 
     Not thread-safe; one per decode.
     """
 
-    def __init__(self, window: int = 8, pause: int = 16, adaptive: bool = True) -> None:
+    def __init__(self, window: int = 8, pause: int = 16, adaptive: bool = True,
+                 max_pause: int = 256) -> None:
         self.window = max(1, window)
         self.pause = max(0, pause)
+        self.max_pause = max(self.pause, max_pause)
         self.adaptive = adaptive
         self._hits: dict[str, deque[bool]] = {}
         self._paused_until: dict[str, int] = {}
+        self._strikes: dict[str, int] = {}
         self.step = 0
 
     def active(self, name: str) -> bool:
@@ -188,6 +201,11 @@ class DrafterGate:
         for name, hit in proposed.items():
             hits = self._hits.setdefault(name, deque(maxlen=self.window))
             hits.append(hit)
-            if len(hits) == self.window and not any(hits):
-                self._paused_until[name] = self.step + self.pause
+            if hit:
+                self._strikes[name] = 0
+            elif len(hits) == self.window and not any(hits):
+                strikes = self._strikes.get(name, 0)
+                self._strikes[name] = strikes + 1
+                self._paused_until[name] = self.step + min(self.max_pause,
+                                                           self.pause << min(strikes, 16))
                 hits.clear()
