@@ -133,6 +133,25 @@ def torch_threads(count: int):
         torch.set_num_threads(before)
 
 
+@pytest.fixture(params=["avx2", "avx512"])
+def kernel_isa(request):
+    """Run the test with the panel kernels' AVX2 versions, then their AVX-512 ones (skipped
+    where the CPU has no AVX-512F); the previous choice is restored afterwards."""
+    from structspec.spec.fastlinear import avx512, use_avx512
+
+    if request.param == "avx512":
+        before = use_avx512(True)
+        if not avx512():
+            use_avx512(before)
+            pytest.skip("this CPU has no AVX-512F")
+    else:
+        before = use_avx512(False)
+    try:
+        yield request.param
+    finally:
+        use_avx512(before)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny matmuls run faster on one thread than two (and the CI box is shared)."""

@@ -19,12 +19,14 @@ from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec.block_quant import BLOCK, BlockQuant, dequantize, recover
 from structspec.spec.fastlinear import (
-    QUANT_MAX_ROWS,
     PackedLinear,
     available_kernels,
+    avx512,
     pack_linears,
+    quant_max_rows,
     quantized_count,
     unpack_linears,
+    use_avx512,
 )
 from structspec.vocab import Vocabulary
 
@@ -129,10 +131,11 @@ def _linear_from(w: np.ndarray, bias: bool, seed: int = 0) -> nn.Linear:
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(("n", "k", "bias"), [(80, 64, True), (200, 96, False), (7, 32, True),
                                               (256, 160, True)])
-def test_quantized_panels_give_the_float32_panels_bits(threads, n, k, bias):
-    """Every pass size 1-70 (the quantized panels up to QUANT_MAX_ROWS rows; 1 row in groups
-    of four panels and the panels left over): the same bits as float32 panels alone, and each
-    row the bits of a lone row."""
+def test_quantized_panels_give_the_float32_panels_bits(threads, n, k, bias, kernel_isa):
+    """Every pass size 1-70 (the quantized panels up to quant_max_rows() rows; 1 row in
+    groups of four panels and the panels left over), with the AVX2 and the AVX-512 kernels:
+    the same bits as float32 panels alone, and each row the bits of a lone row."""
+    last = quant_max_rows()
     lin = _linear_from(_quantized(n, k, seed=n + k, kinds="48"), bias, seed=k)
     quant, plain = PackedLinear(lin, "panel"), PackedLinear(lin, "panel", quantized=False)
     assert quant.quantized and not plain.quantized
@@ -140,7 +143,7 @@ def test_quantized_panels_give_the_float32_panels_bits(threads, n, k, bias):
     with torch_threads(threads), torch.inference_mode():
         alone = torch.cat([quant(x[i:i + 1]) for i in range(70)])
         assert torch.equal(alone, torch.cat([plain(x[i:i + 1]) for i in range(70)]))
-        for rows in [*range(1, QUANT_MAX_ROWS + 3), 13, 70]:
+        for rows in [*range(1, last + 3), 13, 70]:
             assert torch.equal(quant(x[:rows]), alone[:rows]), rows
             assert torch.equal(plain(x[:rows]), alone[:rows]), rows
 
@@ -212,7 +215,7 @@ def test_speculation_on_quantized_panels_equals_plain_decoding(quantized_tiny,
     assert runs[0][:3] == runs[1][:3] == runs[2][:3]
     ids = torch.tensor([(prompt * 8)[:12]])
     with torch.inference_mode():
-        for rows in (1, 3, QUANT_MAX_ROWS, QUANT_MAX_ROWS + 1):
+        for rows in (1, 3, quant_max_rows(), quant_max_rows() + 1):
             a, b = quant(ids[:, :rows]).logits, plain(ids[:, :rows]).logits
             assert torch.equal(a, b), rows
 
@@ -222,9 +225,37 @@ def test_the_cost_curve_is_measured_either_side_of_the_quantized_passes(quantize
     import copy
 
     from structspec.spec.cost import curve_sizes
-    from structspec.spec.fastlinear import COST_STEPS, cost_steps
+    from structspec.spec.fastlinear import COST_STEPS, COST_STEPS_AVX512, cost_steps
 
     model = pack_linears(copy.deepcopy(quantized_tiny[0]))
     steps = cost_steps(model)
-    assert set(steps) == {*COST_STEPS["panel"], (QUANT_MAX_ROWS, QUANT_MAX_ROWS)}
-    assert {QUANT_MAX_ROWS, QUANT_MAX_ROWS + 1} <= set(curve_sizes(steps))
+    last = quant_max_rows()
+    table = COST_STEPS_AVX512 if avx512() else COST_STEPS
+    assert set(steps) == {*table["panel"], (last, last)}
+    assert {last, last + 1} <= set(curve_sizes(steps))
+
+
+@native_q
+@pytest.mark.skipif(not avx512(), reason="this CPU has no AVX-512F")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("n", "k"), [(576, 64), (200, 96), (7, 32), (48, 160)])
+def test_avx512_kernels_give_the_avx2_kernels_bits(threads, n, k):
+    """The AVX-512 kernels (float32 panels in blocks of up to 12 rows against two panels,
+    quantized panels up to 8 rows against up to four) against the AVX2 ones, every pass
+    size 1-40 and 70, with a bias and without, panel counts odd and even: the same bits."""
+    lin = _linear_from(_quantized(n, k, seed=3 * n + k, kinds="48"), n % 2 == 0, seed=n)
+    layers = {"quant": PackedLinear(lin, "panel"),
+              "plain": PackedLinear(lin, "panel", quantized=False)}
+    x = torch.randn(70, k, generator=torch.Generator().manual_seed(n))
+    got: dict[bool, dict[tuple[str, int], torch.Tensor]] = {}
+    before = use_avx512(True)
+    try:
+        for wide in (False, True):
+            use_avx512(wide)
+            with torch_threads(threads), torch.inference_mode():
+                got[wide] = {(name, rows): layer(x[:rows])
+                             for name, layer in layers.items() for rows in [*range(1, 41), 70]}
+    finally:
+        use_avx512(before)
+    for key, out in got[False].items():
+        assert torch.equal(out, got[True][key]), key

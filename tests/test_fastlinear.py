@@ -235,6 +235,14 @@ def test_row_blocks_match_the_native_kernels_rows():
         assert [last - b for b, last in steps] == ([1, 2, 2] if kernel == "panel" else [0, 2, 2])
     plan = "(plan.sixes > 0 && plan.tail[0] == 1 && have7) || (plan.sixes > 1 && plan.tail[0] == 2)"
     assert plan in source
+    # The AVX-512 kernels: float32 rows in blocks of at most SZ_ROWS, quantized panels up to
+    # SZ_QMAX rows.
+    from structspec.spec.fastlinear import COST_STEPS_AVX512, QUANT_MAX_ROWS_AVX512
+
+    wide = int(re.search(r"^#define SZ_ROWS (\d+)", source, re.M).group(1))
+    assert COST_STEPS_AVX512["panel"] == ((wide, wide), (2 * wide, 2 * wide))
+    assert int(re.search(r"^#define SZ_QMAX (\d+)", source, re.M).group(1)) == \
+        QUANT_MAX_ROWS_AVX512
 
 
 @panel

@@ -559,6 +559,176 @@ static void run_kq1(const float *x, Py_ssize_t k, const int8_t *packed, Py_ssize
                out + c0, 1, plan);
 }
 
+
+/* AVX-512 kernels, where the CPU has AVX-512F (sessions 1-18 ran on AVX2-only machines;
+ * session 19's AMD EPYC, Zen 4, has it). A zmm register holds a whole 16-column panel row,
+ * and 32 of them hold a block of several rows against several panels at once. Every output
+ * is still the one in-order chain acc = fma(x[m,k], w[k,n], acc), then + bias, so the
+ * results are bitwise those of the AVX2 kernels (tests/test_block_quant.py compares both
+ * paths on every pass size where both run).
+ *
+ * Quantized panels (kzq_R_P: R rows against P panels): each 32-k block's scales and offsets
+ * for the P panels sit in registers, the q bytes of a panel row are widened with one
+ * sign extension, one conversion and one FMA, and each k prefetches the next block of every
+ * panel (the P streams are far apart; the hardware prefetcher alone left the loop waiting
+ * on memory). Measured on the default model's 210 body linears and lm_head (1 thread,
+ * paired sweeps against the AVX2 kernels, medians): 1 row 0.58, 2 rows 0.49, 3 rows 0.48,
+ * 4 rows 0.61, 5 rows 0.63; and 6-8 rows on quantized panels cost 0.60-0.80 of the AVX2
+ * float32 panels, so passes of up to SZ_QMAX rows read them here.
+ *
+ * Float32 panels (kz_R: R rows against two panels, blocks of at most SZ_ROWS rows split
+ * near-evenly): 0.82-0.93 of the AVX2 kernels at 8-24 rows. */
+#define SZ_QMAX 8
+#define SZ_ROWS 12
+#define SZ_PF 16 /* float32 panels: k rows ahead */
+#if SG_X86
+#define SZ_FMA(r)                                                                          \
+    if (NR > r) {                                                                          \
+        __m512 xv = _mm512_set1_ps(x[(r) * k + kk]);                                       \
+        a##r##0 = _mm512_fmadd_ps(xv, w0, a##r##0);                                        \
+        a##r##1 = _mm512_fmadd_ps(xv, w1, a##r##1);                                        \
+    }
+#define SZ_DECL(r) __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = _mm512_setzero_ps();
+/* The store mask of panel j of a group whose first `cols` columns exist. */
+#define SZ_MASK(j)                                                                         \
+    (cols >= ((j) + 1) * PANEL ? (__mmask16)0xFFFF                                         \
+                               : (__mmask16)((1u << (cols - (j) * PANEL)) - 1))
+#define SZ_STORE(r)                                                                        \
+    if (NR > r) {                                                                          \
+        float *o = out + (r) * ldo;                                                        \
+        _mm512_mask_storeu_ps(o, SZ_MASK(0), _mm512_add_ps(a##r##0, b0));                  \
+        if (cols > PANEL)                                                                  \
+            _mm512_mask_storeu_ps(o + PANEL, SZ_MASK(1), _mm512_add_ps(a##r##1, b1));      \
+    }
+#define SZ_ROWS12(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11)
+#define SZ_KERNEL(R)                                                                       \
+    __attribute__((target("avx512f"))) static void kz_##R(                                 \
+        const float *x, Py_ssize_t k, const float *p0, const float *p1,                   \
+        const float *bias32, float *out, Py_ssize_t ldo, Py_ssize_t cols) {               \
+        enum { NR = R };                                                                  \
+        SZ_ROWS12(SZ_DECL)                                                                \
+        for (Py_ssize_t kk = 0; kk < k; kk++) {                                           \
+            _mm_prefetch((const char *)(p0 + (kk + SZ_PF) * PANEL), _MM_HINT_T0);         \
+            _mm_prefetch((const char *)(p1 + (kk + SZ_PF) * PANEL), _MM_HINT_T0);         \
+            __m512 w0 = _mm512_loadu_ps(p0 + kk * PANEL);                                 \
+            __m512 w1 = _mm512_loadu_ps(p1 + kk * PANEL);                                 \
+            SZ_ROWS12(SZ_FMA)                                                             \
+        }                                                                                 \
+        __m512 b0 = _mm512_loadu_ps(bias32), b1 = _mm512_loadu_ps(bias32 + PANEL);        \
+        SZ_ROWS12(SZ_STORE)                                                               \
+    }
+SZ_KERNEL(1) SZ_KERNEL(2) SZ_KERNEL(3) SZ_KERNEL(4) SZ_KERNEL(5) SZ_KERNEL(6)
+SZ_KERNEL(7) SZ_KERNEL(8) SZ_KERNEL(9) SZ_KERNEL(10) SZ_KERNEL(11) SZ_KERNEL(12)
+
+/* A float32 pass: OpenMP over pairs of panels (the last, odd one paired with itself, its
+ * second half masked off), in each the rows in near-even blocks of at most SZ_ROWS. */
+static void run_kz(const float *x, Py_ssize_t m, Py_ssize_t k, const float *packed,
+                   Py_ssize_t n, const float *bias, float *out, int threads) {
+    typedef void (*fz)(const float *, Py_ssize_t, const float *, const float *,
+                       const float *, float *, Py_ssize_t, Py_ssize_t);
+    static const fz table[SZ_ROWS + 1] = {NULL, kz_1, kz_2, kz_3, kz_4,  kz_5,  kz_6,
+                                          kz_7, kz_8, kz_9, kz_10, kz_11, kz_12};
+    Py_ssize_t np = panels_of(n), pairs = (np + 1) / 2, blocks = (m + SZ_ROWS - 1) / SZ_ROWS;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && pairs > 1)
+    for (Py_ssize_t pi = 0; pi < pairs; pi++) {
+        Py_ssize_t c0 = pi * 2 * PANEL, cols = n - c0 < 2 * PANEL ? n - c0 : 2 * PANEL;
+        float bias32[2 * PANEL];
+        for (Py_ssize_t j = 0; j < 2 * PANEL; j++)
+            bias32[j] = (bias != NULL && j < cols) ? bias[c0 + j] : 0.0f;
+        const float *p0 = packed + 2 * pi * k * PANEL;
+        const float *p1 = cols > PANEL ? p0 + k * PANEL : p0;
+        Py_ssize_t r0 = 0;
+        for (Py_ssize_t b = 0; b < blocks; b++) {
+            Py_ssize_t rows = (m - r0) / (blocks - b);
+            table[rows](x + r0 * k, k, p0, p1, bias32, out + r0 * n + c0, n, cols);
+            r0 += rows;
+        }
+    }
+}
+
+#define SZQ_W(j)                                                                           \
+    __m512 w##j = NP > j ? _mm512_fmadd_ps(                                                \
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(                                           \
+            _mm_loadu_si128((const __m128i *)(const void *)(q##j + i * PANEL)))),          \
+        d##j, m##j) : w0;
+#define SZQ_FMA(r)                                                                         \
+    if (NR > r) {                                                                          \
+        __m512 xv = _mm512_set1_ps(x[(r) * k + b * SG_QK + i]);                            \
+        a##r##0 = _mm512_fmadd_ps(xv, w0, a##r##0);                                        \
+        if (NP > 1) a##r##1 = _mm512_fmadd_ps(xv, w1, a##r##1);                            \
+        if (NP > 2) a##r##2 = _mm512_fmadd_ps(xv, w2, a##r##2);                            \
+        if (NP > 3) a##r##3 = _mm512_fmadd_ps(xv, w3, a##r##3);                            \
+    }
+#define SZQ_DECL(r)                                                                        \
+    __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0,            \
+           a##r##3 = a##r##0;
+#define SZQ_ST1(r, j)                                                                      \
+    if (NP > j && cols > (j) * PANEL)                                                      \
+        _mm512_mask_storeu_ps(out + (r) * ldo + (j) * PANEL, SZ_MASK(j),                   \
+                              _mm512_add_ps(a##r##j, _mm512_loadu_ps(bias + (j) * PANEL)));
+#define SZQ_STORE(r)                                                                       \
+    if (NR > r) { SZQ_ST1(r, 0) SZQ_ST1(r, 1) SZQ_ST1(r, 2) SZQ_ST1(r, 3) }
+#define SZQ_ROWS8(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7)
+#define SZQ_SCALES(j)                                                                      \
+    const float *s##j = (const float *)(const void *)(q##j + SG_QK * PANEL);               \
+    __m512 d##j = NP > j ? _mm512_loadu_ps(s##j) : d0,                                     \
+           m##j = NP > j ? _mm512_loadu_ps(s##j + PANEL) : m0;
+#define SZQ_PREFETCH(j)                                                                    \
+    if (NP > j)                                                                            \
+        _mm_prefetch((const char *)(q##j + SG_QBYTES + i * SG_QSPK), _MM_HINT_T0);
+#define SZQ_KERNEL(R, P)                                                                   \
+    __attribute__((target("avx512f"))) static void kzq_##R##_##P(                          \
+        const float *x, Py_ssize_t k, const int8_t *panel0, Py_ssize_t stride,            \
+        const float *bias, float *out, Py_ssize_t ldo, Py_ssize_t cols) {                 \
+        enum { NR = R, NP = P };                                                          \
+        SZQ_ROWS8(SZQ_DECL)                                                               \
+        for (Py_ssize_t b = 0; b < k / SG_QK; b++) {                                      \
+            const int8_t *q0 = panel0 + b * SG_QBYTES, *q1 = q0 + stride,                 \
+                         *q2 = q1 + stride, *q3 = q2 + stride;                            \
+            const float *s0 = (const float *)(const void *)(q0 + SG_QK * PANEL);          \
+            __m512 d0 = _mm512_loadu_ps(s0), m0 = _mm512_loadu_ps(s0 + PANEL);            \
+            SZQ_SCALES(1) SZQ_SCALES(2) SZQ_SCALES(3)                                     \
+            for (int i = 0; i < SG_QK; i++) {                                             \
+                SZQ_PREFETCH(0) SZQ_PREFETCH(1) SZQ_PREFETCH(2) SZQ_PREFETCH(3)           \
+                SZQ_W(0) SZQ_W(1) SZQ_W(2) SZQ_W(3)                                       \
+                SZQ_ROWS8(SZQ_FMA)                                                        \
+            }                                                                             \
+        }                                                                                 \
+        SZQ_ROWS8(SZQ_STORE)                                                              \
+    }
+/* Panels per kernel by rows: 4 panels up to 4 rows (16 accumulators), 3 for 5 rows, 2 for
+ * 6-8; and one panel for a group's last few. */
+SZQ_KERNEL(1, 4) SZQ_KERNEL(2, 4) SZQ_KERNEL(3, 4) SZQ_KERNEL(4, 4) SZQ_KERNEL(5, 3)
+SZQ_KERNEL(6, 2) SZQ_KERNEL(7, 2) SZQ_KERNEL(8, 2)
+SZQ_KERNEL(1, 1) SZQ_KERNEL(2, 1) SZQ_KERNEL(3, 1) SZQ_KERNEL(4, 1) SZQ_KERNEL(5, 1)
+SZQ_KERNEL(6, 1) SZQ_KERNEL(7, 1) SZQ_KERNEL(8, 1)
+
+/* A pass of up to SZ_QMAX rows over quantized panels: OpenMP over groups of P panels, the
+ * panels past the last whole group one at a time. */
+static void run_kzq(const float *x, Py_ssize_t m, Py_ssize_t k, const int8_t *packed,
+                    Py_ssize_t n, const float *bias, float *out, int threads) {
+    typedef void (*fz)(const float *, Py_ssize_t, const int8_t *, Py_ssize_t, const float *,
+                       float *, Py_ssize_t, Py_ssize_t);
+    static const fz multi[SZ_QMAX + 1] = {NULL,      kzq_1_4, kzq_2_4, kzq_3_4, kzq_4_4,
+                                          kzq_5_3,   kzq_6_2, kzq_7_2, kzq_8_2};
+    static const fz single[SZ_QMAX + 1] = {NULL,    kzq_1_1, kzq_2_1, kzq_3_1, kzq_4_1,
+                                           kzq_5_1, kzq_6_1, kzq_7_1, kzq_8_1};
+    static const int per[SZ_QMAX + 1] = {0, 4, 4, 4, 4, 3, 2, 2, 2};
+    Py_ssize_t P = per[m], np = panels_of(n), groups = np / P, stride = k * SG_QSPK;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && np > 1)
+    for (Py_ssize_t g = 0; g < groups + (np - groups * P); g++) {
+        Py_ssize_t first = g < groups ? g * P : groups * P + (g - groups);
+        Py_ssize_t span = g < groups ? P : 1;
+        Py_ssize_t c0 = first * PANEL, cols = n - c0 < span * PANEL ? n - c0 : span * PANEL;
+        float b64[4 * PANEL];
+        for (Py_ssize_t j = 0; j < 4 * PANEL; j++)
+            b64[j] = (bias != NULL && j < cols) ? bias[c0 + j] : 0.0f;
+        (span == P ? multi : single)[m](x, k, packed + first * stride, stride, b64, out + c0,
+                                        n, cols);
+    }
+}
+#endif /* SG_X86 */
+
 /* Round packed float32 panels to half precision (round to nearest even). */
 __attribute__((target("avx2,f16c"))) static void to_half(uint16_t *dst, const float *src,
                                                          Py_ssize_t count) {
@@ -569,6 +739,22 @@ __attribute__((target("avx2,f16c"))) static void to_half(uint16_t *dst, const fl
     for (; i < count; i++) dst[i] = (uint16_t)_cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 #endif
+
+/* Whether the AVX-512 kernels run: the CPU has AVX-512F and set_avx512 has not turned them
+ * off (-1: not yet asked). */
+static int sz_on = -1;
+static int avx512_cpu(void) {
+#if SG_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+static int avx512_on(void) {
+    if (sz_on < 0) sz_on = avx512_cpu();
+    return sz_on;
+}
 
 static int cpu_ok(int half) {
 #if SG_X86
@@ -780,7 +966,9 @@ static PyObject *sg_linear(PyObject *self, PyObject *args) {
     threads = threads < 1 ? 1 : threads;
     Py_BEGIN_ALLOW_THREADS
     const float *xs = (const float *)(uintptr_t)x;
-    int packs = m >= PACK_ROWS && m <= PACK_MAX_ROWS;
+    int z = avx512_on();
+    /* rows the AVX-512 kernels take read x as it is */
+    int packs = m >= PACK_ROWS && m <= PACK_MAX_ROWS && !(z && (kind == 0 || m <= SZ_QMAX));
     /* The 7-row kernel reads packed float32 x only. */
     plan_t plan = plan_blocks(m, packs && kind == 0); /* 7-row kernel: float32 panels only */
     const float *xp = packs ? pack_rows(xs, m, k, &plan) : NULL;
@@ -788,7 +976,8 @@ static PyObject *sg_linear(PyObject *self, PyObject *args) {
     float *o = (float *)(uintptr_t)out;
     if (kind == 2) {
         const int8_t *w = (const int8_t *)(uintptr_t)packed;
-        if (xp) run_kqx(xp, m, k, w, n, b, o, threads, &plan);
+        if (z && m <= SZ_QMAX) run_kzq(xs, m, k, w, n, b, o, threads);
+        else if (xp) run_kqx(xp, m, k, w, n, b, o, threads, &plan);
         else if (m == 1) run_kq1(xs, k, w, n, b, o, threads, &plan);
         else if (m <= 3) run_kq2p(xs, m, k, w, n, b, o, threads, &plan);
         else run_kqp(xs, m, k, w, n, b, o, threads, &plan);
@@ -798,7 +987,8 @@ static PyObject *sg_linear(PyObject *self, PyObject *args) {
         else (m > 1 ? run_kf16p : run_kf16)(xs, m, k, w, n, b, o, threads, &plan);
     } else {
         const float *w = (const float *)(uintptr_t)packed;
-        if (xp) run_kf32x(xp, m, k, w, n, b, o, threads, &plan);
+        if (z && m >= 2) run_kz(xs, m, k, w, n, b, o, threads);
+        else if (xp) run_kf32x(xp, m, k, w, n, b, o, threads, &plan);
         else (m > 1 ? run_kf32p : run_kf32)(xs, m, k, w, n, b, o, threads, &plan);
     }
     Py_END_ALLOW_THREADS
@@ -808,6 +998,34 @@ static PyObject *sg_linear(PyObject *self, PyObject *args) {
     PyErr_SetString(PyExc_RuntimeError, "smallgemm is built for x86-64 only");
     return NULL;
 #endif
+}
+
+
+/* avx512() -> whether the AVX-512 kernels run (see "AVX-512 kernels" above). */
+static PyObject *sg_avx512(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyBool_FromLong(avx512_on());
+}
+
+/* set_avx512(on) -> the previous state: turn the AVX-512 kernels off (the AVX2 ones run
+ * instead, with the same results: for tests and A/B runs) or back on where the CPU has
+ * them. */
+static PyObject *sg_set_avx512(PyObject *self, PyObject *args) {
+    (void)self;
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    int before = avx512_on();
+    sz_on = on && avx512_cpu();
+    return PyBool_FromLong(before);
+}
+
+/* quant_max_rows() -> the longest pass that quantized panels pay for with the kernels that
+ * run (the caller keeps longer passes on float32 panels). */
+static PyObject *sg_quant_max_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(avx512_on() ? SZ_QMAX : 5);
 }
 
 static PyMethodDef METHODS[] = {
@@ -827,9 +1045,15 @@ static PyMethodDef METHODS[] = {
     {"linear", sg_linear, METH_VARARGS,
      "linear(x_ptr, m, k, packed_ptr, n, bias_ptr, out_ptr, threads, half=False): "
      "out = x W^T + b."},
+    {"avx512", sg_avx512, METH_NOARGS, "avx512(): whether the AVX-512 kernels run."},
+    {"set_avx512", sg_set_avx512, METH_VARARGS,
+     "set_avx512(on): run the AVX-512 kernels (where the CPU has them) or the AVX2 ones "
+     "(same results); returns the previous state."},
+    {"quant_max_rows", sg_quant_max_rows, METH_NOARGS,
+     "quant_max_rows(): the longest pass that reads quantized panels."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "smallgemm",
-                                    "Small-M float32 linear layers (AVX2 + FMA).", -1, METHODS};
+                                    "Small-M float32 linear layers (AVX2 + FMA, AVX-512 where present).", -1, METHODS};
 
 PyMODINIT_FUNC PyInit_smallgemm(void) { return PyModule_Create(&MODULE); }

@@ -234,10 +234,10 @@ def _disk_key(model: Any, key: tuple) -> str:
     shape = {k: getattr(config, k, None) for k in (
         "_name_or_path", "model_type", "hidden_size", "intermediate_size",
         "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size")}
-    from structspec.spec.fastlinear import KERNEL_REVISION
+    from structspec.spec.fastlinear import KERNEL_REVISION, avx512
 
     return repr((sorted(shape.items()), key, torch.__version__, os.cpu_count(),
-                 KERNEL_REVISION, CURVE_METHOD))
+                 KERNEL_REVISION, avx512(), CURVE_METHOD))
 
 
 def _load_curve(disk_key: str) -> CostCurve | None:

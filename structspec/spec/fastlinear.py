@@ -56,12 +56,18 @@ KERNELS = ("panel", "onednn")
 #: 4: 6+1 rows as one 7-row block, 6+6+2 as 6+4+4 (session 16). 5: passes of two or more
 #: row blocks take each panel in chunks, the next chunk prefetched (session 17).
 #: 6: passes of up to QUANT_MAX_ROWS rows read exactly quantized panels (session 18).
-KERNEL_REVISION = 6
+#: 7: AVX-512 kernels where the CPU has them (session 19).
+KERNEL_REVISION = 7
 #: Passes of up to this many rows read a layer's exactly quantized panels where it has them
 #: (whole passes of the default model, 1 thread, paired rounds: 1 row 0.72 of the float32
 #: panels, 2 rows 0.86, 4 rows 0.89, 6 rows 1.00 — there the widening costs what the bytes
 #: save — and beyond, where a pass has two row blocks, each widening the weights again).
 QUANT_MAX_ROWS = 5
+#: The same with the AVX-512 kernels (``smallgemm.c``, "AVX-512 kernels": there quantized
+#: panels cost 0.60-0.80 of float32 ones up to 8 rows).
+QUANT_MAX_ROWS_AVX512 = 8
+# quant_max_rows() as of the last change (read on every pass, so not asked of C each time).
+_QUANT_MAX = [QUANT_MAX_ROWS]
 #: Kernels that round the weights (half precision): for drafters, never a default.
 LOSSY_KERNELS = ("panel_f16",)
 #: Where a kernel's pass cost steps up, as ``(b, last)`` per step: passes of ``b`` (a multiple
@@ -72,6 +78,10 @@ LOSSY_KERNELS = ("panel_f16",)
 #: (:func:`structspec.spec.cost.curve_sizes`).
 COST_STEPS = {"panel": ((6, 7), (12, 14), (18, 20)),
               "panel_f16": ((6, 6), (12, 14), (18, 20))}
+#: The same where the AVX-512 kernels run: float32 panels in near-even blocks of at most 12
+#: rows (``SZ_ROWS``); half panels keep the AVX2 kernels.
+COST_STEPS_AVX512 = {"panel": ((12, 12), (24, 24)),
+                     "panel_f16": COST_STEPS["panel_f16"]}
 
 
 def _onednn_available() -> bool:
@@ -148,7 +158,9 @@ class PackedLinear(nn.Module):
                 if kernel == "panel" and quantized:
                     self._qpacked = _pack_quantized(gemm, weight)
                 global _SMALLGEMM
-                _SMALLGEMM = gemm
+                if _SMALLGEMM is None:
+                    _SMALLGEMM = gemm
+                    _QUANT_MAX[0] = quant_max_rows()
             else:
                 self._packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
 
@@ -175,7 +187,7 @@ class PackedLinear(nn.Module):
         rows = x.numel() // self.in_features
         out = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32)
         if rows:
-            quant = self._qpacked is not None and rows <= QUANT_MAX_ROWS
+            quant = self._qpacked is not None and rows <= _QUANT_MAX[0]
             packed = self._qpacked if quant else self._packed
             _SMALLGEMM.linear(x.data_ptr(), rows, self.in_features, packed.data_ptr(),
                               self.out_features,
@@ -267,15 +279,42 @@ def quantized_count(model: nn.Module) -> int:
     return sum(1 for m in model.modules() if isinstance(m, PackedLinear) and m.quantized)
 
 
+def avx512() -> bool:
+    """Whether the panel kernels run their AVX-512 versions (the CPU has AVX-512F and
+    :func:`use_avx512` has not turned them off)."""
+    gemm = _native.load("smallgemm")
+    return bool(gemm is not None and hasattr(gemm, "avx512") and gemm.avx512())
+
+
+def use_avx512(on: bool) -> bool:
+    """Run the panel kernels' AVX-512 versions (where the CPU has them) or their AVX2 ones:
+    the same results, other speeds (for tests and A/B runs). Returns the previous state.
+    Process-wide: cost curves measured before no longer describe the kernels."""
+    gemm = _native.load("smallgemm")
+    if gemm is None or not hasattr(gemm, "set_avx512"):
+        return False
+    before = bool(gemm.set_avx512(on))
+    _QUANT_MAX[0] = quant_max_rows()
+    return before
+
+
+def quant_max_rows() -> int:
+    """The longest pass that reads a layer's exactly quantized panels with the kernels that
+    run here (:data:`QUANT_MAX_ROWS`, or :data:`QUANT_MAX_ROWS_AVX512`)."""
+    return QUANT_MAX_ROWS_AVX512 if avx512() else QUANT_MAX_ROWS
+
+
 def cost_steps(model: nn.Module) -> tuple[tuple[int, int], ...] | None:
     """Where the pass cost of ``model``'s packed kernel steps up (:data:`COST_STEPS`, and past
     :data:`QUANT_MAX_ROWS` rows where its layers have exactly quantized panels), or ``None``
     when its linears are not packed or their kernel's blocking is not ours to know
     (oneDNN)."""
     kernel = packed_kernel(model)
-    steps = None if kernel is None else COST_STEPS.get(kernel)
+    table = COST_STEPS_AVX512 if avx512() else COST_STEPS
+    steps = None if kernel is None else table.get(kernel)
     if steps is not None and quantized_count(model):
-        # passes of up to QUANT_MAX_ROWS rows read the quantized panels, one more row the
-        # float32 ones: a step of its own (1 thread: 4 rows 1.08x one row, 6 rows 1.53x)
-        steps = tuple(sorted({*steps, (QUANT_MAX_ROWS, QUANT_MAX_ROWS)}))
+        # passes of up to quant_max_rows() rows read the quantized panels, one more row the
+        # float32 ones: a step of its own (AVX2, 1 thread: 4 rows 1.08x one row, 6 rows 1.53x)
+        last = quant_max_rows()
+        steps = tuple(sorted({*steps, (last, last)}))
     return steps
