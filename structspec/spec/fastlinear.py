@@ -9,7 +9,9 @@ few rows, so a 8-row pass of the default model costs ~2.3× a 1-row pass instead
   multiplied against it (passes of 6 to 64 rows copied first into k-major blocks of 6). On an
   AVX2 EPYC (2 cores, the 210 linears of the default model, ``docs/performance.md``) it is
   1.1–1.8× faster than oneDNN at pass sizes from 1 to 256 rows on 1 thread and up to 64 on 2
-  (even, within noise, beyond). Each output is the same
+  (even, within noise, beyond). Where the CPU has AVX-512F (:func:`avx512`), AVX-512
+  versions run instead: blocks of up to 12 rows against two panels, quantized panels (below)
+  up to :data:`QUANT_MAX_ROWS_AVX512` rows against up to four. Each output is the same
   in-order FMA chain over the input features whatever the number of rows, so a row's result
   is **bitwise** the same in a pass of 1 row and in a tree pass of 32: speculation and plain
   decoding see identical numbers from these layers.
