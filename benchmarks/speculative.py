@@ -34,9 +34,9 @@ whether the outputs are identical. Beside them, what users would run instead on 
 
     python benchmarks/speculative.py --task json [--data FILE] [--offset K] [--n 5]
         [--max-new-tokens 160] [--layout system|system-json|request]
-        [--no-pack] [--threads T] [--repeats R] [--draft-model ID] [--no-draft-head]
-        [--no-cost-model]
-        [--no-prefix-cache] [--json-out F]
+        [--no-pack] [--no-exact-quant] [--no-avx512] [--threads T] [--repeats R]
+        [--draft-model ID] [--no-draft-head] [--no-cost-model] [--no-prefix-cache]
+        [--json-out F]
 
 On a CPU shared with other work, ``--threads 1`` gives stable timings: oneDNN/OpenMP with
 more threads than idle cores stalls unpredictably.
@@ -72,7 +72,12 @@ from structspec.spec.cost import (  # noqa: E402
     measure_cost_curve,
 )
 from structspec.spec.cpu_paths import use_fast_cpu_paths  # noqa: E402
-from structspec.spec.fastlinear import packed_kernel, quantized_count  # noqa: E402
+from structspec.spec.fastlinear import (  # noqa: E402
+    avx512,
+    packed_kernel,
+    quantized_count,
+    use_avx512,
+)
 from structspec.spec.prefix import PrefixCache  # noqa: E402
 
 BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
@@ -295,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-exact-quant", action="store_true",
                     help="keep the packed linears off their exactly quantized panels (same "
                          "outputs; to measure what those panels change)")
+    ap.add_argument("--no-avx512", action="store_true",
+                    help="run the panel kernels' AVX2 versions where the CPU has AVX-512 (same "
+                         "outputs; to measure what the AVX-512 kernels change)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="runs per variant, each from the same acceptance statistics; the "
@@ -332,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         use_fast_cpu_paths(gen.loaded.model, quantized=not args.no_exact_quant)
     kernel = packed_kernel(gen.loaded.model)
     quantized = quantized_count(gen.loaded.model)
+    if args.no_avx512:
+        use_avx512(False)
     tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, args.layout)
     base_cfg = SpecConfig(enabled=False)
     draft = None
@@ -354,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
                           cost_curve=curve,
                           draft_head=False if args.no_draft_head else "auto")
     print(f"model={gen.loaded.name} linears={kernel} exact-quantized={quantized} "
-          f"attention={gen.loaded.model.config._attn_implementation} "
+          f"avx512={avx512()} attention={gen.loaded.model.config._attn_implementation} "
           f"threads={torch.get_num_threads()} "
           f"load={os.getloadavg()[0]:.2f} task={args.task} n={len(tasks)}")
     peers = None if args.no_peers else _Peers(gen)
@@ -444,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         "layout": args.layout if args.task == "json" else None,
         "packed": kernel is not None, "linear_kernel": kernel,
         "exact_quantized_linears": quantized,
+        "avx512_kernels": avx512(),
         "attention": gen.loaded.model.config._attn_implementation,
         "threads": torch.get_num_threads(),
         "load": round(os.getloadavg()[0], 2),
