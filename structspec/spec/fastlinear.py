@@ -25,7 +25,7 @@ bit by :mod:`structspec.spec.block_quant`), a ``"panel"`` layer also keeps it as
 weight plus a scale and offset per 32, and passes of up to :data:`QUANT_MAX_ROWS` rows read
 that copy, widened in the kernel to the very same float32 numbers: the same chains, the same
 bits, from a third of the bytes (a 1-row pass of the default model costs 0.72 of the same
-pass on float32 panels on this CPU, 2-4 rows 0.86-0.89; longer passes keep the float32
+pass on float32 panels on an AVX2 EPYC, 2-4 rows 0.86-0.89; longer passes keep the float32
 panels, where widening the weights costs what their bytes save).
 
 A third, lossy kernel, ``"panel_f16"``, stores the panels in half precision (read at half
