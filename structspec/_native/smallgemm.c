@@ -61,6 +61,14 @@
 
 static Py_ssize_t panels_of(Py_ssize_t n) { return (n + PANEL - 1) / PANEL; }
 
+/* The bias of a group of `width` output columns starting at c0, of which the first `cols`
+ * exist: dst[j] = bias[c0 + j], 0 past cols or without a bias. */
+static inline void group_bias(float *dst, const float *bias, Py_ssize_t c0, Py_ssize_t cols,
+                              Py_ssize_t width) {
+    for (Py_ssize_t j = 0; j < width; j++)
+        dst[j] = (bias != NULL && j < cols) ? bias[c0 + j] : 0.0f;
+}
+
 /* Pack W (n x k, row-major) into panels: dst[p][kk][j] = W[p*16 + j][kk] (0 past n). */
 static void pack_weight(float *dst, const float *w, Py_ssize_t n, Py_ssize_t k) {
     Py_ssize_t np = panels_of(n);
@@ -383,8 +391,7 @@ static float *pack_rows(const float *x, Py_ssize_t m, Py_ssize_t k, const plan_t
         for (Py_ssize_t p = 0; p < np; p++) {                                             \
             float bias16[PANEL];                                                          \
             Py_ssize_t cols = n - p * PANEL < PANEL ? n - p * PANEL : PANEL;              \
-            for (Py_ssize_t j = 0; j < PANEL; j++)                                        \
-                bias16[j] = (bias != NULL && j < cols) ? bias[p * PANEL + j] : 0.0f;      \
+            group_bias(bias16, bias, p * PANEL, cols, PANEL);                             \
             const WT *panel = packed + p * k * (SPK);                                     \
             if (!chunked) {                                                               \
                 Py_ssize_t m0 = 0;                                                        \
@@ -535,8 +542,7 @@ static void run_kq2p(const float *x, Py_ssize_t m, Py_ssize_t k, const int8_t *p
     for (Py_ssize_t pi = 0; pi < pairs; pi++) {
         Py_ssize_t c0 = pi * 2 * PANEL, cols = n - c0 < 2 * PANEL ? n - c0 : 2 * PANEL;
         float bias32[2 * PANEL];
-        for (Py_ssize_t j = 0; j < 2 * PANEL; j++)
-            bias32[j] = (bias != NULL && j < cols) ? bias[c0 + j] : 0.0f;
+        group_bias(bias32, bias, c0, cols, 2 * PANEL);
         (m == 2 ? kq2p_2 : kq2p_3)(x, k, packed + pi * 2 * stride, stride, bias32, out + c0,
                                    n, cols);
     }
@@ -559,8 +565,7 @@ static void run_kq1(const float *x, Py_ssize_t k, const int8_t *packed, Py_ssize
     for (Py_ssize_t gi = 0; gi < groups; gi++) {
         Py_ssize_t c0 = gi * QP * PANEL, cols = n - c0 < QP * PANEL ? n - c0 : QP * PANEL;
         float bias64[QP * PANEL];
-        for (Py_ssize_t j = 0; j < QP * PANEL; j++)
-            bias64[j] = (bias != NULL && j < cols) ? bias[c0 + j] : 0.0f;
+        group_bias(bias64, bias, c0, cols, QP * PANEL);
         kq1_4(x, k, packed + gi * QP * stride, stride, bias64, out + c0, cols);
     }
     Py_ssize_t c0 = groups * QP * PANEL;
@@ -643,8 +648,7 @@ static void run_kz(const float *x, Py_ssize_t m, Py_ssize_t k, const float *pack
     for (Py_ssize_t pi = 0; pi < pairs; pi++) {
         Py_ssize_t c0 = pi * 2 * PANEL, cols = n - c0 < 2 * PANEL ? n - c0 : 2 * PANEL;
         float bias32[2 * PANEL];
-        for (Py_ssize_t j = 0; j < 2 * PANEL; j++)
-            bias32[j] = (bias != NULL && j < cols) ? bias[c0 + j] : 0.0f;
+        group_bias(bias32, bias, c0, cols, 2 * PANEL);
         const float *p0 = packed + 2 * pi * k * PANEL;
         const float *p1 = cols > PANEL ? p0 + k * PANEL : p0;
         Py_ssize_t r0 = 0;
@@ -731,8 +735,7 @@ static void run_kzq(const float *x, Py_ssize_t m, Py_ssize_t k, const int8_t *pa
         Py_ssize_t span = g < groups ? P : 1;
         Py_ssize_t c0 = first * PANEL, cols = n - c0 < span * PANEL ? n - c0 : span * PANEL;
         float b64[4 * PANEL];
-        for (Py_ssize_t j = 0; j < 4 * PANEL; j++)
-            b64[j] = (bias != NULL && j < cols) ? bias[c0 + j] : 0.0f;
+        group_bias(b64, bias, c0, cols, 4 * PANEL);
         (span == P ? multi : single)[m](x, k, packed + first * stride, stride, b64, out + c0,
                                         n, cols);
     }
