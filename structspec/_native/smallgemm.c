@@ -575,7 +575,7 @@ static void run_kq1(const float *x, Py_ssize_t k, const int8_t *packed, Py_ssize
 }
 
 
-/* AVX-512 kernels, where the CPU has AVX-512F (sessions 1-18 ran on AVX2-only machines;
+/* AVX-512 kernels, where the CPU has AVX-512F (sessions 9-18 ran on an AVX2-only EPYC;
  * session 19's AMD EPYC, Zen 4, has it). A zmm register holds a whole 16-column panel row,
  * and 32 of them hold a block of several rows against several panels at once. Every output
  * is still the one in-order chain acc = fma(x[m,k], w[k,n], acc), then + bias, so the
@@ -587,12 +587,16 @@ static void run_kq1(const float *x, Py_ssize_t k, const int8_t *packed, Py_ssize
  * sign extension, one conversion and one FMA, and each k prefetches the next block of every
  * panel (the P streams are far apart; the hardware prefetcher alone left the loop waiting
  * on memory). Measured on the default model's 210 body linears and lm_head (1 thread,
- * paired sweeps against the AVX2 kernels, medians): 1 row 0.58, 2 rows 0.49, 3 rows 0.48,
- * 4 rows 0.61, 5 rows 0.63; and 6-8 rows on quantized panels cost 0.60-0.80 of the AVX2
- * float32 panels, so passes of up to SZ_QMAX rows read them here.
+ * paired sweeps against the AVX2 kernels as they were before they got the same prefetch,
+ * medians): 1 row 0.58, 2 rows 0.49, 3 rows 0.48, 4 rows 0.61, 5 rows 0.63; and 6-8 rows on
+ * quantized panels cost 0.71-0.78 of the AVX2 float32 panels (fastest sweeps), so passes of
+ * up to SZ_QMAX rows read them here.
  *
  * Float32 panels (kz_R: R rows against two panels, blocks of at most SZ_ROWS rows split
- * near-evenly): 0.82-0.93 of the AVX2 kernels at 8-24 rows. */
+ * near-evenly): 0.82-0.93 of the AVX2 kernels at 8-24 rows, 0.97-1.03 at 6-7. Not kept:
+ * one panel against up to 24 rows (1.06-1.18 of this at 12-100 rows), chunks of 64 k with
+ * the next chunk prefetched (0.92 at 13 rows, 1.0-1.1 at 16-48), blocks of up to 14 rows
+ * (0.89 at 13-14 rows, 1.05 at 100). */
 #define SZ_QMAX 8
 #define SZ_ROWS 12
 #define SZ_PF 16 /* float32 panels: k rows ahead */
