@@ -11,8 +11,14 @@ the middle half of those ratios, and in how many rounds the new build was faster
 paired figures are the ones to read. It also checks that both builds give bitwise the same
 outputs (a kernel change must not move them).
 
+``--quantized`` quantizes the random weights as the default model's are (GGUF Q4_1,
+dequantized to float32) and runs every pass on the exactly quantized panels (checking them
+bit for bit against the float32 panels too); ``--no-avx512`` runs both builds' AVX2 kernels
+where the CPU has AVX-512 (builds that predate the AVX-512 kernels ignore it).
+
     python benchmarks/kernel_ab.py --old-rev REV [--old-so PATH] [--threads T]
-        [--rows 1,2,6,7,8,12,16,24,32] [--rounds 41] [--json-out F]
+        [--rows 1,2,6,7,8,12,16,24,32] [--rounds 41] [--quantized] [--no-avx512]
+        [--json-out F]
 
 Both builds are compiled here with one command (``gcc -O3 -fopenmp``, as ``setup.py`` adds to
 Python's flags): the old from ``REV``'s ``smallgemm.c``, the new from the working tree's, so
@@ -42,6 +48,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 from linear_kernels import LAYERS, SHAPES  # noqa: E402  (the default model's body linears)
 
+from structspec.spec.block_quant import BLOCK, dequantize, quantize_q4_1  # noqa: E402
+
 HEAD = (576, 49152)
 SOURCE = "structspec/_native/smallgemm.c"
 
@@ -53,6 +61,19 @@ def _load(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _pack_q(mod: ModuleType, w: torch.Tensor) -> torch.Tensor:
+    """``w`` (float32 [n, k], exactly block-quantized) as ``mod``'s quantized panels."""
+    n, k = w.shape
+    q = torch.empty(n, k, dtype=torch.int8)
+    d = torch.empty(n, k // BLOCK)
+    m = torch.empty_like(d)
+    if not mod.recover_q(w.data_ptr(), n, k, q.data_ptr(), d.data_ptr(), m.data_ptr()):
+        raise SystemExit("--quantized: the weights are not exactly block-quantized")
+    packed = torch.empty(mod.packed_bytes_q(n, k), dtype=torch.int8)
+    mod.pack_q(packed.data_ptr(), q.data_ptr(), d.data_ptr(), m.data_ptr(), n, k)
+    return packed
 
 
 def build(rev: str | None, out_dir: Path) -> Path:
@@ -87,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default="1,2,6,7,8,12,16,24,32")
     ap.add_argument("--rounds", type=int, default=41)
     ap.add_argument("--no-head", action="store_true", help="the 210 body linears only")
+    ap.add_argument("--quantized", action="store_true",
+                    help="weights quantized like the default model's, passes on the exactly "
+                         "quantized panels")
+    ap.add_argument("--no-avx512", action="store_true",
+                    help="the AVX2 kernels in both builds where the CPU has AVX-512")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     if not args.old_rev and not args.old_so:
@@ -97,15 +123,37 @@ def main(argv: list[str] | None = None) -> int:
     if not new.available():
         raise SystemExit("the panel kernel does not run here (an x86-64 CPU with AVX2 and FMA)")
     builds = {"old": old, "new": new}
+    kind = 2 if args.quantized else 0
+    if args.quantized and not all(hasattr(mod, "pack_q") for mod in builds.values()):
+        raise SystemExit("--quantized: a build predates the quantized panels")
+    switched = [(mod, mod.set_avx512(False)) for mod in builds.values()
+                if args.no_avx512 and hasattr(mod, "set_avx512")]
+    try:
+        return _run(args, builds, kind)
+    finally:  # as it was (a build may be the module this process already uses)
+        for mod, before in reversed(switched):
+            mod.set_avx512(before)
+
+
+def _run(args: argparse.Namespace, builds: dict[str, ModuleType], kind: int) -> int:
+    """The sweeps and the report of :func:`main`."""
+    new = builds["new"]
     rows = [int(r) for r in args.rows.split(",")]
     shapes = SHAPES * LAYERS + ([] if args.no_head else [HEAD])
     torch.manual_seed(0)
     layers: dict[str, list[tuple[int, int, torch.Tensor]]] = {t: [] for t in builds}
+    floats: list[torch.Tensor] = []  # the new build's float32 panels (the --quantized check)
     for k, n in shapes:
         w = torch.randn(n, k)
+        if args.quantized:
+            w = torch.from_numpy(dequantize(quantize_q4_1(w.numpy())))
         for tag, mod in builds.items():  # each build packs its own copy (layouts may differ)
             packed = torch.empty(mod.packed_size(n, k))
             mod.pack(packed.data_ptr(), w.data_ptr(), n, k)
+            if args.quantized:
+                if tag == "new":
+                    floats.append(packed)
+                packed = _pack_q(mod, w)
             layers[tag].append((k, n, packed))
     m_max = max(rows)
     xs = {k: torch.randn(m_max, k) for k in {k for k, _ in shapes}}
@@ -116,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         for k, n, packed in layers[tag]:
             mod.linear(xs[k].data_ptr(), m, k, packed.data_ptr(), n, 0, outs[n].data_ptr(),
-                       args.threads)
+                       args.threads, kind)
         return time.perf_counter() - t0
 
     for m in rows:  # bitwise the same outputs, on the largest layer
@@ -125,10 +173,17 @@ def main(argv: list[str] | None = None) -> int:
             k, n, packed = layers[tag][-1]
             out = torch.empty(m, n)
             mod.linear(xs[k].data_ptr(), m, k, packed.data_ptr(), n, 0, out.data_ptr(),
-                       args.threads)
+                       args.threads, kind)
             got[tag] = out
         if not torch.equal(got["old"], got["new"]):
             raise SystemExit(f"the builds disagree at {m} rows: the kernel change moved bits")
+        if args.quantized:
+            k, n, _ = layers["new"][-1]
+            out = torch.empty(m, n)
+            new.linear(xs[k].data_ptr(), m, k, floats[-1].data_ptr(), n, 0, out.data_ptr(),
+                       args.threads, 0)
+            if not torch.equal(out, got["new"]):
+                raise SystemExit(f"quantized and float32 panels disagree at {m} rows")
     times: dict[tuple[str, int], list[float]] = {(t, m): [] for t in builds for m in rows}
     for r in range(args.rounds):
         for m in rows:
@@ -152,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(
             {"threads": args.threads, "rounds": args.rounds, "old": args.old_rev or args.old_so,
-             "head": not args.no_head, "load": round(os.getloadavg()[0], 2),
+             "head": not args.no_head, "quantized": args.quantized,
+             "avx512": bool(getattr(new, "avx512", lambda: False)()),
+             "load": round(os.getloadavg()[0], 2),
              "rows": {str(m): v for m, v in table.items()}}, indent=1) + "\n")
     return 0
 

@@ -203,6 +203,12 @@ def test_kernel_ab_benchmark_runs(tmp_path):
     result = json.loads(out.read_text())
     assert set(result["rows"]) == {"1", "7"}
     assert all(v["rounds"] == 1 for v in result["rows"].values())
+    # On the exactly quantized panels, with the AVX2 kernels (bits checked against the
+    # float32 panels too).
+    assert bench.main(["--old-so", built, "--new-so", built, "--rows", "2,9", "--rounds", "1",
+                       "--no-head", "--quantized", "--no-avx512", "--json-out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["quantized"] and not result["avx512"] and set(result["rows"]) == {"2", "9"}
 
 
 @panel
