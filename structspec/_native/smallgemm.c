@@ -1037,14 +1037,6 @@ static PyObject *sg_set_avx512(PyObject *self, PyObject *args) {
     return PyBool_FromLong(before);
 }
 
-/* quant_max_rows() -> the longest pass that quantized panels pay for with the kernels that
- * run (the caller keeps longer passes on float32 panels). */
-static PyObject *sg_quant_max_rows(PyObject *self, PyObject *args) {
-    (void)self;
-    (void)args;
-    return PyLong_FromLong(avx512_on() ? SZ_QMAX : 5);
-}
-
 static PyMethodDef METHODS[] = {
     {"available", sg_available, METH_VARARGS,
      "available(half=False): whether this CPU runs the kernel (AVX2 + FMA, + F16C for half)."},
@@ -1066,8 +1058,6 @@ static PyMethodDef METHODS[] = {
     {"set_avx512", sg_set_avx512, METH_VARARGS,
      "set_avx512(on): run the AVX-512 kernels (where the CPU has them) or the AVX2 ones "
      "(same results); returns the previous state."},
-    {"quant_max_rows", sg_quant_max_rows, METH_NOARGS,
-     "quant_max_rows(): the longest pass that reads quantized panels."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "smallgemm",
