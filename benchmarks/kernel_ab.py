@@ -48,7 +48,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 from linear_kernels import LAYERS, SHAPES  # noqa: E402  (the default model's body linears)
 
-from structspec.spec.block_quant import BLOCK, dequantize, quantize_q4_1  # noqa: E402
+from structspec.spec.block_quant import dequantize, quantize_q4_1  # noqa: E402
+from structspec.spec.fastlinear import pack_quantized  # noqa: E402
 
 HEAD = (576, 49152)
 SOURCE = "structspec/_native/smallgemm.c"
@@ -61,19 +62,6 @@ def _load(path: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _pack_q(mod: ModuleType, w: torch.Tensor) -> torch.Tensor:
-    """``w`` (float32 [n, k], exactly block-quantized) as ``mod``'s quantized panels."""
-    n, k = w.shape
-    q = torch.empty(n, k, dtype=torch.int8)
-    d = torch.empty(n, k // BLOCK)
-    m = torch.empty_like(d)
-    if not mod.recover_q(w.data_ptr(), n, k, q.data_ptr(), d.data_ptr(), m.data_ptr()):
-        raise SystemExit("--quantized: the weights are not exactly block-quantized")
-    packed = torch.empty(mod.packed_bytes_q(n, k), dtype=torch.int8)
-    mod.pack_q(packed.data_ptr(), q.data_ptr(), d.data_ptr(), m.data_ptr(), n, k)
-    return packed
 
 
 def build(rev: str | None, out_dir: Path) -> Path:
@@ -153,7 +141,9 @@ def _run(args: argparse.Namespace, builds: dict[str, ModuleType], kind: int) -> 
             if args.quantized:
                 if tag == "new":
                     floats.append(packed)
-                packed = _pack_q(mod, w)
+                packed = pack_quantized(mod, w)
+                if packed is None:
+                    raise SystemExit("--quantized: the weights are not exactly block-quantized")
             layers[tag].append((k, n, packed))
     m_max = max(rows)
     xs = {k: torch.randn(m_max, k) for k in {k for k, _ in shapes}}

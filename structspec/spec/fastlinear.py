@@ -158,7 +158,7 @@ class PackedLinear(nn.Module):
                                            dtype=torch.float16 if self._half else torch.float32)
                 gemm.pack(self._packed.data_ptr(), weight.data_ptr(), n, k, self._half)
                 if kernel == "panel" and quantized:
-                    self._qpacked = _pack_quantized(gemm, weight)
+                    self._qpacked = pack_quantized(gemm, weight)
                 global _SMALLGEMM
                 if _SMALLGEMM is None:
                     _SMALLGEMM = gemm
@@ -208,9 +208,10 @@ class PackedLinear(nn.Module):
                 f"packed={self.kernel}{', exact-quantized' if self.quantized else ''}")
 
 
-def _pack_quantized(gemm: Any, weight: torch.Tensor) -> torch.Tensor | None:
-    """``weight`` (float32 [n, k]) as the kernel's quantized panels, or None where it is not
-    exactly block-quantized (or the kernel module predates them)."""
+def pack_quantized(gemm: Any, weight: torch.Tensor) -> torch.Tensor | None:
+    """``weight`` (float32 [n, k]) as ``gemm``'s (a build of the native ``smallgemm``)
+    quantized panels, or None where it is not exactly block-quantized (or the module
+    predates them)."""
     n, k = weight.shape
     if k % block_quant.BLOCK or not hasattr(gemm, "recover_q") or not gemm.available(True):
         return None
