@@ -34,7 +34,8 @@ whether the outputs are identical. Beside them, what users would run instead on 
 
     python benchmarks/speculative.py --task json [--data FILE] [--offset K] [--n 5]
         [--max-new-tokens 160] [--layout system|system-json|request]
-        [--no-pack] [--no-exact-quant] [--no-avx512] [--threads T] [--repeats R]
+        [--no-pack] [--no-exact-quant] [--no-avx512] [--no-sparse-logits] [--threads T]
+        [--repeats R]
         [--draft-model ID] [--no-draft-head] [--no-cost-model] [--no-prefix-cache]
         [--json-out F]
 
@@ -297,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--no-pack", action="store_true",
                     help="keep the plain nn.Linear layers and transformers' sdpa attention")
+    ap.add_argument("--no-sparse-logits", action="store_true",
+                    help="compute every logit of every row, in both modes (default: only the "
+                         "tokens a row's state allows where they are few; same outputs)")
     ap.add_argument("--no-exact-quant", action="store_true",
                     help="keep the packed linears off their exactly quantized panels (same "
                          "outputs; to measure what those panels change)")
@@ -343,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_avx512:
         use_avx512(False)
     tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, args.layout)
-    base_cfg = SpecConfig(enabled=False)
+    base_cfg = SpecConfig(enabled=False, sparse_logits=not args.no_sparse_logits)
     draft = None
     if args.draft_model:
         from structspec.spec.draft_model import DraftModel
@@ -362,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
                           drafters=tuple(d for d in args.drafters.split(",") if d),
                           draft_model=draft, cost_model=not args.no_cost_model,
                           cost_curve=curve,
-                          draft_head=False if args.no_draft_head else "auto")
+                          draft_head=False if args.no_draft_head else "auto",
+                          sparse_logits=not args.no_sparse_logits)
     print(f"model={gen.loaded.name} linears={kernel} exact-quantized={quantized} "
           f"avx512={avx512()} attention={gen.loaded.model.config._attn_implementation} "
           f"threads={torch.get_num_threads()} "
@@ -455,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         "packed": kernel is not None, "linear_kernel": kernel,
         "exact_quantized_linears": quantized,
         "avx512_kernels": avx512(),
+        "sparse_logits": not args.no_sparse_logits,
         "attention": gen.loaded.model.config._attn_implementation,
         "threads": torch.get_num_threads(),
         "load": round(os.getloadavg()[0], 2),

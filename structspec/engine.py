@@ -129,6 +129,7 @@ def decode(
     max_new_tokens: int,
     sampling: SamplingParams,
     prefix_cache: Any = None,
+    sparse_logits: bool = True,
 ) -> DecodeOutput:
     """Generate under ``constraint`` with a KV cache, one token per forward pass.
 
@@ -141,6 +142,9 @@ def decode(
         sampling: greedy or sampling parameters.
         prefix_cache: a :class:`~structspec.spec.prefix.PrefixCache` to start the KV cache
             from (the prompt's stored beginning is not prefilled again) and to teach.
+        sparse_logits: where the next state allows few tokens, compute only their logits
+            (bitwise the same; :mod:`structspec.spec.sparse_logits`, where it supports the
+            model).
 
     Returns:
         The generated ids; ``complete`` is True (an incomplete output raises).
@@ -151,6 +155,8 @@ def decode(
     """
     from transformers import DynamicCache
 
+    from structspec.spec.sparse_logits import SparseLogits  # (spec imports this module)
+
     if not prompt_ids:
         raise ValueError("prompt_ids must not be empty")
     if max_new_tokens < 1:
@@ -158,7 +164,6 @@ def decode(
     device = model.device
     stats = DecodeStats(prompt_tokens=len(prompt_ids))
     generator = make_generator(sampling, device)
-    eos = vocab.eos_token_ids
     start = time.perf_counter()
 
     cache = DynamicCache(config=model.config)
@@ -170,44 +175,21 @@ def decode(
         prefix_cache.learn(prompt_ids, cache)
     stats.prefill_seconds = time.perf_counter() - start
 
-    state: State = constraint.initial
     out: list[int] = []
     # Constraints memoize masks per state, so the same few mask objects recur: convert each
     # to a bool tensor once (keyed by identity; the mask itself is kept alive alongside).
     bool_masks: dict[int, tuple[Any, torch.Tensor]] = {}
-    complete = False
-    while True:
-        t0 = time.perf_counter()
-        mask = constraint.allowed(state)
-        n_allowed = mask.count()
-        eos_allowed = constraint.is_accepting(state)
-        if eos_allowed and n_allowed <= len(eos):  # nothing can follow: done, no pass needed
-            complete = True
-            stats.mask_seconds += time.perf_counter() - t0
-            break
-        if n_allowed == 0:
-            raise dead_end(vocab, out)
-        row = logits[0, -1]  # [V']
-        cached = bool_masks.get(id(mask))
-        if cached is None:
-            cached = (mask, mask_to_bool(mask, row.shape[-1], row.device))
-            bool_masks[id(mask)] = cached
-        masked = apply_mask(row, cached[1])
-        stats.mask_seconds += time.perf_counter() - t0
-        token = choose(masked, sampling, generator)
-        if token in eos:
-            complete = True
-            break
-        state = advance_or_raise(constraint, state, token, vocab, out)
-        out.append(token)
-        if constraint.is_accepting(state) and constraint.allowed(state).count() <= len(eos):
-            complete = True
-            break
-        if len(out) >= max_new_tokens:
-            break
-        step = torch.tensor([[token]], dtype=torch.long, device=device)  # [1, 1]
-        logits = model(input_ids=step, cache=cache, use_cache=True).logits
-        stats.forward_passes += 1
+    sparse = SparseLogits.of(model, sparse_logits)
+    captured: list[torch.Tensor] = []
+    hook = None if sparse is None else sparse.norm.register_forward_hook(
+        lambda _module, _args, output: captured.append(output))
+    try:
+        complete, state = _plain_loop(model, vocab, constraint, sampling, max_new_tokens, stats,
+                                      generator, cache, logits, out, bool_masks, sparse,
+                                      captured)
+    finally:
+        if hook is not None:
+            hook.remove()
 
     # At the token limit an output the constraint accepts is complete (and valid).
     complete = complete or constraint.is_accepting(state)
@@ -221,3 +203,49 @@ def decode(
             text, out, stats,
         )
     return DecodeOutput(out, complete, stats)
+
+
+def _plain_loop(model: Any, vocab: Vocabulary, constraint: Constraint, sampling: SamplingParams,
+                max_new_tokens: int, stats: DecodeStats, generator: Any, cache: Any,
+                logits: torch.Tensor, out: list[int], bool_masks: dict[int, Any],
+                sparse: Any, captured: list[torch.Tensor]) -> tuple[bool, State]:
+    """:func:`decode`'s token loop after the prefill: whether the output completed, and the
+    last state. Appends to ``out``; updates ``stats``."""
+    eos = vocab.eos_token_ids
+    state: State = constraint.initial
+    while True:
+        t0 = time.perf_counter()
+        mask = constraint.allowed(state)
+        n_allowed = mask.count()
+        eos_allowed = constraint.is_accepting(state)
+        if eos_allowed and n_allowed <= len(eos):  # nothing can follow: done, no pass needed
+            stats.mask_seconds += time.perf_counter() - t0
+            return True, state
+        if n_allowed == 0:
+            raise dead_end(vocab, out)
+        row = logits[0, -1]  # [V']
+        cached = bool_masks.get(id(mask))
+        if cached is None:
+            cached = (mask, mask_to_bool(mask, row.shape[-1], row.device))
+            bool_masks[id(mask)] = cached
+        masked = apply_mask(row, cached[1])
+        stats.mask_seconds += time.perf_counter() - t0
+        token = choose(masked, sampling, generator)
+        if token in eos:
+            return True, state
+        state = advance_or_raise(constraint, state, token, vocab, out)
+        out.append(token)
+        if constraint.is_accepting(state) and constraint.allowed(state).count() <= len(eos):
+            return True, state
+        if len(out) >= max_new_tokens:
+            return False, state
+        step = torch.tensor([[token]], dtype=torch.long, device=model.device)  # [1, 1]
+        plan = None if sparse is None else sparse.plan([constraint.allowed(state)])
+        if plan is None:
+            logits = model(input_ids=step, cache=cache, use_cache=True).logits
+        else:  # only the allowed tokens' logits (plan.full is empty: one row, gathered)
+            keep = torch.empty(0, dtype=torch.long, device=model.device)
+            out_ = model(input_ids=step, cache=cache, use_cache=True, logits_to_keep=keep)
+            logits = sparse.assemble(plan, out_.logits[0], captured[-1][0, -1:])[None]
+        captured.clear()
+        stats.forward_passes += 1

@@ -67,6 +67,7 @@ from structspec.spec.drafters import (
 )
 from structspec.spec.prefix import PrefixCache
 from structspec.spec.schedule import DrafterGate, Scheduler
+from structspec.spec.sparse_logits import SparseLogits
 from structspec.spec.tree import DraftTree, TreeBuilder
 from structspec.spec.verify import (
     UnsupportedModelError,
@@ -156,6 +157,9 @@ class SpecConfig:
             one (tests, or a curve measured elsewhere).
         memory_threshold: above this fraction of memory in use (CUDA device memory, else
             system memory), budgets are halved; ``None`` never checks.
+        sparse_logits: where a node's state allows few tokens, compute only their logits
+            (bitwise the same; :mod:`~structspec.spec.sparse_logits`, on models it
+            :func:`~structspec.spec.sparse_logits.supports`), with speculation off too.
     """
 
     enabled: bool = True
@@ -188,6 +192,7 @@ class SpecConfig:
     cost_model: bool = True
     cost_curve: CostCurve | None = None
     memory_threshold: float | None = 0.9
+    sparse_logits: bool = True
 
     def __post_init__(self) -> None:
         for name in ("draft_length", "num_speculations", "max_nodes", "window", "probe_every",
@@ -485,6 +490,10 @@ def speculative_decode(
     gate = DrafterGate(config.window, config.probe_every, adaptive=config.adaptive)
     masks: MaskCache | None = None
 
+    # Logits only where the constraint leaves a choice, from the output layer's input.
+    sparse = SparseLogits.of(model, config.sparse_logits)
+    if sparse is not None and norm is None:
+        norm = sparse.norm
     # The draft head reads the target's last hidden state at each tree node: a hook on the
     # final norm keeps the pass's output (the rows the logits came from).
     captured: list[torch.Tensor] = []
@@ -522,9 +531,14 @@ def speculative_decode(
                                                  state, eos, remaining=max_new_tokens - len(out),
                                                  first=first)
             t1 = time.perf_counter()
-            logits = verify_tree(model, cache, tree, past_len, prefix)  # [q, V]
+            plan = (None if sparse is None
+                    else sparse.plan([constraint.allowed(st) for st in tree.states]))
+            logits = verify_tree(model, cache, tree, past_len, prefix,
+                                 rows=None if plan is None else plan.full)  # [q or f, V]
             hidden = captured[-1][0, -len(tree):] if captured else None  # [q, H]
             captured.clear()
+            if plan is not None and sparse is not None:
+                logits = sparse.assemble(plan, logits, hidden)  # [q, V]
             past_len += len(prefix)
             prefix = []
             stats.forward_passes += 1
@@ -571,7 +585,7 @@ def speculative_decode(
             out.append(token)
             history.extend([token])
             root = token
-            if hidden is not None:  # the draft head starts from the bonus token's context
+            if head is not None and hidden is not None:  # the head starts from the bonus's context
                 ctx.head_anchor = (hidden[acc.path[-1]].clone(), [token])
 
     finally:

@@ -208,6 +208,12 @@ class PackedLinear(nn.Module):
                 f"packed={self.kernel}{', exact-quantized' if self.quantized else ''}")
 
 
+def smallgemm() -> Any:
+    """The native ``smallgemm`` module the ``"panel"`` layers run on (``None`` where it is not
+    built)."""
+    return _SMALLGEMM if _SMALLGEMM is not None else _native.load("smallgemm")
+
+
 def pack_quantized(gemm: Any, weight: torch.Tensor) -> torch.Tensor | None:
     """``weight`` (float32 [n, k]) as ``gemm``'s (a build of the native ``smallgemm``)
     quantized panels, or None where it is not exactly block-quantized (or the module

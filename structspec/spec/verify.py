@@ -86,6 +86,7 @@ def rollback(cache: Any, past_len: int) -> None:
 
 def verify_tree(
     model: Any, cache: Any, tree: DraftTree, past_len: int, prefix: Sequence[int] = (),
+    rows: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """Run every node of ``tree`` through ``model`` in one forward pass.
 
@@ -97,10 +98,12 @@ def verify_tree(
         prefix: committed tokens between the cache and the root, not yet in the cache
             (typically the prompt minus its last token: the prefill and the first tree then
             share one pass).
+        rows: the nodes whose logits are wanted, ascending (``None``: all); the output
+            layer runs on those rows only (:mod:`structspec.spec.sparse_logits`).
 
     Returns:
         Logits ``[q, V]`` (on the model's device): row ``i`` is the next-token logits after
-        the path root → node ``i``.
+        the path root → node ``i``; with ``rows``, ``[len(rows), V]``, those nodes'.
 
     Mutates ``cache``: afterwards it holds ``past_len + len(prefix) + q`` tokens (the prefix,
     then the tree in node order); call :func:`keep_path` with ``past_len + len(prefix)``
@@ -116,12 +119,16 @@ def verify_tree(
         mask, positions = tree_attention(tree, past_len, model.dtype, device,
                                          prefix_len=len(prefix))  # [1,1,L+q,P+L+q], [1,L+q]
         kwargs = {"attention_mask": mask, "position_ids": positions}
+    keep: int | torch.Tensor = q
+    if rows is not None:
+        keep = torch.tensor([len(prefix) + r for r in rows], dtype=torch.long, device=device)
     try:
-        out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=q, **kwargs)
+        out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=keep,
+                    **kwargs)
     except BaseException:
         rollback(cache, past_len)
         raise
-    return out.logits[0, -q:]  # [q, V]
+    return out.logits[0, -q:] if rows is None else out.logits[0]  # [q or len(rows), V]
 
 
 def keep_path(cache: Any, past_len: int, node_indices: Sequence[int]) -> None:
