@@ -166,27 +166,24 @@ def decode(
     generator = make_generator(sampling, device)
     start = time.perf_counter()
 
-    cache = DynamicCache(config=model.config)
-    reused = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
-    input_ids = torch.tensor([prompt_ids[reused:]], dtype=torch.long, device=device)  # [1, P']
-    logits = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1).logits
-    stats.forward_passes += 1
-    if prefix_cache is not None:
-        prefix_cache.learn(prompt_ids, cache)
-    stats.prefill_seconds = time.perf_counter() - start
-
-    out: list[int] = []
-    # Constraints memoize masks per state, so the same few mask objects recur: convert each
-    # to a bool tensor once (keyed by identity; the mask itself is kept alive alongside).
-    bool_masks: dict[int, tuple[Any, torch.Tensor]] = {}
     sparse = SparseLogits.of(model, sparse_logits)
     captured: list[torch.Tensor] = []
     hook = None if sparse is None else sparse.norm.register_forward_hook(
         lambda _module, _args, output: captured.append(output))
+    out: list[int] = []
     try:
-        complete, state = _plain_loop(model, vocab, constraint, sampling, max_new_tokens, stats,
-                                      generator, cache, logits, out, bool_masks, sparse,
-                                      captured)
+        cache = DynamicCache(config=model.config)
+        reused = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
+        input_ids = torch.tensor([prompt_ids[reused:]], dtype=torch.long,
+                                 device=device)  # [1, P']
+        pass_ = _Pass(model, cache, constraint, sparse, captured)
+        logits = pass_(input_ids, constraint.initial)
+        stats.forward_passes += 1
+        if prefix_cache is not None:
+            prefix_cache.learn(prompt_ids, cache)
+        stats.prefill_seconds = time.perf_counter() - start
+        complete, state = _plain_loop(vocab, constraint, sampling, max_new_tokens, stats,
+                                      generator, logits, out, pass_)
     finally:
         if hook is not None:
             hook.remove()
@@ -205,14 +202,44 @@ def decode(
     return DecodeOutput(out, complete, stats)
 
 
-def _plain_loop(model: Any, vocab: Vocabulary, constraint: Constraint, sampling: SamplingParams,
-                max_new_tokens: int, stats: DecodeStats, generator: Any, cache: Any,
-                logits: torch.Tensor, out: list[int], bool_masks: dict[int, Any],
-                sparse: Any, captured: list[torch.Tensor]) -> tuple[bool, State]:
+class _Pass:
+    """One forward pass of :func:`decode` over new tokens: the next-token logits ``[1, 1, V]``
+    of the last one, only the allowed tokens' where ``sparse`` supports the model and the
+    next state allows few (then the final norm's output, which ``captured`` receives from a
+    hook, feeds the gathered logits)."""
+
+    def __init__(self, model: Any, cache: Any, constraint: Constraint, sparse: Any,
+                 captured: list[torch.Tensor]) -> None:
+        self.model = model
+        self.cache = cache
+        self.constraint = constraint
+        self.sparse = sparse
+        self.captured = captured
+
+    def __call__(self, input_ids: torch.Tensor, state: State) -> torch.Tensor:
+        plan = None if self.sparse is None else self.sparse.plan([self.constraint.allowed(state)])
+        if plan is None:
+            logits = self.model(input_ids=input_ids, cache=self.cache, use_cache=True,
+                                logits_to_keep=1).logits  # [1, 1, V]
+        else:  # one row, gathered: the output layer runs on no row at all
+            keep = torch.empty(0, dtype=torch.long, device=input_ids.device)
+            full = self.model(input_ids=input_ids, cache=self.cache, use_cache=True,
+                              logits_to_keep=keep).logits[0]  # [0, V]
+            logits = self.sparse.assemble(plan, full, self.captured[-1][0, -1:])[None]
+        self.captured.clear()
+        return logits
+
+
+def _plain_loop(vocab: Vocabulary, constraint: Constraint, sampling: SamplingParams,
+                max_new_tokens: int, stats: DecodeStats, generator: Any, logits: torch.Tensor,
+                out: list[int], forward: _Pass) -> tuple[bool, State]:
     """:func:`decode`'s token loop after the prefill: whether the output completed, and the
     last state. Appends to ``out``; updates ``stats``."""
     eos = vocab.eos_token_ids
     state: State = constraint.initial
+    # Constraints memoize masks per state, so the same few mask objects recur: convert each
+    # to a bool tensor once (keyed by identity; the mask itself is kept alive alongside).
+    bool_masks: dict[int, tuple[Any, torch.Tensor]] = {}
     while True:
         t0 = time.perf_counter()
         mask = constraint.allowed(state)
@@ -239,13 +266,6 @@ def _plain_loop(model: Any, vocab: Vocabulary, constraint: Constraint, sampling:
             return True, state
         if len(out) >= max_new_tokens:
             return False, state
-        step = torch.tensor([[token]], dtype=torch.long, device=model.device)  # [1, 1]
-        plan = None if sparse is None else sparse.plan([constraint.allowed(state)])
-        if plan is None:
-            logits = model(input_ids=step, cache=cache, use_cache=True).logits
-        else:  # only the allowed tokens' logits (plan.full is empty: one row, gathered)
-            keep = torch.empty(0, dtype=torch.long, device=model.device)
-            out_ = model(input_ids=step, cache=cache, use_cache=True, logits_to_keep=keep)
-            logits = sparse.assemble(plan, out_.logits[0], captured[-1][0, -1:])[None]
-        captured.clear()
+        step = torch.tensor([[token]], dtype=torch.long, device=logits.device)  # [1, 1]
+        logits = forward(step, state)
         stats.forward_passes += 1
