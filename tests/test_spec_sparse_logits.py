@@ -95,6 +95,13 @@ def test_assembled_rows_mask_to_the_whole_rows():
         assert torch.equal(got[row].masked_fill(~allowed, float("-inf")), want)
 
 
+def test_ids_beyond_the_output_layer_are_refused():
+    layer = _layer(False, False)
+    plan = sl.row_plan([TokenMask.from_ids([3, 300], 400)], sl.IdCache())
+    with torch.inference_mode(), pytest.raises(ValueError, match="beyond the logits width"):
+        sl.assemble(plan, torch.empty(0, 300), torch.randn(1, 64), layer)
+
+
 @pytest.fixture(scope="module")
 def packed_tiny(tiny_model):
     model = copy.deepcopy(tiny_model.model)

@@ -12,6 +12,8 @@
   make multi-row passes cheap on CPU;
 - :mod:`~structspec.spec.block_quant`: the exact block quantization of weights dequantized
   from GGUF (the default model's), which the panel kernel reads at a third of the bytes;
+- :mod:`~structspec.spec.sparse_logits`: logits only for the tokens a row's state allows,
+  where they are few (bitwise the whole rows'), in plain and speculative passes;
 - :mod:`~structspec.spec.attention`: grouped-query SDPA under tree masks on CPU;
 - :mod:`~structspec.spec.cpu_paths`: both, in one call (:func:`use_fast_cpu_paths`).
 """

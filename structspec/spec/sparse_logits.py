@@ -144,6 +144,8 @@ def assemble(plan: RowPlan, full_logits: torch.Tensor, hidden: torch.Tensor,
         ids = [plan.gathered[r] for r in rows]
         flat = torch.cat(ids)  # [N]
         union, inverse = torch.unique(flat, return_inverse=True)  # [u], [N]
+        if int(union[-1]) >= width:  # as masking the whole row would say
+            raise ValueError(f"mask allows ids beyond the logits width {width}")
         values = gathered_logits(head, hidden[rows], union)  # [len(rows), u]
         sizes = torch.tensor([len(i) for i in ids])
         local = torch.repeat_interleave(torch.arange(len(rows)), sizes)  # [N]
