@@ -33,6 +33,8 @@ class DecodeStats:
         seconds: wall time of the whole decode.
         prefill_seconds: wall time of the prefill pass.
         mask_seconds: time spent computing and applying masks.
+        sparse_rows: rows whose logits were computed for their few allowed tokens only
+            (:mod:`structspec.spec.sparse_logits`).
     """
 
     prompt_tokens: int = 0
@@ -41,6 +43,7 @@ class DecodeStats:
     seconds: float = 0.0
     prefill_seconds: float = 0.0
     mask_seconds: float = 0.0
+    sparse_rows: int = 0
 
     @property
     def tokens_per_second(self) -> float:
@@ -58,6 +61,7 @@ class DecodeStats:
             "prefill_seconds": round(self.prefill_seconds, 4),
             "mask_seconds": round(self.mask_seconds, 4),
             "tokens_per_second": round(self.tokens_per_second, 2),
+            "sparse_rows": self.sparse_rows,
         }
 
 
@@ -176,7 +180,7 @@ def decode(
         reused = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
         input_ids = torch.tensor([prompt_ids[reused:]], dtype=torch.long,
                                  device=device)  # [1, P']
-        pass_ = _Pass(model, cache, constraint, sparse, captured)
+        pass_ = _Pass(model, cache, constraint, sparse, captured, stats)
         logits = pass_(input_ids, constraint.initial)
         stats.forward_passes += 1
         if prefix_cache is not None:
@@ -209,8 +213,9 @@ class _Pass:
     hook, feeds the gathered logits)."""
 
     def __init__(self, model: Any, cache: Any, constraint: Constraint, sparse: Any,
-                 captured: list[torch.Tensor]) -> None:
+                 captured: list[torch.Tensor], stats: DecodeStats) -> None:
         self.model = model
+        self.stats = stats
         self.cache = cache
         self.constraint = constraint
         self.sparse = sparse
@@ -226,6 +231,7 @@ class _Pass:
             full = self.model(input_ids=input_ids, cache=self.cache, use_cache=True,
                               logits_to_keep=keep).logits[0]  # [0, V]
             logits = self.sparse.assemble(plan, full, self.captured[-1][0, -1:])[None]
+            self.stats.sparse_rows += 1
         self.captured.clear()
         return logits
 

@@ -72,6 +72,8 @@ def test_row_plan_gathers_small_sets_within_the_union_cap():
     plan = sl.row_plan([big, small, one, small], sl.IdCache())
     assert plan.full == (0,)
     assert {r: v.tolist() for r, v in plan.gathered.items()} == {1: [3, 9], 2: [7], 3: [3, 9]}
+    plan = sl.row_plan([None, one], sl.IdCache())  # an unknown set: the row goes whole
+    assert plan.full == (0,) and list(plan.gathered) == [1]
     wide = [TokenMask.from_ids(range(i * 64, i * 64 + 64), size) for i in range(20)]
     plan = sl.row_plan(wide, sl.IdCache())  # 20 x 64 ids > MAX_UNION: the rest go whole
     assert len(plan.gathered) == sl.MAX_UNION // 64
@@ -156,5 +158,7 @@ def test_decoding_with_sparse_logits_emits_the_same_tokens(packed_tiny, monkeypa
             want_plain, want_spec = plain[:3], spec[:3]
         else:
             assert plain[:3] == want_plain and spec[:3] == want_spec
+            for run in (plain, spec):  # (the output of a run that ended without error)
+                assert run[3] is None or run[3].stats.sparse_rows == 0
     if name != "free" and len(want_plain[0]) > 1:
         assert spy.calls > 0  # the gathered path ran

@@ -61,6 +61,7 @@ from structspec.spec.drafters import (
     DraftContext,
     NgramIndex,
     build_tree,
+    cheap_allowed,
     extract_literals,
     learn_choice,
     make_drafters,
@@ -531,14 +532,15 @@ def speculative_decode(
                                                  state, eos, remaining=max_new_tokens - len(out),
                                                  first=first)
             t1 = time.perf_counter()
-            plan = (None if sparse is None
-                    else sparse.plan([constraint.allowed(st) for st in tree.states]))
+            plan = (None if sparse is None  # (no mask computed here that costs much)
+                    else sparse.plan([cheap_allowed(constraint, st) for st in tree.states]))
             logits = verify_tree(model, cache, tree, past_len, prefix,
                                  rows=None if plan is None else plan.full)  # [q or f, V]
             hidden = captured[-1][0, -len(tree):] if captured else None  # [q, H]
             captured.clear()
             if plan is not None and sparse is not None:
                 logits = sparse.assemble(plan, logits, hidden)  # [q, V]
+                stats.sparse_rows += len(plan.gathered)
             past_len += len(prefix)
             prefix = []
             stats.forward_passes += 1

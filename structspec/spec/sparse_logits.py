@@ -90,14 +90,15 @@ class IdCache:
         return hit[1]
 
 
-def row_plan(masks: Sequence[TokenMask], ids: IdCache) -> RowPlan:
-    """The plan for rows whose allowed sets are ``masks`` (one per row, in order). Pure
-    apart from filling ``ids``."""
+def row_plan(masks: Sequence[TokenMask | None], ids: IdCache) -> RowPlan:
+    """The plan for rows whose allowed sets are ``masks`` (one per row, in order; ``None``
+    where the set is not known — a grammar whose masks cost milliseconds is not asked for
+    rows decoding may never reach —: the row goes whole). Pure apart from filling ``ids``."""
     full: list[int] = []
     gathered: dict[int, torch.Tensor] = {}
     union = 0
     for row, mask in enumerate(masks):
-        allowed = ids.get(mask)
+        allowed = None if mask is None else ids.get(mask)
         if allowed is None or union + len(allowed) > MAX_UNION:
             full.append(row)
         else:
@@ -168,7 +169,7 @@ class SparseLogits:
         """One for ``model`` where it is ``enabled`` and :func:`supports` it, else ``None``."""
         return cls(model) if enabled and supports(model) else None
 
-    def plan(self, masks: Sequence[TokenMask]) -> RowPlan | None:
+    def plan(self, masks: Sequence[TokenMask | None]) -> RowPlan | None:
         """The row plan for a pass whose rows' allowed sets are ``masks``, or ``None``
         where every row goes whole."""
         plan = row_plan(masks, self.ids)
