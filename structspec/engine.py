@@ -159,7 +159,9 @@ def decode(
     """
     from transformers import DynamicCache
 
-    from structspec.spec.sparse_logits import SparseLogits  # (spec imports this module)
+    # imported here: structspec.spec imports this module
+    from structspec.spec.draft_head import captured_outputs
+    from structspec.spec.sparse_logits import SparseLogits
 
     if not prompt_ids:
         raise ValueError("prompt_ids must not be empty")
@@ -168,29 +170,60 @@ def decode(
     device = model.device
     stats = DecodeStats(prompt_tokens=len(prompt_ids))
     generator = make_generator(sampling, device)
+    eos = vocab.eos_token_ids
     start = time.perf_counter()
 
     sparse = SparseLogits.of(model, sparse_logits)
-    captured: list[torch.Tensor] = []
-    hook = None if sparse is None else sparse.norm.register_forward_hook(
-        lambda _module, _args, output: captured.append(output))
     out: list[int] = []
-    try:
+    with captured_outputs(None if sparse is None else sparse.norm) as captured:
         cache = DynamicCache(config=model.config)
         reused = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
         input_ids = torch.tensor([prompt_ids[reused:]], dtype=torch.long,
                                  device=device)  # [1, P']
-        pass_ = _Pass(model, cache, constraint, sparse, captured, stats)
-        logits = pass_(input_ids, constraint.initial)
+        forward = _Pass(model, cache, constraint, sparse, captured, stats)
+        logits = forward(input_ids, constraint.initial)
         stats.forward_passes += 1
         if prefix_cache is not None:
             prefix_cache.learn(prompt_ids, cache)
         stats.prefill_seconds = time.perf_counter() - start
-        complete, state = _plain_loop(vocab, constraint, sampling, max_new_tokens, stats,
-                                      generator, logits, out, pass_)
-    finally:
-        if hook is not None:
-            hook.remove()
+
+        state: State = constraint.initial
+        # Constraints memoize masks per state, so the same few mask objects recur: convert
+        # each to a bool tensor once (keyed by identity; the mask itself kept alongside).
+        bool_masks: dict[int, tuple[Any, torch.Tensor]] = {}
+        complete = False
+        while True:
+            t0 = time.perf_counter()
+            mask = constraint.allowed(state)
+            n_allowed = mask.count()
+            eos_allowed = constraint.is_accepting(state)
+            if eos_allowed and n_allowed <= len(eos):  # nothing can follow: done, no pass
+                complete = True
+                stats.mask_seconds += time.perf_counter() - t0
+                break
+            if n_allowed == 0:
+                raise dead_end(vocab, out)
+            row = logits[0, -1]  # [V']
+            cached = bool_masks.get(id(mask))
+            if cached is None:
+                cached = (mask, mask_to_bool(mask, row.shape[-1], row.device))
+                bool_masks[id(mask)] = cached
+            masked = apply_mask(row, cached[1])
+            stats.mask_seconds += time.perf_counter() - t0
+            token = choose(masked, sampling, generator)
+            if token in eos:
+                complete = True
+                break
+            state = advance_or_raise(constraint, state, token, vocab, out)
+            out.append(token)
+            if constraint.is_accepting(state) and constraint.allowed(state).count() <= len(eos):
+                complete = True
+                break
+            if len(out) >= max_new_tokens:
+                break
+            step = torch.tensor([[token]], dtype=torch.long, device=device)  # [1, 1]
+            logits = forward(step, state)
+            stats.forward_passes += 1
 
     # At the token limit an output the constraint accepts is complete (and valid).
     complete = complete or constraint.is_accepting(state)
@@ -234,44 +267,3 @@ class _Pass:
             self.stats.sparse_rows += 1
         self.captured.clear()
         return logits
-
-
-def _plain_loop(vocab: Vocabulary, constraint: Constraint, sampling: SamplingParams,
-                max_new_tokens: int, stats: DecodeStats, generator: Any, logits: torch.Tensor,
-                out: list[int], forward: _Pass) -> tuple[bool, State]:
-    """:func:`decode`'s token loop after the prefill: whether the output completed, and the
-    last state. Appends to ``out``; updates ``stats``."""
-    eos = vocab.eos_token_ids
-    state: State = constraint.initial
-    # Constraints memoize masks per state, so the same few mask objects recur: convert each
-    # to a bool tensor once (keyed by identity; the mask itself is kept alive alongside).
-    bool_masks: dict[int, tuple[Any, torch.Tensor]] = {}
-    while True:
-        t0 = time.perf_counter()
-        mask = constraint.allowed(state)
-        n_allowed = mask.count()
-        eos_allowed = constraint.is_accepting(state)
-        if eos_allowed and n_allowed <= len(eos):  # nothing can follow: done, no pass needed
-            stats.mask_seconds += time.perf_counter() - t0
-            return True, state
-        if n_allowed == 0:
-            raise dead_end(vocab, out)
-        row = logits[0, -1]  # [V']
-        cached = bool_masks.get(id(mask))
-        if cached is None:
-            cached = (mask, mask_to_bool(mask, row.shape[-1], row.device))
-            bool_masks[id(mask)] = cached
-        masked = apply_mask(row, cached[1])
-        stats.mask_seconds += time.perf_counter() - t0
-        token = choose(masked, sampling, generator)
-        if token in eos:
-            return True, state
-        state = advance_or_raise(constraint, state, token, vocab, out)
-        out.append(token)
-        if constraint.is_accepting(state) and constraint.allowed(state).count() <= len(eos):
-            return True, state
-        if len(out) >= max_new_tokens:
-            return False, state
-        step = torch.tensor([[token]], dtype=torch.long, device=logits.device)  # [1, 1]
-        logits = forward(step, state)
-        stats.forward_passes += 1

@@ -51,7 +51,7 @@ from structspec.spec.cost import (
     memory_use,
 )
 from structspec.spec.draft_head import SOURCE as DRAFT_HEAD
-from structspec.spec.draft_head import DraftHead, final_norm, resolve_head
+from structspec.spec.draft_head import DraftHead, captured_outputs, final_norm, resolve_head
 from structspec.spec.draft_model import SOURCE as DRAFT_MODEL
 from structspec.spec.draft_model import DraftModel
 from structspec.spec.drafters import (
@@ -497,10 +497,7 @@ def speculative_decode(
         norm = sparse.norm
     # The draft head reads the target's last hidden state at each tree node: a hook on the
     # final norm keeps the pass's output (the rows the logits came from).
-    captured: list[torch.Tensor] = []
-    hook = None if norm is None else norm.register_forward_hook(
-        lambda _module, _args, output: captured.append(output))
-    try:
+    with captured_outputs(norm) as captured:
         root = prompt_ids[-1]
         state: State = constraint.initial
         out: list[int] = []
@@ -590,9 +587,6 @@ def speculative_decode(
             if head is not None and hidden is not None:  # the head starts from the bonus's context
                 ctx.head_anchor = (hidden[acc.path[-1]].clone(), [token])
 
-    finally:
-        if hook is not None:
-            hook.remove()
     complete = complete or constraint.is_accepting(state)
     stats.new_tokens = len(out)
     stats.seconds = time.perf_counter() - start

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -259,6 +260,21 @@ def final_norm(model: Any) -> nn.Module | None:
     base = getattr(model, getattr(model, "base_model_prefix", "model"), None)
     norm = getattr(base, "norm", None)
     return norm if isinstance(norm, nn.Module) else None
+
+
+@contextlib.contextmanager
+def captured_outputs(module: nn.Module | None) -> Iterator[list[torch.Tensor]]:
+    """A list that receives ``module``'s output at each forward call while the block runs
+    (a forward hook, removed on exit; stays empty for ``None``). The decoders read the
+    final norm's output this way: the rows the logits came from."""
+    outputs: list[torch.Tensor] = []
+    hook = None if module is None else module.register_forward_hook(
+        lambda _module, _args, output: outputs.append(output))
+    try:
+        yield outputs
+    finally:
+        if hook is not None:
+            hook.remove()
 
 
 class DraftHeadDrafter:
