@@ -115,3 +115,25 @@ def test_the_speculative_benchmark_runs_and_repeats_compare_like_with_like(tmp_p
     result = json.loads(out.read_text())
     assert result["summary"]["identical"] == 2
     assert all(row["passes"] >= 1 and row["new_tokens"] >= 1 for row in result["rows"])
+
+
+def test_the_sparse_logits_benchmark_runs(tmp_path, shared_data):
+    """``benchmarks/sparse_logits.py`` on one short JSON request, one round per setting:
+    outputs identical with sparse logits on and off, plain and speculative."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sparse_logits.py"
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("sparse_logits_bench", path)
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+        out = tmp_path / "sparse.json"
+        assert bench.main(["--task", "json", "--n", "1", "--rounds", "1",
+                           "--max-new-tokens", "8", "--json-out", str(out)]) == 0
+    finally:
+        sys.path.remove(str(path.parent))
+    result = json.loads(out.read_text())
+    assert result["identical"] and [r["mode"] for r in result["rows"]] == ["plain", "speculative"]
