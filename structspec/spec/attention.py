@@ -1,17 +1,30 @@
-"""Grouped-query SDPA for tree passes on CPU, registered with ``transformers``.
+"""Attention for CPU passes, registered with ``transformers``: the same numbers for a row in
+every pass, and grouped-query heads kept grouped under tree masks.
 
-A tree pass gives attention a custom 4D mask. ``transformers``' ``sdpa`` path then stops
-using SDPA's grouped-query mode (it assumes masked GQA falls back to a slow kernel, true on
-CUDA) and copies every key/value head ``num_key_value_groups`` times per layer instead
-(``repeat_kv``). On CPU, torch's SDPA takes the mask and the grouped heads together: for the
-default model (9 query / 3 key-value heads, 30 layers, 300 cached tokens) tree passes of 2–8
-nodes cost 2–9% less (``benchmarks/cost_curve.py``, ``docs/performance.md``); the prompt
-(no mask) already runs grouped.
+**Row-exact attention.** Speculation is lossless only if a tree pass gives each row the
+numbers a 1-row pass gives it. The packed linear layers do; torch's SDPA does not (it sums
+over keys in vector lanes chosen by each key's position, and a tree pass puts a row's
+ancestors at other positions than the sequential cache: tree and sequential logits of the
+default model differed by ~4e-5). Where the native kernel ``attend``
+(``structspec/_native/attend.c``) runs — a CPU with AVX2 and FMA, float32, batch 1 — every
+attention call of the model goes to it: scores, softmax and the weighted sum run in key
+order and a masked key adds exactly nothing, so a row's attention output is **bitwise** the
+same in a tree pass, a prefill and a 1-row step, and plain and speculative decoding see
+identical numbers end to end. Other calls (a GPU, batches, other dtypes, masks with values
+other than 0 and "masked") go to SDPA as below.
+
+**Grouped-query SDPA.** A tree pass gives attention a custom 4D mask. ``transformers``'
+``sdpa`` path then stops using SDPA's grouped-query mode (it assumes masked GQA falls back
+to a slow kernel, true on CUDA) and copies every key/value head ``num_key_value_groups``
+times per layer instead (``repeat_kv``). On CPU, torch's SDPA takes the mask and the grouped
+heads together: for the default model (9 query / 3 key-value heads, 30 layers, 300 cached
+tokens) tree passes of 2–8 nodes cost 2–9% less (``benchmarks/cost_curve.py``,
+``docs/performance.md``); the prompt (no mask) already runs grouped.
 
 :func:`use_grouped_sdpa` switches a CPU model from ``"sdpa"`` to :data:`IMPLEMENTATION`, an
-attention function that does exactly that for masked grouped-query calls and hands every
-other call to ``transformers``' own ``sdpa`` function, so plain and speculative decoding run
-the same attention. :func:`restore_sdpa` switches back.
+attention function that does the above and hands every other call to ``transformers``' own
+``sdpa`` function, so plain and speculative decoding run the same attention.
+:func:`restore_sdpa` switches back.
 """
 
 from __future__ import annotations
@@ -19,6 +32,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from structspec import _native
 
 #: The name the attention function is registered under (``config._attn_implementation``).
 IMPLEMENTATION = "structspec_sdpa"
@@ -37,6 +52,12 @@ def grouped_sdpa_forward(module: Any, query: torch.Tensor, key: torch.Tensor,
     ``key``/``value`` ``[B, Hkv, k, D]``; returns ``([B, q, Hq, D], None)``."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    if not dropout and not any(kwargs.get(name) is not None for name in _DELEGATED) \
+            and not kwargs.get("output_attentions"):
+        exact = row_exact_attention(module, query, key, value, attention_mask, scaling,
+                                    is_causal)
+        if exact is not None:
+            return exact, None
     groups = getattr(module, "num_key_value_groups", 1)
     if (attention_mask is None or groups <= 1 or query.device.type != "cpu" or dropout
             or key.shape[-1] != value.shape[-1] or kwargs.get("output_attentions")
@@ -46,6 +67,72 @@ def grouped_sdpa_forward(module: Any, query: torch.Tensor, key: torch.Tensor,
     out = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, scale=scaling, enable_gqa=True)
     return out.transpose(1, 2).contiguous(), None
+
+
+# The kernel's mask kinds (attend.c).
+_NONE, _CAUSAL, _FLOAT, _BOOL = 0, 1, 2, 3
+# Whether row_exact_attention runs (set_row_exact: for A/B runs and tests).
+_ROW_EXACT = [True]
+
+
+def set_row_exact(on: bool) -> bool:
+    """Let :func:`row_exact_attention` run (where it applies) or send every call to SDPA, as
+    before it existed; returns the previous setting. Process-wide: for A/B measurements and
+    tests, not for decoding (with it off, speculative and plain decoding may differ by
+    near-ties)."""
+    before = _ROW_EXACT[0]
+    _ROW_EXACT[0] = bool(on)
+    return before
+
+
+def row_exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
+                        value: torch.Tensor, attention_mask: torch.Tensor | None,
+                        scaling: float | None = None,
+                        is_causal: bool | None = None) -> torch.Tensor | None:
+    """Attention by the native ``attend`` kernel (see the module docstring): ``[1, q, Hq, D]``,
+    or ``None`` where it does not apply (kernel not built or switched off, not CPU float32,
+    batch > 1, autograd, a head size not a multiple of 8 or over 256, a mask of another
+    shape or dtype). Shapes as ``transformers`` passes them: ``query`` ``[1, Hq, q, D]``,
+    ``key``/``value`` ``[1, Hkv, k, D]``, ``attention_mask`` ``[1, 1, q, >= k]`` (additive
+    float: a key is masked where below -1e30; or bool: True where visible) or None."""
+    kernel = _native.load("attend") if _ROW_EXACT[0] else None
+    if kernel is None or not kernel.available():
+        return None
+    if (query.device.type != "cpu" or query.dim() != 4 or query.shape[0] != 1
+            or torch.is_grad_enabled()
+            or any(t.dtype != torch.float32 for t in (query, key, value))):
+        return None
+    _, hq, lq, d = query.shape
+    hkv, lk = key.shape[1], key.shape[2]
+    if (d % 8 or d > 256 or value.shape[-1] != d or key.shape[-1] != d or hq % hkv
+            or value.shape[1] != hkv or value.shape[2] != lk or lk == 0):
+        return None
+    mask = None
+    if attention_mask is None:
+        if is_causal is None:
+            is_causal = lq > 1 and getattr(module, "is_causal", True)
+        kind = _CAUSAL if is_causal and lq > 1 else _NONE
+        if kind == _CAUSAL and lq > lk:
+            return None
+    else:
+        if (attention_mask.dim() != 4 or attention_mask.shape[0] != 1
+                or attention_mask.shape[1] != 1 or attention_mask.shape[2] != lq
+                or attention_mask.shape[3] < lk):
+            return None
+        mask = attention_mask[0, 0, :, :lk]
+        if mask.dtype == torch.bool:
+            kind, mask = _BOOL, mask.contiguous().view(torch.uint8)
+        elif mask.dtype == torch.float32:
+            kind, mask = _FLOAT, mask.contiguous()
+        else:
+            return None
+    scale = scaling if scaling is not None else d ** -0.5
+    q, k, v = query[0].contiguous(), key[0].contiguous(), value[0].contiguous()
+    out = torch.empty(1, lq, hq, d, dtype=torch.float32)
+    kernel.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), hq, hkv, lq, lk, d,
+                  0 if mask is None else mask.data_ptr(), kind, float(scale), out.data_ptr(),
+                  torch.get_num_threads())
+    return out
 
 
 def _register() -> None:

@@ -1,0 +1,191 @@
+"""Row-exact attention (``structspec/_native/attend.c`` via
+``structspec.spec.attention.row_exact_attention``): SDPA's results to float32 rounding for
+every mask kind and shape, and a row's output **bitwise** the same whether its keys come in
+a tree pass (between masked siblings), a causal prefill or a 1-row step — so the packed
+model's tree logits are bitwise its sequential logits."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+import torch
+from conftest import torch_threads
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import DynamicCache
+
+from structspec import _native
+from structspec.spec.attention import row_exact_attention, set_row_exact
+from structspec.spec.cpu_paths import use_fast_cpu_paths
+from structspec.spec.tree import DraftTree, tree_attention
+from structspec.spec.verify import keep_path, verify_tree
+
+ATTEND = _native.load("attend")
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.skipif(ATTEND is None or not ATTEND.available(),
+                       reason="the attend kernel is not built here or the CPU lacks AVX2/FMA"),
+]
+
+
+class _Module:
+    is_causal = True
+
+
+def _qkv(hq: int, hkv: int, lq: int, lk: int, d: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(1, hq, lq, d, generator=g), torch.randn(1, hkv, lk, d, generator=g),
+            torch.randn(1, hkv, lk, d, generator=g))
+
+
+def _sdpa(q, k, v, mask=None, causal=False):
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), attn_mask=None if mask is None else mask.double()
+        if mask.dtype != torch.bool else mask, is_causal=causal, enable_gqa=True)
+    return out.transpose(1, 2).float()
+
+
+@pytest.mark.parametrize(("hq", "hkv"), [(9, 3), (4, 2), (4, 4)])
+@pytest.mark.parametrize("d", [8, 64, 128])
+@pytest.mark.parametrize("lq", [1, 3, 17, 40])
+def test_matches_sdpa_for_every_mask_kind(hq, hkv, d, lq):
+    lk = lq + 70
+    q, k, v = _qkv(hq, hkv, lq, lk, d, seed=hq * d + lq)
+    with torch.inference_mode():
+        # no mask: every key
+        got = row_exact_attention(_Module(), q, k, v, None, None, is_causal=False)
+        assert torch.allclose(got, _sdpa(q, k, v), atol=2e-6, rtol=1e-5)
+        # causal (the prompt's prefill after a cache): key j visible to row i when j <= i + 70
+        got = row_exact_attention(_Module(), q, k, v, None, None, is_causal=True)
+        causal = torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq)
+        want = _sdpa(q, k, v, causal[None, None])
+        assert torch.allclose(got, want, atol=2e-6, rtol=1e-5) or lq == 1
+        # a random additive mask (0 / finfo.min, every row seeing itself) and its bool twin
+        rng = torch.Generator().manual_seed(lq)
+        visible = torch.rand(lq, lk, generator=rng) < 0.6
+        visible[torch.arange(lq), torch.arange(lq) + lk - lq] = True
+        additive = torch.zeros(lq, lk).masked_fill(~visible, torch.finfo(torch.float32).min)
+        want = _sdpa(q, k, v, visible[None, None])
+        for mask in (additive[None, None], visible[None, None]):
+            got = row_exact_attention(_Module(), q, k, v, mask, 0.3 if d == 8 else None)
+            if d == 8:
+                want8 = torch.nn.functional.scaled_dot_product_attention(
+                    q.double(), k.double(), v.double(), attn_mask=visible[None, None],
+                    scale=0.3, enable_gqa=True).transpose(1, 2).float()
+                assert torch.allclose(got, want8, atol=2e-6, rtol=1e-5)
+            else:
+                assert torch.allclose(got, want, atol=2e-6, rtol=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(past=st.integers(1, 150), n=st.integers(1, 24), seed=st.integers(0, 2**16),
+       threads=st.sampled_from([1, 2]))
+def test_a_rows_output_does_not_depend_on_where_its_keys_sit(past, n, seed, threads):
+    """A tree pass (each node's ancestors between masked siblings, additive mask) gives
+    every node bitwise what a 1-row pass over the past and its path gives, on 1 or 2
+    threads."""
+    rng = random.Random(seed)
+    parents = [-1] + [rng.randrange(i) for i in range(1, n)]
+    depths = [0]
+    for p in parents[1:]:
+        depths.append(depths[p] + 1)
+    tree = DraftTree(tuple(range(n)), tuple(parents), tuple(depths), (None,) * n, ("t",) * n)
+    hq, hkv, d = 9, 3, 64
+    q, k, v = _qkv(hq, hkv, n, past + n, d, seed)
+    mask, _ = tree_attention(tree, past_len=past)
+    with torch.inference_mode(), torch_threads(threads):
+        whole = row_exact_attention(_Module(), q, k, v, mask, None)
+        for i in range(n):
+            keys = list(range(past)) + [past + j for j in tree.path(i)]
+            alone = row_exact_attention(_Module(), q[:, :, i:i + 1], k[:, :, keys],
+                                        v[:, :, keys], None, None)
+            assert torch.equal(whole[:, i], alone[:, 0]), i
+
+
+@pytest.mark.parametrize("lq", [2, 9, 40])
+def test_causal_rows_equal_their_one_row_passes(lq):
+    q, k, v = _qkv(9, 3, lq, lq + 5, 64, seed=lq)
+    with torch.inference_mode():
+        whole = row_exact_attention(_Module(), q, k, v, None, None, is_causal=None)
+        for i in range(lq):
+            visible = i + 5 + 1
+            alone = row_exact_attention(_Module(), q[:, :, i:i + 1], k[:, :, :visible],
+                                        v[:, :, :visible], None, None)
+            assert torch.equal(whole[:, i], alone[:, 0])
+
+
+def test_calls_it_does_not_take_go_back_to_sdpa():
+    q, k, v = _qkv(4, 2, 3, 8, 64, 0)
+    mod = _Module()
+    with torch.inference_mode():
+        assert row_exact_attention(mod, q, k, v, None, None) is not None
+        assert row_exact_attention(mod, q.repeat(2, 1, 1, 1), k.repeat(2, 1, 1, 1),
+                                   v.repeat(2, 1, 1, 1), None, None) is None  # a batch
+        assert row_exact_attention(mod, q.double(), k.double(), v.double(), None) is None
+        q12, k12, v12 = _qkv(4, 2, 3, 8, 12, 0)
+        assert row_exact_attention(mod, q12, k12, v12, None, None) is None  # d % 8
+        assert row_exact_attention(mod, q, k, v, torch.zeros(1, 4, 3, 8), None) is None
+        assert row_exact_attention(mod, q, k, v, torch.zeros(1, 1, 3, 8, dtype=torch.float16),
+                                   None) is None
+        before = set_row_exact(False)
+        try:
+            assert row_exact_attention(mod, q, k, v, None, None) is None
+        finally:
+            set_row_exact(before)
+    assert row_exact_attention(mod, q, k, v, None, None) is None  # autograd on
+
+
+def test_kernel_refuses_bad_shapes():
+    with pytest.raises(ValueError, match="bad shape"):
+        ATTEND.attend(0, 0, 0, 9, 2, 1, 4, 64, 0, 0, 1.0, 0, 1)  # 9 heads over 2
+    with pytest.raises(ValueError, match="bad shape"):
+        ATTEND.attend(0, 0, 0, 9, 3, 1, 4, 60, 0, 0, 1.0, 0, 1)  # d % 8
+    with pytest.raises(ValueError, match="bad shape"):
+        ATTEND.attend(0, 0, 0, 9, 3, 1, 4, 64, 0, 2, 1.0, 0, 1)  # a float mask, no pointer
+
+
+@pytest.fixture(scope="module")
+def packed(tiny_model):
+    model = copy.deepcopy(tiny_model.model)
+    use_fast_cpu_paths(model)
+    return model
+
+
+def _tree(rng: random.Random, n: int, vocab: int) -> DraftTree:
+    parents, depths = [-1], [0]
+    for i in range(1, n):
+        parents.append(rng.randrange(i))
+        depths.append(depths[parents[-1]] + 1)
+    tokens = tuple(rng.randrange(100, vocab) for _ in range(n))
+    return DraftTree(tokens, tuple(parents), tuple(depths), (None,) * n, ("t",) * n)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_packed_models_tree_logits_are_bitwise_their_sequential_logits(packed, seed):
+    rng = random.Random(seed)
+    vocab = packed.config.vocab_size
+    cached = [rng.randrange(100, vocab) for _ in range(rng.randrange(2, 30))]
+    prefix = [rng.randrange(100, vocab) for _ in range(rng.randrange(0, 6))]
+    tree = _tree(rng, rng.randrange(2, 18), vocab)
+    with torch.inference_mode():
+        cache = DynamicCache(config=packed.config)
+        packed(input_ids=torch.tensor([cached]), cache=cache, use_cache=True)
+        logits = verify_tree(packed, cache, tree, len(cached), prefix)  # prefill + tree
+        for i in range(len(tree)):
+            steps = DynamicCache(config=packed.config)
+            packed(input_ids=torch.tensor([cached]), cache=steps, use_cache=True)
+            row = None
+            for tok in prefix + [tree.tokens[j] for j in tree.path(i)]:
+                row = packed(input_ids=torch.tensor([[tok]]), cache=steps,
+                             use_cache=True).logits[0, -1]
+            assert torch.equal(logits[i], row), i
+        # and after keeping a path, the next pass continues as the sequential cache would
+        node = max(range(len(tree)), key=lambda j: tree.depths[j])
+        keep_path(cache, len(cached) + len(prefix), tree.path(node))
+        nxt = packed(input_ids=torch.tensor([[321]]), cache=cache,
+                     use_cache=True).logits[0, -1]
+        seq = cached + prefix + [tree.tokens[j] for j in tree.path(node)] + [321]
+        fresh = packed(input_ids=torch.tensor([seq]), logits_to_keep=1).logits[0, -1]
+        assert torch.equal(nxt, fresh)
