@@ -145,9 +145,9 @@ def _register() -> None:
 
 def use_grouped_sdpa(model: Any) -> bool:
     """Switch ``model`` from ``"sdpa"`` to :data:`IMPLEMENTATION` (in place) when it runs on
-    CPU and has grouped-query attention; returns whether it did. Any other model (another
-    attention implementation, a GPU, no key-value groups, a model that cannot switch its
-    attention at run time) is left as it is."""
+    CPU and has grouped-query attention or the row-exact kernel runs here; returns whether it
+    did. Any other model (another attention implementation, a GPU, no key-value groups and no
+    kernel, a model that cannot switch its attention at run time) is left as it is."""
     config = getattr(model, "config", None)
     if getattr(config, "_attn_implementation", None) != "sdpa":
         return False
@@ -158,7 +158,10 @@ def use_grouped_sdpa(model: Any) -> bool:
     heads = getattr(config, "num_attention_heads", None)
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     can_switch = getattr(model, "_can_set_attn_implementation", lambda: False)
-    if device.type != "cpu" or not heads or heads == kv_heads or not can_switch():
+    kernel = _native.load("attend")
+    exact = kernel is not None and kernel.available()
+    if device.type != "cpu" or not heads or (heads == kv_heads and not exact) \
+            or not can_switch():
         return False
     _register()
     model.set_attn_implementation(IMPLEMENTATION)
