@@ -10,14 +10,21 @@ from __future__ import annotations
 from typing import Any
 
 from structspec.spec.attention import use_grouped_sdpa
-from structspec.spec.fastlinear import pack_linears
+from structspec.spec.fastlinear import available_kernels, pack_linears
 
 
-def use_fast_cpu_paths(model: Any, quantized: bool = True) -> Any:
+def use_fast_cpu_paths(model: Any, quantized: bool = True,
+                       int8_activations: bool = False) -> Any:
     """Pack ``model``'s linears and switch its attention where each applies (a CPU float32
     model; grouped-query sdpa attention); a no-op elsewhere. In place, idempotent; returns
-    ``model``. ``quantized``: as :func:`~structspec.spec.fastlinear.pack_linears`."""
+    ``model``. ``quantized``: as :func:`~structspec.spec.fastlinear.pack_linears`.
+    ``int8_activations``: run exactly block-quantized layers with 8-bit activations
+    (``"panel_int8"``, llama.cpp's arithmetic: approximate, faster passes) where that kernel
+    runs here; the float32 panels otherwise."""
+    kernel = None
+    if int8_activations and "panel_int8" in available_kernels(approx=True):
+        kernel = "panel_int8"
     # a no-op where no kernel runs or the model is not CPU float32
-    pack_linears(model, quantized=quantized)
+    pack_linears(model, kernel, quantized=quantized)
     use_grouped_sdpa(model)
     return model

@@ -32,6 +32,17 @@ A third, lossy kernel, ``"panel_f16"``, stores the panels in half precision (rea
 the bytes, computed in float32): for drafters only (the learned draft head), whose numbers
 never reach the output; it is never chosen by default.
 
+An approximate kernel, ``"panel_int8"`` (opt-in), runs the layers whose weights are exactly
+block-quantized with non-negative q (GGUF Q4_1: the default model's body) as llama.cpp runs
+them: the activations rounded to 8 bits per block of 32, the products integer dot products
+(``structspec/_native/qdot.c``: AVX512-VNNI, or AVX2) — a quarter of the instructions per
+weight and row of the float32 kernels, for every pass size. Outputs differ from the float32
+model by the activations' rounding (~0.4% of a layer's largest output), so it is not a
+lossless kernel; it keeps what speculation needs: a row's numbers are bitwise the same
+whatever the pass size (integer sums are exact), so speculative decoding still gives
+exactly what plain decoding gives *with this kernel*. Other layers (the tied output layer,
+Q8_0) run as ``"panel"``.
+
 :func:`pack_linears` swaps modules in place and keeps the originals, so :func:`unpack_linears`
 restores the model exactly. Packed weights are an extra copy of every linear weight (≈ the
 model's size again). Inference only (no autograd through the packed op).
@@ -70,8 +81,13 @@ QUANT_MAX_ROWS = 5
 QUANT_MAX_ROWS_AVX512 = 8
 # quant_max_rows() as of the last change (read on every pass, so not asked of C each time).
 _QUANT_MAX = [QUANT_MAX_ROWS]
+# The native ``qdot`` module, set when the first integer panels are packed.
+_QDOT: list[Any] = [None]
 #: Kernels that round the weights (half precision): for drafters, never a default.
 LOSSY_KERNELS = ("panel_f16",)
+#: Kernels that round the activations of exactly quantized layers (8 bits per block of 32, as
+#: llama.cpp does): opt-in for the model itself (``Generator(int8_activations=True)``).
+APPROX_KERNELS = ("panel_int8",)
 #: Where a kernel's pass cost steps up, as ``(b, last)`` per step: passes of ``b`` (a multiple
 #: of the rows a kernel multiplies per sweep of a weight panel, ``ROWS`` in ``smallgemm.c``)
 #: to ``last`` rows cost about the same, one row more adds a block's sweep
@@ -84,6 +100,10 @@ COST_STEPS = {"panel": ((6, 7), (12, 14), (18, 20)),
 #: rows (``SZ_ROWS``); half panels keep the AVX2 kernels.
 COST_STEPS_AVX512 = {"panel": ((12, 12), (24, 24)),
                      "panel_f16": COST_STEPS["panel_f16"]}
+#: The same for ``"panel_int8"``'s integer kernels (``qdot.c``): blocks of at most 6 rows
+#: (AVX512-VNNI) or 3 (AVX2), near-even.
+COST_STEPS_INT8 = {True: ((6, 6), (12, 12), (18, 18), (24, 24)),
+                   False: ((3, 3), (6, 6), (9, 9), (12, 12), (15, 15), (18, 18), (24, 24))}
 
 
 def _onednn_available() -> bool:
@@ -95,11 +115,12 @@ def _onednn_available() -> bool:
         return False
 
 
-def available_kernels(lossy: bool = False) -> tuple[str, ...]:
-    """The kernels of :data:`KERNELS` (and, with ``lossy``, :data:`LOSSY_KERNELS`) that run
-    here, best first. The panel kernels need the native module ``smallgemm``, an x86-64 CPU
-    with AVX2 and FMA (F16C for ``panel_f16``), and native kernels not switched off by
-    ``STRUCTSPEC_NATIVE=off``."""
+def available_kernels(lossy: bool = False, approx: bool = False) -> tuple[str, ...]:
+    """The kernels of :data:`KERNELS` (and, with ``lossy``, :data:`LOSSY_KERNELS`; with
+    ``approx``, :data:`APPROX_KERNELS`) that run here, best first. The panel kernels need the
+    native module ``smallgemm``, an x86-64 CPU with AVX2 and FMA (F16C for ``panel_f16``),
+    and native kernels not switched off by ``STRUCTSPEC_NATIVE=off``; ``panel_int8`` also
+    the native module ``qdot``."""
     found = []
     module = _native.load("smallgemm")
     if module is not None and module.available():
@@ -108,6 +129,10 @@ def available_kernels(lossy: bool = False) -> tuple[str, ...]:
         found.append("onednn")
     if lossy and module is not None and module.available(True):
         found.append("panel_f16")
+    qdot = _native.load("qdot")
+    if (approx and "panel" in found and module.available(True) and qdot is not None
+            and qdot.available()):
+        found.append("panel_int8")
     return tuple(found)
 
 
@@ -134,13 +159,16 @@ class PackedLinear(nn.Module):
 
     def __init__(self, linear: nn.Linear, kernel: str = "panel", quantized: bool = True) -> None:
         super().__init__()
-        if kernel not in KERNELS + LOSSY_KERNELS:
-            raise ValueError(f"unknown linear kernel {kernel!r}; expected one of "
-                             f"{KERNELS + LOSSY_KERNELS}")
+        known = KERNELS + LOSSY_KERNELS + APPROX_KERNELS
+        if kernel not in known:
+            raise ValueError(f"unknown linear kernel {kernel!r}; expected one of {known}")
         self.original = linear
         self.kernel = kernel
         #: The exactly quantized panels (``"panel"`` only; None where the weight is not).
         self._qpacked: torch.Tensor | None = None
+        #: The integer panels (``"panel_int8"`` only; None where the weight is not exactly
+        #: quantized with q >= 0): every pass of this layer runs on them.
+        self._ipacked: torch.Tensor | None = None
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         with torch.no_grad():
@@ -148,17 +176,22 @@ class PackedLinear(nn.Module):
             # Plain attributes, not buffers: state_dict and .to() keep seeing the original.
             self._bias = None if linear.bias is None else linear.bias.detach().contiguous()
             self._half = kernel == "panel_f16"
-            if kernel in ("panel", "panel_f16"):
+            if kernel in ("panel", "panel_f16", "panel_int8"):
                 gemm = _native.load("smallgemm")
                 if gemm is None or not gemm.available(self._half):
                     raise RuntimeError(f"the {kernel} kernel (native smallgemm, AVX2+FMA"
                                        f"{'+F16C' if self._half else ''}) is not available here")
                 n, k = self.out_features, self.in_features
-                self._packed = torch.empty(gemm.packed_size(n, k),
+                if kernel == "panel_int8":
+                    self._ipacked = pack_int8(weight)
+                # float32 panels for what the integer ones do not run
+                self._packed = torch.empty(0 if self._ipacked is not None
+                                           else gemm.packed_size(n, k),
                                            dtype=torch.float16 if self._half else torch.float32)
-                gemm.pack(self._packed.data_ptr(), weight.data_ptr(), n, k, self._half)
-                if kernel == "panel" and quantized:
-                    self._qpacked = pack_quantized(gemm, weight)
+                if self._ipacked is None:
+                    gemm.pack(self._packed.data_ptr(), weight.data_ptr(), n, k, self._half)
+                    if kernel != "panel_f16" and quantized:
+                        self._qpacked = pack_quantized(gemm, weight)
                 global _SMALLGEMM
                 if _SMALLGEMM is None:
                     _SMALLGEMM = gemm
@@ -188,7 +221,12 @@ class PackedLinear(nn.Module):
                                                       "none", [], "")
         rows = x.numel() // self.in_features
         out = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32)
-        if rows:
+        if rows and self._ipacked is not None:
+            _QDOT[0].linear(x.data_ptr(), rows, self.in_features, self._ipacked.data_ptr(),
+                            self.out_features,
+                            0 if self._bias is None else self._bias.data_ptr(),
+                            out.data_ptr(), torch.get_num_threads())
+        elif rows:
             quant = self._qpacked is not None and rows <= _QUANT_MAX[0]
             packed = self._qpacked if quant else self._packed
             _SMALLGEMM.linear(x.data_ptr(), rows, self.in_features, packed.data_ptr(),
@@ -203,9 +241,17 @@ class PackedLinear(nn.Module):
         """Whether small passes read exactly quantized panels (see the module docstring)."""
         return self._qpacked is not None
 
+    @property
+    def int8(self) -> bool:
+        """Whether every pass runs on integer panels, activations rounded to 8 bits
+        (``"panel_int8"`` on an exactly quantized weight)."""
+        return self._ipacked is not None
+
     def extra_repr(self) -> str:
+        how = ", int8-activations" if self.int8 else (", exact-quantized" if self.quantized
+                                                       else "")
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"packed={self.kernel}{', exact-quantized' if self.quantized else ''}")
+                f"packed={self.kernel}{how}")
 
 
 def smallgemm() -> Any:
@@ -231,6 +277,27 @@ def pack_quantized(gemm: Any, weight: torch.Tensor) -> torch.Tensor | None:
     return packed
 
 
+def pack_int8(weight: torch.Tensor) -> torch.Tensor | None:
+    """``weight`` (float32 [n, k]) as ``qdot``'s integer panels, or None where it is not
+    exactly block-quantized with every q >= 0 (GGUF Q4_1 is; Q8_0 is not), or ``qdot`` is not
+    built."""
+    gemm, qdot = _native.load("smallgemm"), _native.load("qdot")
+    n, k = weight.shape
+    if (gemm is None or qdot is None or not qdot.available() or k % block_quant.BLOCK
+            or not gemm.available(True)):
+        return None
+    q = torch.empty(n, k, dtype=torch.int8)
+    d = torch.empty(n, k // block_quant.BLOCK, dtype=torch.float32)
+    m = torch.empty_like(d)
+    if not gemm.recover_q(weight.data_ptr(), n, k, q.data_ptr(), d.data_ptr(), m.data_ptr()):
+        return None
+    packed = torch.empty(qdot.packed_bytes(n, k), dtype=torch.uint8)
+    if not qdot.pack(packed.data_ptr(), q.data_ptr(), d.data_ptr(), m.data_ptr(), n, k):
+        return None
+    _QDOT[0] = qdot
+    return packed
+
+
 def pack_linears(model: nn.Module, kernel: str | None = None,
                  quantized: bool = True) -> nn.Module:
     """Replace every ``nn.Linear`` of ``model`` (``lm_head`` included) by a
@@ -248,7 +315,7 @@ def pack_linears(model: nn.Module, kernel: str | None = None,
     original ``nn.Linear``. ``quantized=False`` keeps ``"panel"`` layers off their exactly
     quantized panels (same outputs, for measuring them against the float32 panels alone).
     """
-    kernels = available_kernels(lossy=kernel in LOSSY_KERNELS)
+    kernels = available_kernels(lossy=kernel in LOSSY_KERNELS, approx=kernel in APPROX_KERNELS)
     if kernel is not None and kernel not in kernels:
         raise ValueError(f"linear kernel {kernel!r} does not run here; available: {kernels}")
     lossless = [k for k in kernels if k in KERNELS]
@@ -288,6 +355,17 @@ def quantized_count(model: nn.Module) -> int:
     return sum(1 for m in model.modules() if isinstance(m, PackedLinear) and m.quantized)
 
 
+def int8_count(model: nn.Module) -> int:
+    """How many of ``model``'s packed linears run on integer panels (``"panel_int8"``)."""
+    return sum(1 for m in model.modules() if isinstance(m, PackedLinear) and m.int8)
+
+
+def int8_vnni() -> bool:
+    """Whether ``"panel_int8"`` layers run their AVX512-VNNI kernels (else AVX2 ones)."""
+    qdot = _native.load("qdot")
+    return bool(qdot is not None and qdot.vnni())
+
+
 def avx512() -> bool:
     """Whether the panel kernels run their AVX-512 versions (the CPU has AVX-512F and
     :func:`use_avx512` has not turned them off)."""
@@ -319,6 +397,8 @@ def cost_steps(model: nn.Module) -> tuple[tuple[int, int], ...] | None:
     when its linears are not packed or their kernel's blocking is not ours to know
     (oneDNN)."""
     kernel = packed_kernel(model)
+    if kernel == "panel_int8" and int8_count(model):
+        return COST_STEPS_INT8[int8_vnni()]
     table = COST_STEPS_AVX512 if avx512() else COST_STEPS
     steps = None if kernel is None else table.get(kernel)
     if steps is not None and quantized_count(model):

@@ -1,0 +1,435 @@
+/* Linear layers as integer dot products: block-quantized weights x 8-bit activations.
+ *
+ * Why by hand: the default model's body weights are GGUF Q4_1 (w = d*q + m per block of 32
+ * input features, q in 0..15). The float32 kernels (smallgemm.c) widen q to float and spend
+ * one FMA per weight per row, which bounds every pass of more than a few rows (a draft
+ * tree's verification, a prompt's prefill) by the FMA units. llama.cpp runs such weights
+ * against activations quantized to 8 bits per block of 32 (its Q8_1) with integer dot
+ * products; this file does the same arithmetic, with the x86 instructions that multiply
+ * 4 byte pairs per 32-bit lane (AVX512-VNNI vpdpbusd, or AVX2 vpmaddubsw + vpmaddwd) —
+ * a quarter of the instructions per weight per row, and no widening of the weights.
+ *
+ * Numbers: per row and block b of 32 features, x is quantized as xq = round(x * 127/amax)
+ * (amax = max |x| over the block), dx = amax/127, sx = dx * sum(xq). Then
+ *     y[n] = sum over b, in order, of: acc = fma(isum[n,b], d[n,b]*dx[b], acc);
+ *                                     acc = fma(m[n,b], sx[b], acc)
+ *     out[n] = acc + bias[n]
+ * with isum = sum q*xq, exact in integers (|isum| <= 32*127*127 < 2^24, so exact as a float
+ * too). This is not the float32 model's arithmetic (activations lose ~0.4% per block, as in
+ * llama.cpp), so it is opt-in (structspec/spec/fastlinear.py, "panel_int8").
+ *
+ * Row independence: a row's quantization reads that row only, integer sums do not depend on
+ * their order, and the float steps above run in the same order for every row in every
+ * kernel (AVX-512 and AVX2 alike), so a row's result is bitwise the same in a pass of 1 row
+ * and in a tree pass of 32: speculative and plain decoding see identical numbers.
+ *
+ * Layout: the weight (N x K, q as unsigned bytes 0..127) in panels of 16 output columns;
+ * per panel and block of 32 k: 8 groups of 4 k, each 16 columns x 4 bytes (column-major
+ * within the group: what one 512-bit vpdpbusd takes), then the 16 scales d and 16 offsets m
+ * as floats: 640 bytes per 32 k, the same 1.25 bytes per weight as smallgemm's quantized
+ * panels. Threads: OpenMP over pairs of panels (AVX-512) or panels (AVX2).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define QD_X86 1
+#include <immintrin.h>
+#else
+#define QD_X86 0
+#endif
+
+#define PANEL 16
+#define QK 32
+#define QBYTES (QK * PANEL + 2 * PANEL * (int)sizeof(float)) /* 640 bytes per 32 k */
+#define QMAX 127                                             /* largest q accepted */
+
+static Py_ssize_t panels_of(Py_ssize_t n) { return (n + PANEL - 1) / PANEL; }
+
+/* Pack q (n x k signed bytes, each 0..QMAX), d and m (n x k/32 floats) into the panels
+ * above (0 past n). Returns 0 where some q is out of range. */
+static int pack_weight(uint8_t *dst, const int8_t *q, const float *d, const float *m,
+                       Py_ssize_t n, Py_ssize_t k) {
+    Py_ssize_t np = panels_of(n), nb = k / QK;
+    for (Py_ssize_t i = 0; i < n * k; i++)
+        if (q[i] < 0) return 0; /* int8 cannot exceed QMAX */
+    for (Py_ssize_t p = 0; p < np; p++) {
+        for (Py_ssize_t b = 0; b < nb; b++) {
+            uint8_t *blk = dst + ((size_t)p * nb + b) * QBYTES;
+            float *sc = (float *)(void *)(blk + QK * PANEL);
+            for (Py_ssize_t j = 0; j < PANEL; j++) {
+                Py_ssize_t col = p * PANEL + j;
+                for (Py_ssize_t i = 0; i < QK; i++)
+                    blk[(i / 4) * (4 * PANEL) + j * 4 + (i % 4)] =
+                        col < n ? (uint8_t)q[col * k + b * QK + i] : 0;
+                sc[j] = col < n ? d[col * nb + b] : 0.0f;
+                sc[PANEL + j] = col < n ? m[col * nb + b] : 0.0f;
+            }
+        }
+    }
+    return 1;
+}
+
+/* Quantize m rows of x (k floats each, k a multiple of 32): xq (m x k bytes), dx and sx
+ * (m x k/32 floats), as described at the top. Plain C: a few operations per element, next to
+ * n of them in the products. */
+static void quantize_rows(const float *x, Py_ssize_t m, Py_ssize_t k, int8_t *xq, float *dx,
+                          float *sx) {
+    Py_ssize_t nb = k / QK;
+    for (Py_ssize_t r = 0; r < m; r++) {
+        for (Py_ssize_t b = 0; b < nb; b++) {
+            const float *v = x + r * k + b * QK;
+            int8_t *o = xq + r * k + b * QK;
+            float amax = 0.0f;
+            for (int i = 0; i < QK; i++) amax = fmaxf(amax, fabsf(v[i]));
+            float scale = amax > 0.0f && isfinite(amax) ? 127.0f / amax : 0.0f;
+            int sum = 0;
+            for (int i = 0; i < QK; i++) {
+                long t = lrintf(v[i] * scale);
+                t = t > 127 ? 127 : (t < -127 ? -127 : t);
+                o[i] = (int8_t)t;
+                sum += (int)t;
+            }
+            float d = scale > 0.0f ? amax / 127.0f : 0.0f;
+            dx[r * nb + b] = d;
+            sx[r * nb + b] = d * (float)sum;
+        }
+    }
+}
+
+static inline int32_t load4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+#if QD_X86
+/* AVX-512 (VNNI): R rows (1..6) against two panels q0, q1 (the same panel twice for a
+ * group's odd last one, its outputs masked off). Accumulators are named variables, not
+ * arrays (GCC spills arrays of vectors). */
+#define VN_ROWS6(F) F(0) F(1) F(2) F(3) F(4) F(5)
+#define VN_DECL(r) __m512 f##r##0 = _mm512_setzero_ps(), f##r##1 = f##r##0;
+#define VN_IZERO(r) __m512i i##r##0 = _mm512_setzero_si512(), i##r##1 = i##r##0;
+#define VN_DOT(r)                                                                          \
+    if (NR > r) {                                                                          \
+        __m512i xb = _mm512_set1_epi32(load4(xq + (r) * k + b * QK + g * 4));              \
+        i##r##0 = _mm512_dpbusd_epi32(i##r##0, w0, xb);                                    \
+        i##r##1 = _mm512_dpbusd_epi32(i##r##1, w1, xb);                                    \
+    }
+#define VN_SCALE(r)                                                                        \
+    if (NR > r) {                                                                          \
+        __m512 dxv = _mm512_set1_ps(dx[(r) * nb + b]), sxv = _mm512_set1_ps(sx[(r) * nb + b]); \
+        f##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##0), _mm512_mul_ps(d0, dxv), f##r##0); \
+        f##r##0 = _mm512_fmadd_ps(m0, sxv, f##r##0);                                       \
+        f##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##1), _mm512_mul_ps(d1, dxv), f##r##1); \
+        f##r##1 = _mm512_fmadd_ps(m1, sxv, f##r##1);                                       \
+    }
+#define VN_MASK(j)                                                                         \
+    (cols >= ((j) + 1) * PANEL ? (__mmask16)0xFFFF                                         \
+                               : (__mmask16)((1u << (cols - (j) * PANEL)) - 1))
+#define VN_STORE(r)                                                                        \
+    if (NR > r) {                                                                          \
+        float *o = out + (r) * ldo;                                                        \
+        _mm512_mask_storeu_ps(o, VN_MASK(0), _mm512_add_ps(f##r##0, b0));                  \
+        if (cols > PANEL)                                                                  \
+            _mm512_mask_storeu_ps(o + PANEL, VN_MASK(1), _mm512_add_ps(f##r##1, b1));      \
+    }
+#define VN_KERNEL(R)                                                                       \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void kv_##R(   \
+        const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,                 \
+        const uint8_t *p0, const uint8_t *p1, const float *bias32, float *out,            \
+        Py_ssize_t ldo, Py_ssize_t cols) {                                                \
+        enum { NR = R };                                                                  \
+        Py_ssize_t nb = k / QK;                                                           \
+        VN_ROWS6(VN_DECL)                                                                 \
+        for (Py_ssize_t b = 0; b < nb; b++) {                                             \
+            const uint8_t *q0 = p0 + b * QBYTES, *q1 = p1 + b * QBYTES;                   \
+            _mm_prefetch((const char *)(q0 + 2 * QBYTES), _MM_HINT_T0);                   \
+            _mm_prefetch((const char *)(q1 + 2 * QBYTES), _MM_HINT_T0);                   \
+            VN_ROWS6(VN_IZERO)                                                            \
+            for (int g = 0; g < QK / 4; g++) {                                            \
+                __m512i w0 = _mm512_loadu_si512((const void *)(q0 + g * 4 * PANEL));      \
+                __m512i w1 = _mm512_loadu_si512((const void *)(q1 + g * 4 * PANEL));      \
+                VN_ROWS6(VN_DOT)                                                          \
+            }                                                                             \
+            const float *s0 = (const float *)(const void *)(q0 + QK * PANEL);             \
+            const float *s1 = (const float *)(const void *)(q1 + QK * PANEL);             \
+            __m512 d0 = _mm512_loadu_ps(s0), m0 = _mm512_loadu_ps(s0 + PANEL);            \
+            __m512 d1 = _mm512_loadu_ps(s1), m1 = _mm512_loadu_ps(s1 + PANEL);            \
+            VN_ROWS6(VN_SCALE)                                                            \
+        }                                                                                 \
+        __m512 b0 = _mm512_loadu_ps(bias32), b1 = _mm512_loadu_ps(bias32 + PANEL);        \
+        VN_ROWS6(VN_STORE)                                                                \
+    }
+VN_KERNEL(1) VN_KERNEL(2) VN_KERNEL(3) VN_KERNEL(4) VN_KERNEL(5) VN_KERNEL(6)
+#define VN_MAXR 6
+
+/* AVX2: R rows (1..3) against one panel, as two halves of 8 columns. vpmaddubsw adds two
+ * u8*s8 products into int16 without saturating here (2*127*127 < 32767), vpmaddwd the two
+ * pairs into int32: the same integer sums as vpdpbusd. */
+#define AV_ROWS3(F) F(0) F(1) F(2)
+#define AV_DECL(r) __m256 f##r##0 = _mm256_setzero_ps(), f##r##1 = f##r##0;
+#define AV_IZERO(r) __m256i i##r##0 = _mm256_setzero_si256(), i##r##1 = i##r##0;
+#define AV_DOT(r)                                                                          \
+    if (NR > r) {                                                                          \
+        __m256i xb = _mm256_set1_epi32(load4(xq + (r) * k + b * QK + g * 4));              \
+        i##r##0 = _mm256_add_epi32(                                                        \
+            i##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(w0, xb), ones));               \
+        i##r##1 = _mm256_add_epi32(                                                        \
+            i##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(w1, xb), ones));               \
+    }
+#define AV_SCALE(r)                                                                        \
+    if (NR > r) {                                                                          \
+        __m256 dxv = _mm256_set1_ps(dx[(r) * nb + b]), sxv = _mm256_set1_ps(sx[(r) * nb + b]); \
+        f##r##0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i##r##0), _mm256_mul_ps(d0, dxv), f##r##0); \
+        f##r##0 = _mm256_fmadd_ps(m0, sxv, f##r##0);                                       \
+        f##r##1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i##r##1), _mm256_mul_ps(d1, dxv), f##r##1); \
+        f##r##1 = _mm256_fmadd_ps(m1, sxv, f##r##1);                                       \
+    }
+#define AV_STORE(r)                                                                        \
+    if (NR > r) {                                                                          \
+        float tmp[PANEL];                                                                  \
+        _mm256_storeu_ps(tmp, _mm256_add_ps(f##r##0, _mm256_loadu_ps(bias16)));            \
+        _mm256_storeu_ps(tmp + 8, _mm256_add_ps(f##r##1, _mm256_loadu_ps(bias16 + 8)));    \
+        memcpy(out + (r) * ldo, tmp, (size_t)cols * sizeof(float));                        \
+    }
+#define AV_KERNEL(R)                                                                       \
+    __attribute__((target("avx2,fma"))) static void ka_##R(                                \
+        const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,                 \
+        const uint8_t *p0, const float *bias16, float *out, Py_ssize_t ldo,               \
+        Py_ssize_t cols) {                                                                \
+        enum { NR = R };                                                                  \
+        Py_ssize_t nb = k / QK;                                                           \
+        const __m256i ones = _mm256_set1_epi16(1);                                        \
+        AV_ROWS3(AV_DECL)                                                                 \
+        for (Py_ssize_t b = 0; b < nb; b++) {                                             \
+            const uint8_t *q0 = p0 + b * QBYTES;                                          \
+            AV_ROWS3(AV_IZERO)                                                            \
+            for (int g = 0; g < QK / 4; g++) {                                            \
+                /* columns 0-7 and 8-15 of the group, 4 bytes each */                     \
+                __m256i wa = _mm256_loadu_si256((const __m256i *)(const void *)(q0 + g * 4 * PANEL)); \
+                __m256i wb = _mm256_loadu_si256((const __m256i *)(const void *)(q0 + g * 4 * PANEL + 32)); \
+                __m256i w0 = wa, w1 = wb;                                                 \
+                AV_ROWS3(AV_DOT)                                                          \
+            }                                                                             \
+            const float *s0 = (const float *)(const void *)(q0 + QK * PANEL);             \
+            __m256 d0 = _mm256_loadu_ps(s0), d1 = _mm256_loadu_ps(s0 + 8);                \
+            __m256 m0 = _mm256_loadu_ps(s0 + PANEL), m1 = _mm256_loadu_ps(s0 + PANEL + 8); \
+            AV_ROWS3(AV_SCALE)                                                            \
+        }                                                                                 \
+        AV_ROWS3(AV_STORE)                                                                \
+    }
+AV_KERNEL(1) AV_KERNEL(2) AV_KERNEL(3)
+#define AV_MAXR 3
+
+static void group_bias(float *dst, const float *bias, Py_ssize_t c0, Py_ssize_t cols,
+                       Py_ssize_t width) {
+    for (Py_ssize_t j = 0; j < width; j++)
+        dst[j] = (bias != NULL && j < cols) ? bias[c0 + j] : 0.0f;
+}
+
+static void run_vnni(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
+                     Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
+                     float *out, int threads) {
+    typedef void (*fv)(const int8_t *, const float *, const float *, Py_ssize_t,
+                       const uint8_t *, const uint8_t *, const float *, float *, Py_ssize_t,
+                       Py_ssize_t);
+    static const fv table[VN_MAXR + 1] = {NULL, kv_1, kv_2, kv_3, kv_4, kv_5, kv_6};
+    Py_ssize_t np = panels_of(n), pairs = (np + 1) / 2, nb = k / QK;
+    Py_ssize_t blocks = (m + VN_MAXR - 1) / VN_MAXR, pstride = nb * QBYTES;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && pairs > 1)
+    for (Py_ssize_t pi = 0; pi < pairs; pi++) {
+        Py_ssize_t c0 = pi * 2 * PANEL, cols = n - c0 < 2 * PANEL ? n - c0 : 2 * PANEL;
+        float bias32[2 * PANEL];
+        group_bias(bias32, bias, c0, cols, 2 * PANEL);
+        const uint8_t *p0 = packed + 2 * pi * pstride;
+        const uint8_t *p1 = cols > PANEL ? p0 + pstride : p0;
+        Py_ssize_t r0 = 0;
+        for (Py_ssize_t blk = 0; blk < blocks; blk++) {
+            Py_ssize_t rows = (m - r0) / (blocks - blk);
+            table[rows](xq + r0 * k, dx + r0 * nb, sx + r0 * nb, k, p0, p1, bias32,
+                        out + r0 * n + c0, n, cols);
+            r0 += rows;
+        }
+    }
+}
+
+static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
+                     Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
+                     float *out, int threads) {
+    typedef void (*fa)(const int8_t *, const float *, const float *, Py_ssize_t,
+                       const uint8_t *, const float *, float *, Py_ssize_t, Py_ssize_t);
+    static const fa table[AV_MAXR + 1] = {NULL, ka_1, ka_2, ka_3};
+    Py_ssize_t np = panels_of(n), nb = k / QK, pstride = nb * QBYTES;
+    Py_ssize_t blocks = (m + AV_MAXR - 1) / AV_MAXR;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && np > 1)
+    for (Py_ssize_t p = 0; p < np; p++) {
+        Py_ssize_t c0 = p * PANEL, cols = n - c0 < PANEL ? n - c0 : PANEL;
+        float bias16[PANEL];
+        group_bias(bias16, bias, c0, cols, PANEL);
+        Py_ssize_t r0 = 0;
+        for (Py_ssize_t blk = 0; blk < blocks; blk++) {
+            Py_ssize_t rows = (m - r0) / (blocks - blk);
+            table[rows](xq + r0 * k, dx + r0 * nb, sx + r0 * nb, k, packed + p * pstride,
+                        bias16, out + r0 * n + c0, n, cols);
+            r0 += rows;
+        }
+    }
+}
+#endif /* QD_X86 */
+
+static int cpu_avx2(void) {
+#if QD_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+static int cpu_vnni(void) {
+#if QD_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
+/* Whether the AVX-512 VNNI kernels run (-1: not yet asked). */
+static int vnni_on = -1;
+static int use_vnni(void) {
+    if (vnni_on < 0) vnni_on = cpu_vnni();
+    return vnni_on;
+}
+
+static int shape_ok(const char *fn, Py_ssize_t n, Py_ssize_t k) {
+    if (n > 0 && k > 0 && k % QK == 0) return 1;
+    PyErr_Format(PyExc_ValueError, "%s: n must be positive and k a positive multiple of %d",
+                 fn, QK);
+    return 0;
+}
+
+static PyObject *qd_available(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyBool_FromLong(cpu_avx2());
+}
+
+static PyObject *qd_vnni(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyBool_FromLong(use_vnni());
+}
+
+static PyObject *qd_set_vnni(PyObject *self, PyObject *args) {
+    (void)self;
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    int before = use_vnni();
+    vnni_on = on && cpu_vnni();
+    return PyBool_FromLong(before);
+}
+
+static PyObject *qd_packed_bytes(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t n, k;
+    if (!PyArg_ParseTuple(args, "nn", &n, &k)) return NULL;
+    if (!shape_ok("packed_bytes", n, k)) return NULL;
+    return PyLong_FromSsize_t(panels_of(n) * (k / QK) * QBYTES);
+}
+
+static PyObject *qd_pack(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long dst, q, d, m;
+    Py_ssize_t n, k;
+    if (!PyArg_ParseTuple(args, "KKKKnn", &dst, &q, &d, &m, &n, &k)) return NULL;
+    if (!shape_ok("pack", n, k)) return NULL;
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = pack_weight((uint8_t *)(uintptr_t)dst, (const int8_t *)(uintptr_t)q,
+                     (const float *)(uintptr_t)d, (const float *)(uintptr_t)m, n, k);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *qd_quantize(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long x, xq, dx, sx;
+    Py_ssize_t m, k;
+    if (!PyArg_ParseTuple(args, "KnnKKK", &x, &m, &k, &xq, &dx, &sx)) return NULL;
+    if (m < 0 || !shape_ok("quantize", 1, k)) return NULL;
+    quantize_rows((const float *)(uintptr_t)x, m, k, (int8_t *)(uintptr_t)xq,
+                  (float *)(uintptr_t)dx, (float *)(uintptr_t)sx);
+    Py_RETURN_NONE;
+}
+
+static PyObject *qd_linear(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long x, packed, bias, out;
+    Py_ssize_t m, k, n;
+    int threads;
+    if (!PyArg_ParseTuple(args, "KnnKnKKi", &x, &m, &k, &packed, &n, &bias, &out, &threads))
+        return NULL;
+    if (m < 0 || !shape_ok("linear", n, k)) return NULL;
+#if QD_X86
+    if (!cpu_avx2()) {
+        PyErr_SetString(PyExc_RuntimeError, "qdot needs a CPU with AVX2 and FMA");
+        return NULL;
+    }
+    if (m == 0) Py_RETURN_NONE;
+    Py_ssize_t nb = k / QK;
+    /* xq, then dx and sx: one allocation per call (m*k bytes, small next to the weights) */
+    size_t xbytes = ((size_t)(m * k) + 63) & ~(size_t)63;
+    char *scratch = malloc(xbytes + 2 * (size_t)(m * nb) * sizeof(float));
+    if (scratch == NULL) return PyErr_NoMemory();
+    int8_t *xq = (int8_t *)scratch;
+    float *dx = (float *)(void *)(scratch + xbytes), *sx = dx + m * nb;
+    threads = threads < 1 ? 1 : threads;
+    Py_BEGIN_ALLOW_THREADS
+    quantize_rows((const float *)(uintptr_t)x, m, k, xq, dx, sx);
+    const uint8_t *w = (const uint8_t *)(uintptr_t)packed;
+    const float *b = bias ? (const float *)(uintptr_t)bias : NULL;
+    float *o = (float *)(uintptr_t)out;
+    if (use_vnni()) run_vnni(xq, dx, sx, m, k, w, n, b, o, threads);
+    else run_avx2(xq, dx, sx, m, k, w, n, b, o, threads);
+    Py_END_ALLOW_THREADS
+    free(scratch);
+    Py_RETURN_NONE;
+#else
+    (void)x; (void)packed; (void)bias; (void)out; (void)threads;
+    PyErr_SetString(PyExc_RuntimeError, "qdot is built for x86-64 only");
+    return NULL;
+#endif
+}
+
+static PyMethodDef METHODS[] = {
+    {"available", qd_available, METH_NOARGS,
+     "available(): whether this CPU runs the kernels (AVX2 + FMA)."},
+    {"vnni", qd_vnni, METH_NOARGS, "vnni(): whether the AVX-512 VNNI kernels run."},
+    {"set_vnni", qd_set_vnni, METH_VARARGS,
+     "set_vnni(on): run the AVX-512 VNNI kernels (where the CPU has them) or the AVX2 ones "
+     "(same results); returns the previous state."},
+    {"packed_bytes", qd_packed_bytes, METH_VARARGS,
+     "Bytes needed to pack an n x k block-quantized weight (k a multiple of 32)."},
+    {"pack", qd_pack, METH_VARARGS,
+     "pack(dst_ptr, q_ptr, d_ptr, m_ptr, n, k) -> bool: pack w = d*q + m (q int8 in 0..127, "
+     "per-32 d, m); False where some q is negative."},
+    {"quantize", qd_quantize, METH_VARARGS,
+     "quantize(x_ptr, m, k, xq_ptr, dx_ptr, sx_ptr): x's rows as 8-bit blocks of 32."},
+    {"linear", qd_linear, METH_VARARGS,
+     "linear(x_ptr, m, k, packed_ptr, n, bias_ptr or 0, out_ptr, threads): "
+     "out = x W^T + b with x quantized to 8 bits per block of 32."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "qdot",
+                                    "Block-quantized weights x 8-bit activations, as integer "
+                                    "dot products (AVX2, AVX-512 VNNI).",
+                                    -1, METHODS};
+
+PyMODINIT_FUNC PyInit_qdot(void) { return PyModule_Create(&MODULE); }
