@@ -203,24 +203,53 @@ def int8_tiny(tiny_model):
     return model, tok, vocab, constraints
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "attention is not bitwise the same in a tree pass and in a 1-row pass (~4e-5 in the "
-    "float32 logits); rounding activations to 8 bits amplifies that to ~0.4, so tokens "
-    "differ: int8 activations need a bitwise attention kernel first"))
 @pytest.mark.usefixtures("one_thread")
 @settings(max_examples=10, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=8),
-       name=st.sampled_from(sorted([*PATTERNS, "free"])),
-       temperature=st.sampled_from([0.0, 1.0]), seed=st.integers(0, 3))
-def test_speculative_decoding_emits_what_plain_decoding_emits(int8_tiny, words, name,
-                                                              temperature, seed):
+       name=st.sampled_from(sorted([*PATTERNS, "free"])))
+def test_speculative_greedy_emits_what_plain_greedy_emits(int8_tiny, words, name):
+    """Token for token: the rounding is a function of each row's own numbers, and those are
+    bitwise the same in tree and 1-row passes (packed linears, row-exact attention)."""
     model, tok, vocab, constraints = int8_tiny
     prompt = tok.encode(" ".join(words), add_special_tokens=False)
-    sampling = SamplingParams(temperature=temperature, top_k=5 if temperature else None,
-                              seed=seed)
+    sampling = SamplingParams()
     c = constraints[name]
     plain = run_decode(decode, model, vocab, prompt, c, max_new_tokens=24, sampling=sampling)
     spec = run_decode(speculative_decode, model, vocab, prompt, c, max_new_tokens=24,
                       sampling=sampling, tokenizer=tok, config=SpecConfig())
     assert plain[:3] == spec[:3]
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("seed", range(3))
+def test_tree_logits_are_bitwise_the_sequential_logits(int8_tiny, seed):
+    import random
+
+    from transformers import DynamicCache
+
+    from structspec.spec.tree import DraftTree
+    from structspec.spec.verify import verify_tree
+
+    model = int8_tiny[0]
+    rng = random.Random(seed)
+    vocab = model.config.vocab_size
+    cached = [rng.randrange(100, vocab) for _ in range(rng.randrange(2, 30))]
+    n = rng.randrange(2, 18)
+    parents = [-1] + [rng.randrange(i) for i in range(1, n)]
+    depths = [0]
+    for p in parents[1:]:
+        depths.append(depths[p] + 1)
+    tree = DraftTree(tuple(rng.randrange(100, vocab) for _ in range(n)), tuple(parents),
+                     tuple(depths), (None,) * n, ("t",) * n)
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=torch.tensor([cached]), cache=cache, use_cache=True)
+        logits = verify_tree(model, cache, tree, len(cached))
+        for i in range(n):
+            steps = DynamicCache(config=model.config)
+            model(input_ids=torch.tensor([cached]), cache=steps, use_cache=True)
+            for tok in [tree.tokens[j] for j in tree.path(i)]:
+                row = model(input_ids=torch.tensor([[tok]]), cache=steps,
+                            use_cache=True).logits[0, -1]
+            assert torch.equal(logits[i], row), i
