@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layouts", default=",".join(LAYOUTS))
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--no-int8-activations", action="store_true",
+                    help="run the exactly Q4_1-quantized layers with float32 activations "
+                         "(Generator(int8_activations=False))")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     if not BFCL.exists():
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     rows = [json.loads(line) for line in BFCL.read_text().splitlines() if line.strip()]
     rows = rows[args.offset:args.offset + args.n]
-    gen = Generator(None)
+    gen = Generator(None, int8_activations=not args.no_int8_activations)
     summary = {}
     for layout in args.layouts.split(","):
         if layout not in LAYOUTS:
@@ -141,7 +144,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{summary[layout]['seconds']} s", flush=True)
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json_out).write_text(json.dumps({"offset": args.offset, "layouts": summary},
+        Path(args.json_out).write_text(json.dumps({"offset": args.offset,
+                                                   "int8_activations":
+                                                       not args.no_int8_activations,
+                                                   "layouts": summary},
                                                   indent=1) + "\n")
     return 0
 

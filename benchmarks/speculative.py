@@ -304,9 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-exact-quant", action="store_true",
                     help="keep the packed linears off their exactly quantized panels (same "
                          "outputs; to measure what those panels change)")
-    ap.add_argument("--int8-activations", action="store_true",
-                    help="run the exactly quantized layers with 8-bit activations (kernel "
-                         "panel_int8: approximate, as llama.cpp; both modes alike)")
+    ap.add_argument("--no-int8-activations", action="store_true",
+                    help="run the exactly Q4_1-quantized layers with float32 activations "
+                         "(default: 8-bit, kernel panel_int8, as a Generator does; both "
+                         "modes alike)")
     ap.add_argument("--no-avx512", action="store_true",
                     help="run the panel kernels' AVX2 versions where the CPU has AVX-512 (same "
                          "outputs; to measure what the AVX-512 kernels change)")
@@ -345,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = Generator(None, device=args.device, pack=False)
     if not args.no_pack:  # as a Generator does (no-ops off CPU)
         use_fast_cpu_paths(gen.loaded.model, quantized=not args.no_exact_quant,
-                           int8_activations=args.int8_activations)
+                           int8_activations=not args.no_int8_activations)
     kernel = packed_kernel(gen.loaded.model)
     quantized = quantized_count(gen.loaded.model)
     if args.no_avx512:

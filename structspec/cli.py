@@ -132,6 +132,9 @@ def _build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--no-pack", action="store_true",
                       help="keep the model's plain linear layers and attention (no packed "
                            "kernels, no grouped tree attention)")
+    spec.add_argument("--no-int8-activations", action="store_true",
+                      help="run exactly Q4_1-quantized layers with float32 activations "
+                           "(default: 8-bit activations, as llama.cpp does; faster)")
     return parser
 
 
@@ -266,7 +269,8 @@ def _generate(args: argparse.Namespace) -> int:
     from structspec.api import Generator
 
     generator = Generator(args.model, device=args.device, speculation=spec,
-                          pack=not args.no_pack, draft_model=args.draft_model)
+                          pack=not args.no_pack, draft_model=args.draft_model,
+                          int8_activations=not args.no_int8_activations)
     result = generator.run(
         prompt,
         schema=schema,

@@ -163,17 +163,19 @@ def test_pack_refuses_negative_q_and_bad_shapes():
         QDOT.linear(0, 1, 48, 0, 4, 0, 0, 1)
 
 
-def test_it_is_opt_in_and_prices_its_own_blocks():
+def test_fast_cpu_paths_choose_it_and_pack_linears_does_not():
     model = nn.Sequential(_q4_linear(32, 64, True), nn.ReLU(), nn.Linear(32, 16))
-    default = fl.pack_linears(copy.deepcopy(model))
-    assert fl.packed_kernel(default) == "panel" and fl.int8_count(default) == 0
+    lossless = fl.pack_linears(copy.deepcopy(model))
+    assert fl.packed_kernel(lossless) == "panel" and fl.int8_count(lossless) == 0
     assert "panel_int8" not in fl.available_kernels()
-    approx = use_fast_cpu_paths(copy.deepcopy(model), int8_activations=True)
+    exact = use_fast_cpu_paths(copy.deepcopy(model), int8_activations=False)
+    assert fl.int8_count(exact) == 0
+    approx = use_fast_cpu_paths(copy.deepcopy(model))
     assert fl.int8_count(approx) == 1  # the Q4_1 layer; the float32 one keeps its panels
     assert fl.cost_steps(approx) == fl.COST_STEPS_INT8[fl.int8_vnni()]
     restored = fl.unpack_linears(approx)
     assert type(restored[0]) is nn.Linear
-    copied = copy.deepcopy(use_fast_cpu_paths(copy.deepcopy(model), int8_activations=True))
+    copied = copy.deepcopy(use_fast_cpu_paths(copy.deepcopy(model)))
     assert fl.int8_count(copied) == 1
 
 
@@ -194,7 +196,7 @@ def int8_tiny(tiny_model):
             if type(mod) is nn.Linear and name != "lm_head":
                 w = dequantize(quantize_q4_1(mod.weight.detach().numpy()))
                 mod.weight.copy_(torch.from_numpy(np.ascontiguousarray(w)))
-    use_fast_cpu_paths(model, int8_activations=True)
+    use_fast_cpu_paths(model)
     assert fl.int8_count(model) >= 14  # 2 layers x 7 body linears
     tok = tiny_model.tokenizer
     vocab = Vocabulary.from_tokenizer(tok, eos_token_ids=tiny_model.eos_token_ids)
@@ -253,3 +255,12 @@ def test_tree_logits_are_bitwise_the_sequential_logits(int8_tiny, seed):
                 row = model(input_ids=torch.tensor([[tok]]), cache=steps,
                             use_cache=True).logits[0, -1]
             assert torch.equal(logits[i], row), i
+
+
+def test_sparse_logits_still_serve_an_output_layer_that_runs_as_panel(int8_tiny):
+    from structspec.spec import sparse_logits
+
+    model = int8_tiny[0]
+    head = model.get_output_embeddings()
+    assert head.kernel == "panel_int8" and not head.int8
+    assert sparse_logits.supports(model)

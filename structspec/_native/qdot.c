@@ -16,12 +16,15 @@
  *     out[n] = acc + bias[n]
  * with isum = sum q*xq, exact in integers (|isum| <= 32*127*127 < 2^24, so exact as a float
  * too). This is not the float32 model's arithmetic (activations lose ~0.4% per block, as in
- * llama.cpp), so it is opt-in (structspec/spec/fastlinear.py, "panel_int8").
+ * llama.cpp): structspec/spec/fastlinear.py's "panel_int8", which a Generator uses unless
+ * told not to (int8_activations=False).
  *
  * Row independence: a row's quantization reads that row only, integer sums do not depend on
  * their order, and the float steps above run in the same order for every row in every
  * kernel (AVX-512 and AVX2 alike), so a row's result is bitwise the same in a pass of 1 row
- * and in a tree pass of 32: speculative and plain decoding see identical numbers.
+ * and in a tree pass of 32: speculative and plain decoding see identical numbers. This
+ * needs the layer's input to be bitwise the same too: a difference of one ulp that crosses a
+ * rounding boundary moves xq by one step. attend.c's row-exact attention provides that.
  *
  * Layout: the weight (N x K, q as unsigned bytes 0..127) in panels of 16 output columns;
  * per panel and block of 32 k: 8 groups of 4 k, each 16 columns x 4 bytes (column-major

@@ -14,13 +14,14 @@ from structspec.spec.fastlinear import available_kernels, pack_linears
 
 
 def use_fast_cpu_paths(model: Any, quantized: bool = True,
-                       int8_activations: bool = False) -> Any:
+                       int8_activations: bool = True) -> Any:
     """Pack ``model``'s linears and switch its attention where each applies (a CPU float32
     model; grouped-query sdpa attention); a no-op elsewhere. In place, idempotent; returns
     ``model``. ``quantized``: as :func:`~structspec.spec.fastlinear.pack_linears`.
-    ``int8_activations``: run exactly block-quantized layers with 8-bit activations
-    (``"panel_int8"``, llama.cpp's arithmetic: approximate, faster passes) where that kernel
-    runs here; the float32 panels otherwise."""
+    ``int8_activations``: run exactly block-quantized layers with q >= 0 (GGUF Q4_1) with
+    8-bit activations (``"panel_int8"``, llama.cpp's arithmetic for such weights: faster
+    passes, outputs within that rounding of float32 arithmetic) where that kernel runs here;
+    the float32 panels otherwise (``False``: always)."""
     kernel = None
     if int8_activations and "panel_int8" in available_kernels(approx=True):
         kernel = "panel_int8"

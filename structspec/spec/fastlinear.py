@@ -32,16 +32,18 @@ A third, lossy kernel, ``"panel_f16"``, stores the panels in half precision (rea
 the bytes, computed in float32): for drafters only (the learned draft head), whose numbers
 never reach the output; it is never chosen by default.
 
-An approximate kernel, ``"panel_int8"`` (opt-in), runs the layers whose weights are exactly
+An approximate kernel, ``"panel_int8"``, runs the layers whose weights are exactly
 block-quantized with non-negative q (GGUF Q4_1: the default model's body) as llama.cpp runs
 them: the activations rounded to 8 bits per block of 32, the products integer dot products
 (``structspec/_native/qdot.c``: AVX512-VNNI, or AVX2) — a quarter of the instructions per
 weight and row of the float32 kernels, for every pass size. Outputs differ from the float32
 model by the activations' rounding (~0.4% of a layer's largest output), so it is not a
 lossless kernel; it keeps what speculation needs: a row's numbers are bitwise the same
-whatever the pass size (integer sums are exact), so speculative decoding still gives
-exactly what plain decoding gives *with this kernel*. Other layers (the tied output layer,
-Q8_0) run as ``"panel"``.
+whatever the pass size (integer sums are exact), and with the row-exact attention of
+:mod:`structspec.spec.attention` speculative decoding gives exactly what plain decoding gives
+*with this kernel* (without it, SDPA's ~1e-7 differences between pass shapes cross rounding
+boundaries and grow to ~0.4 in the logits). Other layers (the tied output layer, Q8_0) run
+as ``"panel"``.
 
 :func:`pack_linears` swaps modules in place and keeps the originals, so :func:`unpack_linears`
 restores the model exactly. Packed weights are an extra copy of every linear weight (≈ the
@@ -70,7 +72,8 @@ KERNELS = ("panel", "onednn")
 #: row blocks take each panel in chunks, the next chunk prefetched (session 17).
 #: 6: passes of up to QUANT_MAX_ROWS rows read exactly quantized panels (session 18).
 #: 7: AVX-512 kernels where the CPU has them (session 19).
-KERNEL_REVISION = 7
+#: 8: "panel_int8" and row-exact attention (session 21).
+KERNEL_REVISION = 8
 #: Passes of up to this many rows read a layer's exactly quantized panels where it has them
 #: (whole passes of the default model, 1 thread, paired rounds: 1 row 0.72 of the float32
 #: panels, 2 rows 0.86, 4 rows 0.89, 6 rows 1.00 — there the widening costs what the bytes
@@ -86,7 +89,8 @@ _QDOT: list[Any] = [None]
 #: Kernels that round the weights (half precision): for drafters, never a default.
 LOSSY_KERNELS = ("panel_f16",)
 #: Kernels that round the activations of exactly quantized layers (8 bits per block of 32, as
-#: llama.cpp does): opt-in for the model itself (``Generator(int8_activations=True)``).
+#: llama.cpp does): never :func:`pack_linears`' default; :func:`~structspec.spec.cpu_paths.
+#: use_fast_cpu_paths` (and so a ``Generator``) choose it unless told not to.
 APPROX_KERNELS = ("panel_int8",)
 #: Where a kernel's pass cost steps up, as ``(b, last)`` per step: passes of ``b`` (a multiple
 #: of the rows a kernel multiplies per sweep of a weight panel, ``ROWS`` in ``smallgemm.c``)

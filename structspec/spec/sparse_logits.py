@@ -45,7 +45,7 @@ _NO_SCALING = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 def supports(model: Any) -> bool:
     """Whether :func:`row_plan`/:func:`assemble` give ``model`` the logits its own head would:
     a causal LM of a :data:`PLAIN_HEADS` type, no logit scaling or capping, an output layer
-    packed with the ``"panel"`` kernel, a final norm to read its input from. Pure."""
+    that runs the ``"panel"`` kernel, a final norm to read its input from. Pure."""
     config = getattr(model, "config", None)
     if final_norm(model) is None:
         return False
@@ -54,7 +54,10 @@ def supports(model: Any) -> bool:
     if any(getattr(config, name, None) not in (None, 0, 1, 1.0) for name in _NO_SCALING):
         return False
     head = model.get_output_embeddings()
-    return isinstance(head, fastlinear.PackedLinear) and head.kernel == "panel"
+    # a "panel_int8" layer its integer kernel does not take (the tied Q8_0 output layer) runs
+    # as "panel"
+    return (isinstance(head, fastlinear.PackedLinear) and head.kernel in ("panel", "panel_int8")
+            and not head.int8)
 
 
 @dataclass(frozen=True)
