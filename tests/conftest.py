@@ -72,6 +72,19 @@ def tiny_llama(tokenizer, seed: int = 0, vocab_size: int | None = None):
     return LlamaForCausalLM(config).eval()
 
 
+def random_tree(rng, n: int, vocab_size: int):
+    """A random ``DraftTree`` of ``n`` nodes (each node's parent drawn among the nodes
+    before it), tokens from ``100..vocab_size``; for tests of tree passes."""
+    from structspec.spec.tree import DraftTree
+
+    parents, depths = [-1], [0]
+    for i in range(1, n):
+        parents.append(rng.randrange(i))
+        depths.append(depths[parents[-1]] + 1)
+    tokens = tuple(rng.randrange(100, vocab_size) for _ in range(n))
+    return DraftTree(tokens, tuple(parents), tuple(depths), (None,) * n, ("t",) * n)
+
+
 def legal_prefix(constraint, tokenizer, prefix: str):
     """``(state, last token)`` after as much of ``prefix`` (tokenized) as ``constraint``
     accepts, from its initial state (the last token is that of ``"x"`` when none is)."""

@@ -11,7 +11,7 @@ import random
 
 import pytest
 import torch
-from conftest import torch_threads
+from conftest import random_tree, torch_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import DynamicCache
@@ -153,22 +153,13 @@ def packed(tiny_model):
     return model
 
 
-def _tree(rng: random.Random, n: int, vocab: int) -> DraftTree:
-    parents, depths = [-1], [0]
-    for i in range(1, n):
-        parents.append(rng.randrange(i))
-        depths.append(depths[parents[-1]] + 1)
-    tokens = tuple(rng.randrange(100, vocab) for _ in range(n))
-    return DraftTree(tokens, tuple(parents), tuple(depths), (None,) * n, ("t",) * n)
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_packed_models_tree_logits_are_bitwise_their_sequential_logits(packed, seed):
     rng = random.Random(seed)
     vocab = packed.config.vocab_size
     cached = [rng.randrange(100, vocab) for _ in range(rng.randrange(2, 30))]
     prefix = [rng.randrange(100, vocab) for _ in range(rng.randrange(0, 6))]
-    tree = _tree(rng, rng.randrange(2, 18), vocab)
+    tree = random_tree(rng, rng.randrange(2, 18), vocab)
     with torch.inference_mode():
         cache = DynamicCache(config=packed.config)
         packed(input_ids=torch.tensor([cached]), cache=cache, use_cache=True)

@@ -11,7 +11,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from conftest import run_decode, torch_threads
+from conftest import random_tree, run_decode, torch_threads
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -230,20 +230,14 @@ def test_tree_logits_are_bitwise_the_sequential_logits(int8_tiny, seed):
 
     from transformers import DynamicCache
 
-    from structspec.spec.tree import DraftTree
     from structspec.spec.verify import verify_tree
 
     model = int8_tiny[0]
     rng = random.Random(seed)
     vocab = model.config.vocab_size
     cached = [rng.randrange(100, vocab) for _ in range(rng.randrange(2, 30))]
-    n = rng.randrange(2, 18)
-    parents = [-1] + [rng.randrange(i) for i in range(1, n)]
-    depths = [0]
-    for p in parents[1:]:
-        depths.append(depths[p] + 1)
-    tree = DraftTree(tuple(rng.randrange(100, vocab) for _ in range(n)), tuple(parents),
-                     tuple(depths), (None,) * n, ("t",) * n)
+    tree = random_tree(rng, rng.randrange(2, 18), vocab)
+    n = len(tree)
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
         model(input_ids=torch.tensor([cached]), cache=cache, use_cache=True)

@@ -7,14 +7,13 @@ import random
 
 import pytest
 import torch
-from conftest import run_decode, tiny_llama
+from conftest import random_tree, run_decode, tiny_llama
 
 from structspec import _native
 from structspec.engine import decode, free_text
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec.attention import IMPLEMENTATION, restore_sdpa, use_grouped_sdpa
-from structspec.spec.tree import DraftTree
 from structspec.spec.verify import check_tree_support, rollback, verify_tree
 from structspec.vocab import Vocabulary
 
@@ -32,15 +31,6 @@ def _copy(model, attn: str = "sdpa", kv_heads: int | None = None):
     if kv_heads is None:
         twin.load_state_dict(model.state_dict())
     return twin
-
-
-def _tree(rng: random.Random, n: int, vocab: int) -> DraftTree:
-    parents, depths = [-1], [0]
-    for i in range(1, n):
-        parents.append(rng.randrange(i))
-        depths.append(depths[parents[-1]] + 1)
-    tokens = tuple(rng.randrange(100, vocab) for _ in range(n))
-    return DraftTree(tokens, tuple(parents), tuple(depths), (None,) * n, ("t",) * n)
 
 
 def test_switches_only_grouped_sdpa_models_on_cpu(tiny_model):
@@ -70,7 +60,7 @@ def test_tree_passes_match_transformers_sdpa(tiny_model, seed):
     vocab = ref_model.config.vocab_size
     cached = [rng.randrange(100, vocab) for _ in range(rng.randrange(1, 20))]
     prefix = [rng.randrange(100, vocab) for _ in range(rng.randrange(0, 6))]
-    trees = [_tree(rng, n, vocab) for n in (1, rng.randrange(2, 17), 1)]
+    trees = [random_tree(rng, n, vocab) for n in (1, rng.randrange(2, 17), 1)]
     results = []
     for model in (ref_model, grouped):
         cache = DynamicCache(config=model.config)

@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+from conftest import random_tree
 
 from structspec.automata.regex import compile_regex
 from structspec.engine import free_text
@@ -22,16 +23,6 @@ from structspec.spec.verify import (
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _random_tree(rng: random.Random, n: int, vocab_size: int) -> DraftTree:
-    parents, depths = [-1], [0]
-    for i in range(1, n):
-        p = rng.randrange(i)
-        parents.append(p)
-        depths.append(depths[p] + 1)
-    tokens = [rng.randrange(100, vocab_size) for _ in range(n)]
-    return DraftTree(tuple(tokens), tuple(parents), tuple(depths), (None,) * n, ("t",) * n)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +118,7 @@ def test_tree_logits_equal_sequential_logits(models, attn, seed):
     rng = random.Random(seed)
     vocab_size = model.config.vocab_size
     prompt = [rng.randrange(100, vocab_size) for _ in range(rng.randrange(2, 12))]
-    tree = _random_tree(rng, rng.randrange(2, 18), vocab_size)
+    tree = random_tree(rng, rng.randrange(2, 18), vocab_size)
     cache = _prefill(model, prompt)
     with torch.inference_mode():
         logits = verify_tree(model, cache, tree, len(prompt))  # [q, V]
@@ -144,7 +135,7 @@ def test_prefill_and_first_tree_in_one_pass(models, attn):
     vocab_size = model.config.vocab_size
     cached = [rng.randrange(100, vocab_size) for _ in range(3)]
     prefix = [rng.randrange(100, vocab_size) for _ in range(9)]
-    tree = _random_tree(rng, 8, vocab_size)
+    tree = random_tree(rng, 8, vocab_size)
     cache = _prefill(model, cached)
     with torch.inference_mode():
         logits = verify_tree(model, cache, tree, len(cached), prefix)  # [q, V]
@@ -174,7 +165,7 @@ def test_keep_path_then_continue_equals_fresh_recompute(models, seed):
     rng = random.Random(seed)
     vocab_size = model.config.vocab_size
     prompt = [rng.randrange(100, vocab_size) for _ in range(rng.randrange(2, 10))]
-    tree = _random_tree(rng, rng.randrange(3, 16), vocab_size)
+    tree = random_tree(rng, rng.randrange(3, 16), vocab_size)
     cache = _prefill(model, prompt)
     with torch.inference_mode():
         verify_tree(model, cache, tree, len(prompt))
@@ -184,7 +175,7 @@ def test_keep_path_then_continue_equals_fresh_recompute(models, seed):
         assert cache.get_seq_length() == len(prompt) + len(path)
         # Continue with a second tree on the compacted cache.
         seq = prompt + [tree.tokens[j] for j in path]
-        nxt = _random_tree(rng, 5, vocab_size)
+        nxt = random_tree(rng, 5, vocab_size)
         logits = verify_tree(model, cache, nxt, len(seq))
     for i in range(len(nxt)):
         ref = _fresh_logits(model, seq + [nxt.tokens[j] for j in nxt.path(i)])
@@ -256,7 +247,7 @@ def test_packed_linears_give_the_same_logits(tiny_model):
         pack_linears(model)  # idempotent
         packed = model(input_ids=ids).logits
         cache = _prefill(model, [300, 301, 302])
-        tree_logits = verify_tree(model, cache, _random_tree(random.Random(0), 6, 5000), 3)
+        tree_logits = verify_tree(model, cache, random_tree(random.Random(0), 6, 5000), 3)
     assert (packed - ref).abs().max().item() < 1e-3
     assert tree_logits.shape[0] == 6
     unpack_linears(model)

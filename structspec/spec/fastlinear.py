@@ -264,18 +264,31 @@ def smallgemm() -> Any:
     return _SMALLGEMM if _SMALLGEMM is not None else _native.load("smallgemm")
 
 
-def pack_quantized(gemm: Any, weight: torch.Tensor) -> torch.Tensor | None:
-    """``weight`` (float32 [n, k]) as ``gemm``'s (a build of the native ``smallgemm``)
-    quantized panels, or None where it is not exactly block-quantized (or the module
-    predates them)."""
+def _recover(gemm: Any, weight: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """``(q, d, m)`` with ``weight == d*q + m`` bit for bit per block of 32 (``gemm``'s
+    ``recover_q``), or None where there are none or ``gemm`` cannot look."""
     n, k = weight.shape
-    if k % block_quant.BLOCK or not hasattr(gemm, "recover_q") or not gemm.available(True):
+    if (gemm is None or k % block_quant.BLOCK or not hasattr(gemm, "recover_q")
+            or not gemm.available(True)):
         return None
     q = torch.empty(n, k, dtype=torch.int8)
     d = torch.empty(n, k // block_quant.BLOCK, dtype=torch.float32)
     m = torch.empty_like(d)
     if not gemm.recover_q(weight.data_ptr(), n, k, q.data_ptr(), d.data_ptr(), m.data_ptr()):
         return None
+    return q, d, m
+
+
+def pack_quantized(gemm: Any, weight: torch.Tensor) -> torch.Tensor | None:
+    """``weight`` (float32 [n, k]) as ``gemm``'s (a build of the native ``smallgemm``)
+    quantized panels, or None where it is not exactly block-quantized (or the module
+    predates them)."""
+    found = _recover(gemm, weight)
+    if found is None:
+        return None
+    q, d, m = found
+    n, k = weight.shape
     packed = torch.empty(gemm.packed_bytes_q(n, k), dtype=torch.int8)
     gemm.pack_q(packed.data_ptr(), q.data_ptr(), d.data_ptr(), m.data_ptr(), n, k)
     return packed
@@ -285,16 +298,13 @@ def pack_int8(weight: torch.Tensor) -> torch.Tensor | None:
     """``weight`` (float32 [n, k]) as ``qdot``'s integer panels, or None where it is not
     exactly block-quantized with every q >= 0 (GGUF Q4_1 is; Q8_0 is not), or ``qdot`` is not
     built."""
-    gemm, qdot = _native.load("smallgemm"), _native.load("qdot")
+    qdot = _native.load("qdot")
+    found = None if qdot is None or not qdot.available() else _recover(
+        _native.load("smallgemm"), weight)
+    if found is None:
+        return None
+    q, d, m = found
     n, k = weight.shape
-    if (gemm is None or qdot is None or not qdot.available() or k % block_quant.BLOCK
-            or not gemm.available(True)):
-        return None
-    q = torch.empty(n, k, dtype=torch.int8)
-    d = torch.empty(n, k // block_quant.BLOCK, dtype=torch.float32)
-    m = torch.empty_like(d)
-    if not gemm.recover_q(weight.data_ptr(), n, k, q.data_ptr(), d.data_ptr(), m.data_ptr()):
-        return None
     packed = torch.empty(qdot.packed_bytes(n, k), dtype=torch.uint8)
     if not qdot.pack(packed.data_ptr(), q.data_ptr(), d.data_ptr(), m.data_ptr(), n, k):
         return None
