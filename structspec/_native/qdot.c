@@ -49,17 +49,16 @@
 #define PANEL 16
 #define QK 32
 #define QBYTES (QK * PANEL + 2 * PANEL * (int)sizeof(float)) /* 640 bytes per 32 k */
-#define QMAX 127                                             /* largest q accepted */
 
 static Py_ssize_t panels_of(Py_ssize_t n) { return (n + PANEL - 1) / PANEL; }
 
-/* Pack q (n x k signed bytes, each 0..QMAX), d and m (n x k/32 floats) into the panels
+/* Pack q (n x k signed bytes, each 0..127), d and m (n x k/32 floats) into the panels
  * above (0 past n). Returns 0 where some q is out of range. */
 static int pack_weight(uint8_t *dst, const int8_t *q, const float *d, const float *m,
                        Py_ssize_t n, Py_ssize_t k) {
     Py_ssize_t np = panels_of(n), nb = k / QK;
     for (Py_ssize_t i = 0; i < n * k; i++)
-        if (q[i] < 0) return 0; /* int8 cannot exceed QMAX */
+        if (q[i] < 0) return 0; /* int8 cannot exceed 127 */
     for (Py_ssize_t p = 0; p < np; p++) {
         for (Py_ssize_t b = 0; b < nb; b++) {
             uint8_t *blk = dst + ((size_t)p * nb + b) * QBYTES;
@@ -361,17 +360,6 @@ static PyObject *qd_pack(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
-static PyObject *qd_quantize(PyObject *self, PyObject *args) {
-    (void)self;
-    unsigned long long x, xq, dx, sx;
-    Py_ssize_t m, k;
-    if (!PyArg_ParseTuple(args, "KnnKKK", &x, &m, &k, &xq, &dx, &sx)) return NULL;
-    if (m < 0 || !shape_ok("quantize", 1, k)) return NULL;
-    quantize_rows((const float *)(uintptr_t)x, m, k, (int8_t *)(uintptr_t)xq,
-                  (float *)(uintptr_t)dx, (float *)(uintptr_t)sx);
-    Py_RETURN_NONE;
-}
-
 static PyObject *qd_linear(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long x, packed, bias, out;
@@ -423,8 +411,6 @@ static PyMethodDef METHODS[] = {
     {"pack", qd_pack, METH_VARARGS,
      "pack(dst_ptr, q_ptr, d_ptr, m_ptr, n, k) -> bool: pack w = d*q + m (q int8 in 0..127, "
      "per-32 d, m); False where some q is negative."},
-    {"quantize", qd_quantize, METH_VARARGS,
-     "quantize(x_ptr, m, k, xq_ptr, dx_ptr, sx_ptr): x's rows as 8-bit blocks of 32."},
     {"linear", qd_linear, METH_VARARGS,
      "linear(x_ptr, m, k, packed_ptr, n, bias_ptr or 0, out_ptr, threads): "
      "out = x W^T + b with x quantized to 8 bits per block of 32."},

@@ -75,6 +75,12 @@ _NONE, _CAUSAL, _FLOAT, _BOOL = 0, 1, 2, 3
 _ROW_EXACT = [True]
 
 
+def _exact_kernel() -> Any:
+    """The native ``attend`` module where it is built and runs on this CPU, else None."""
+    kernel = _native.load("attend")
+    return kernel if kernel is not None and kernel.available() else None
+
+
 def set_row_exact(on: bool) -> bool:
     """Let :func:`row_exact_attention` run (where it applies) or send every call to SDPA, as
     before it existed; returns the previous setting. Process-wide: for A/B measurements and
@@ -95,8 +101,8 @@ def row_exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
     shape or dtype). Shapes as ``transformers`` passes them: ``query`` ``[1, Hq, q, D]``,
     ``key``/``value`` ``[1, Hkv, k, D]``, ``attention_mask`` ``[1, 1, q, >= k]`` (additive
     float: a key is masked where below -1e30; or bool: True where visible) or None."""
-    kernel = _native.load("attend") if _ROW_EXACT[0] else None
-    if kernel is None or not kernel.available():
+    kernel = _exact_kernel() if _ROW_EXACT[0] else None
+    if kernel is None:
         return None
     if (query.device.type != "cpu" or query.dim() != 4 or query.shape[0] != 1
             or torch.is_grad_enabled()
@@ -158,8 +164,7 @@ def use_grouped_sdpa(model: Any) -> bool:
     heads = getattr(config, "num_attention_heads", None)
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     can_switch = getattr(model, "_can_set_attn_implementation", lambda: False)
-    kernel = _native.load("attend")
-    exact = kernel is not None and kernel.available()
+    exact = _exact_kernel() is not None
     if device.type != "cpu" or not heads or (heads == kv_heads and not exact) \
             or not can_switch():
         return False

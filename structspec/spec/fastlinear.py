@@ -186,16 +186,19 @@ class PackedLinear(nn.Module):
                     raise RuntimeError(f"the {kernel} kernel (native smallgemm, AVX2+FMA"
                                        f"{'+F16C' if self._half else ''}) is not available here")
                 n, k = self.out_features, self.in_features
-                if kernel == "panel_int8":
-                    self._ipacked = pack_int8(weight)
+                # recovered once: the integer panels and the quantized ones both start from it
+                found = (_recover(gemm, weight)
+                         if kernel == "panel_int8" or (kernel == "panel" and quantized) else None)
+                if kernel == "panel_int8" and found is not None:
+                    self._ipacked = _pack_int8(*found)
                 # float32 panels for what the integer ones do not run
                 self._packed = torch.empty(0 if self._ipacked is not None
                                            else gemm.packed_size(n, k),
                                            dtype=torch.float16 if self._half else torch.float32)
                 if self._ipacked is None:
                     gemm.pack(self._packed.data_ptr(), weight.data_ptr(), n, k, self._half)
-                    if kernel != "panel_f16" and quantized:
-                        self._qpacked = pack_quantized(gemm, weight)
+                    if found is not None and quantized:
+                        self._qpacked = _pack_q(gemm, *found)
                 global _SMALLGEMM
                 if _SMALLGEMM is None:
                     _SMALLGEMM = gemm
@@ -280,31 +283,29 @@ def _recover(gemm: Any, weight: torch.Tensor
     return q, d, m
 
 
-def pack_quantized(gemm: Any, weight: torch.Tensor) -> torch.Tensor | None:
-    """``weight`` (float32 [n, k]) as ``gemm``'s (a build of the native ``smallgemm``)
-    quantized panels, or None where it is not exactly block-quantized (or the module
-    predates them)."""
-    found = _recover(gemm, weight)
-    if found is None:
-        return None
-    q, d, m = found
-    n, k = weight.shape
+def _pack_q(gemm: Any, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """``gemm``'s quantized panels of ``d*q + m`` (as :func:`_recover` found them)."""
+    n, k = q.shape
     packed = torch.empty(gemm.packed_bytes_q(n, k), dtype=torch.int8)
     gemm.pack_q(packed.data_ptr(), q.data_ptr(), d.data_ptr(), m.data_ptr(), n, k)
     return packed
 
 
-def pack_int8(weight: torch.Tensor) -> torch.Tensor | None:
-    """``weight`` (float32 [n, k]) as ``qdot``'s integer panels, or None where it is not
-    exactly block-quantized with every q >= 0 (GGUF Q4_1 is; Q8_0 is not), or ``qdot`` is not
-    built."""
+def pack_quantized(gemm: Any, weight: torch.Tensor) -> torch.Tensor | None:
+    """``weight`` (float32 [n, k]) as ``gemm``'s (a build of the native ``smallgemm``)
+    quantized panels, or None where it is not exactly block-quantized (or the module
+    predates them)."""
+    found = _recover(gemm, weight)
+    return None if found is None else _pack_q(gemm, *found)
+
+
+def _pack_int8(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor | None:
+    """``d*q + m`` (as :func:`_recover` found them) as ``qdot``'s integer panels, or None
+    where some q is negative (GGUF Q4_1 has none; Q8_0 has) or ``qdot`` is not built."""
     qdot = _native.load("qdot")
-    found = None if qdot is None or not qdot.available() else _recover(
-        _native.load("smallgemm"), weight)
-    if found is None:
+    if qdot is None or not qdot.available():
         return None
-    q, d, m = found
-    n, k = weight.shape
+    n, k = q.shape
     packed = torch.empty(qdot.packed_bytes(n, k), dtype=torch.uint8)
     if not qdot.pack(packed.data_ptr(), q.data_ptr(), d.data_ptr(), m.data_ptr(), n, k):
         return None
