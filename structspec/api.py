@@ -139,11 +139,11 @@ class Generator:
         int8_activations: with ``pack``, run the layers whose weights are exactly
             block-quantized with q >= 0 (GGUF Q4_1, the default model's body) with
             activations rounded to 8 bits per block of 32, as llama.cpp does (kernel
-            ``"panel_int8"``): passes of many rows ~1.5x faster (a prompt's prefill, draft
-            trees), outputs that differ from float32 arithmetic by that rounding (BFCL calls
-            right: 79/250 with it, 76/250 without). Speculation stays lossless with it (a
-            row's numbers are bitwise the same in every pass). ``False``: float32 activations
-            (``--no-int8-activations``).
+            ``"panel_int8"``): passes of many rows faster (the JSON benchmark's prompt
+            prefills 0.79x the time; draft trees), outputs that differ from float32
+            arithmetic by that rounding (BFCL calls right: 79/250 with it, 76/250 without).
+            Speculation stays lossless with it (a row's numbers are bitwise the same in every
+            pass). ``False``: float32 activations (``--no-int8-activations``).
 
     Thread-safety: compiled constraints are shared; concurrent ``run`` calls on one
     Generator are serialized by a lock (one model, one KV cache at a time).
