@@ -119,6 +119,35 @@ def test_rows_are_bitwise_independent_of_the_pass_and_the_isa(n, blocks, rows, b
     assert all(torch.equal(outs[0], o) for o in outs[1:])
 
 
+_AWKWARD = st.sampled_from([0.0, -0.0, 1e-30, -1e-38, 1e-45, 3.4e38, -3.4e38, 0.5, -0.5,
+                            1.5, 2.5, -2.5, 127.0, float("inf"), float("-inf"), float("nan")])
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 9), blocks=st.integers(1, 4), seed=st.integers(0, 2**16),
+       awkward=st.lists(st.tuples(st.integers(0, 10**6), _AWKWARD), max_size=12),
+       spread=st.sampled_from([1e-3, 1.0, 1e3]))
+def test_vector_rounding_of_activations_is_the_plain_loop_bit_for_bit(rows, blocks, seed,
+                                                                       awkward, spread):
+    """The vector quantization (the default) and the plain loop it replaced give the same
+    outputs bit for bit — halfway cases, zero and non-finite blocks, subnormals included."""
+    k = blocks * BLOCK
+    layer = fl.PackedLinear(_q4_linear(24, k, False, seed % 7), "panel_int8")
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed)) * spread
+    flat = x.view(-1)
+    for where, value in awkward:
+        flat[where % flat.numel()] = value
+    before = QDOT.set_vector_quantize(True)
+    try:
+        with torch.inference_mode():
+            vector = layer(x)
+            QDOT.set_vector_quantize(False)
+            plain = layer(x)
+    finally:
+        QDOT.set_vector_quantize(before)
+    assert vector.view(torch.int32).equal(plain.view(torch.int32))  # NaNs compared by bits
+
+
 def test_zero_rows_and_blocks_and_batched_shapes():
     layer = fl.PackedLinear(_q4_linear(40, 64, True), "panel_int8")
     with torch.inference_mode():

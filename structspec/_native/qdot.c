@@ -76,12 +76,65 @@ static int pack_weight(uint8_t *dst, const int8_t *q, const float *d, const floa
     return 1;
 }
 
+#if QD_X86
+/* 1: quantize_rows runs quantize_block_avx2 (set_vector_quantize; tests compare both). */
+static int vector_quantize = 1;
+
+/* quantize_rows with vectors: the same numbers bit for bit (the maximum of |x| does not
+ * depend on its order; x*scale and its rounding to nearest-even are the scalar steps, one
+ * lane each), ~10x faster. It matters: a prompt's prefill quantizes every layer input, and
+ * the plain loop cost about a quarter of the integer products' time there. max(|x|, acc)
+ * keeps acc where x is NaN, as fmaxf does. */
+__attribute__((target("avx2,fma"))) static void quantize_block_avx2(const float *v, int8_t *o,
+                                                                    float *dxo, float *sxo) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 x[4], acc = _mm256_setzero_ps();
+    for (int j = 0; j < 4; j++) {
+        x[j] = _mm256_loadu_ps(v + 8 * j);
+        acc = _mm256_max_ps(_mm256_andnot_ps(sign, x[j]), acc);
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    float amax = _mm_cvtss_f32(h);
+    float scale = amax > 0.0f && isfinite(amax) ? 127.0f / amax : 0.0f;
+    const __m256 sv = _mm256_set1_ps(scale);
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    __m256i sum = _mm256_setzero_si256(), t[4];
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm256_cvtps_epi32(_mm256_mul_ps(x[j], sv));
+        t[j] = _mm256_min_epi32(_mm256_max_epi32(t[j], lo), hi);
+        sum = _mm256_add_epi32(sum, t[j]);
+    }
+    /* 32-bit lanes -> bytes, in order */
+    __m256i p16a = _mm256_packs_epi32(t[0], t[1]), p16b = _mm256_packs_epi32(t[2], t[3]);
+    __m256i p8 = _mm256_packs_epi16(p16a, p16b);
+    p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)(void *)o, p8);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    float d = scale > 0.0f ? amax / 127.0f : 0.0f;
+    *dxo = d;
+    *sxo = d * (float)_mm_cvtsi128_si32(s4);
+}
+#endif
+
 /* Quantize m rows of x (k floats each, k a multiple of 32): xq (m x k bytes), dx and sx
- * (m x k/32 floats), as described at the top. Plain C: a few operations per element, next to
- * n of them in the products. */
+ * (m x k/32 floats), as described at the top. The plain loop is the reference the vector
+ * one must match bit for bit (and what runs without x86). */
 static void quantize_rows(const float *x, Py_ssize_t m, Py_ssize_t k, int8_t *xq, float *dx,
                           float *sx) {
     Py_ssize_t nb = k / QK;
+#if QD_X86
+    if (vector_quantize) {
+        for (Py_ssize_t r = 0; r < m; r++)
+            for (Py_ssize_t b = 0; b < nb; b++)
+                quantize_block_avx2(x + r * k + b * QK, xq + r * k + b * QK, dx + r * nb + b,
+                                    sx + r * nb + b);
+        return;
+    }
+#endif
     for (Py_ssize_t r = 0; r < m; r++) {
         for (Py_ssize_t b = 0; b < nb; b++) {
             const float *v = x + r * k + b * QK;
@@ -102,6 +155,7 @@ static void quantize_rows(const float *x, Py_ssize_t m, Py_ssize_t k, int8_t *xq
         }
     }
 }
+
 
 static inline int32_t load4(const int8_t *p) {
     int32_t v;
@@ -338,6 +392,22 @@ static PyObject *qd_set_vnni(PyObject *self, PyObject *args) {
     return PyBool_FromLong(before);
 }
 
+/* set_vector_quantize(on) -> bool: whether activations were quantized with vectors before
+ * (off: the plain loop, for tests that compare the two). */
+static PyObject *qd_set_vector_quantize(PyObject *self, PyObject *args) {
+    (void)self;
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+#if QD_X86
+    int before = vector_quantize;
+    vector_quantize = on;
+    return PyBool_FromLong(before);
+#else
+    (void)on;
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyObject *qd_packed_bytes(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t n, k;
@@ -406,6 +476,9 @@ static PyMethodDef METHODS[] = {
     {"set_vnni", qd_set_vnni, METH_VARARGS,
      "set_vnni(on): run the AVX-512 VNNI kernels (where the CPU has them) or the AVX2 ones "
      "(same results); returns the previous state."},
+    {"set_vector_quantize", qd_set_vector_quantize, METH_VARARGS,
+     "set_vector_quantize(on): round activations with the vector loop (default) or the "
+     "plain one (same results); returns the previous state."},
     {"packed_bytes", qd_packed_bytes, METH_VARARGS,
      "Bytes needed to pack an n x k block-quantized weight (k a multiple of 32)."},
     {"pack", qd_pack, METH_VARARGS,

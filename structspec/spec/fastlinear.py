@@ -72,8 +72,9 @@ KERNELS = ("panel", "onednn")
 #: row blocks take each panel in chunks, the next chunk prefetched (session 17).
 #: 6: passes of up to QUANT_MAX_ROWS rows read exactly quantized panels (session 18).
 #: 7: AVX-512 kernels where the CPU has them (session 19).
-#: 8: "panel_int8" and row-exact attention (session 21).
-KERNEL_REVISION = 8
+#: 8: "panel_int8" and row-exact attention (session 21). 9: "panel_int8" rounds activations
+#: with vectors (session 22).
+KERNEL_REVISION = 9
 #: Passes of up to this many rows read a layer's exactly quantized panels where it has them
 #: (whole passes of the default model, 1 thread, paired rounds: 1 row 0.72 of the float32
 #: panels, 2 rows 0.86, 4 rows 0.89, 6 rows 1.00 — there the widening costs what the bytes
