@@ -22,7 +22,7 @@ from structspec.engine import decode, free_text
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec import fastlinear as fl
-from structspec.spec.block_quant import BLOCK, dequantize, quantize_q4_1
+from structspec.spec.block_quant import BLOCK, dequantize, quantize_q4_1, recover
 from structspec.spec.cpu_paths import use_fast_cpu_paths
 from structspec.vocab import Vocabulary
 
@@ -55,10 +55,29 @@ def _q4_linear(n: int, k: int, bias: bool, seed: int = 0) -> nn.Linear:
     return lin
 
 
+def _q8_0(weight: np.ndarray) -> np.ndarray:
+    """``weight`` rounded as GGUF Q8_0 does (w = d*q per block of 32, q signed, d a half),
+    dequantized to float32 — as the default model's tied output layer."""
+    n, k = weight.shape
+    blocks = weight.reshape(n, k // BLOCK, BLOCK).astype(np.float32)
+    d = (np.abs(blocks).max(-1, keepdims=True) / 127).astype(np.float16).astype(np.float32)
+    q = np.clip(np.rint(blocks / np.where(d > 0, d, 1)), -127, 127) + 0.0  # as integers: no -0
+    return np.ascontiguousarray((d * q).astype(np.float32).reshape(n, k))
+
+
+def _q8_linear(n: int, k: int, bias: bool, seed: int = 0) -> nn.Linear:
+    """An ``nn.Linear`` whose weight is dequantized from Q8_0."""
+    torch.manual_seed(seed)
+    lin = nn.Linear(k, n, bias=bias).eval()
+    lin.weight.data = torch.from_numpy(_q8_0(lin.weight.detach().numpy()))
+    return lin
+
+
 def _reference(x: np.ndarray, lin: nn.Linear) -> np.ndarray:
     """The documented arithmetic in NumPy: x rounded to 8 bits per block of 32, integer dot
     products with q, then d, dx and m, sx — in float64 (the kernel rounds in float32)."""
-    q = quantize_q4_1(lin.weight.detach().numpy())
+    q = recover(lin.weight.detach().numpy())
+    assert q is not None
     m_rows, k = x.shape
     nb = k // BLOCK
     xb = x.reshape(m_rows, nb, BLOCK).astype(np.float32)
@@ -95,13 +114,35 @@ def test_outputs_follow_the_documented_arithmetic(qdot_isa, n, k, bias):
     assert np.abs(got - exact).max() <= 2e-2 * np.abs(exact).max()
 
 
-@settings(max_examples=25, deadline=None)
+@pytest.mark.parametrize(("n", "k", "bias"), [(80, 64, True), (200, 96, False), (7, 32, True),
+                                              (576, 576, False)])
+def test_signed_weights_follow_the_documented_arithmetic(qdot_isa, n, k, bias):
+    """Q8_0 (signed q, no offset: the default model's output layer) runs on the signed
+    kernels: the same arithmetic without the offset term."""
+    lin = _q8_linear(n, k, bias, seed=n)
+    layer = fl.PackedLinear(lin, "panel_int8")
+    assert layer.int8 and layer._signed
+    assert recover(lin.weight.detach().numpy()).q.min() < 0
+    x = torch.randn(9, k, generator=torch.Generator().manual_seed(k))
+    with torch.inference_mode():
+        got = layer(x).double().numpy()
+        exact = lin(x).double().numpy()
+    want = _reference(x.numpy(), lin)
+    scale = np.abs(want).max()
+    assert np.abs(got - want).max() <= 1e-5 * scale
+    assert np.abs(got - exact).max() <= 2e-2 * np.abs(exact).max()
+
+
+@settings(max_examples=30, deadline=None)
 @given(n=st.integers(1, 70), blocks=st.integers(1, 5), rows=st.integers(1, 40),
-       bias=st.booleans(), seed=st.integers(0, 2**16), threads=st.sampled_from([1, 2]))
+       bias=st.booleans(), seed=st.integers(0, 2**16), threads=st.sampled_from([1, 2]),
+       signed=st.booleans())
 def test_rows_are_bitwise_independent_of_the_pass_and_the_isa(n, blocks, rows, bias, seed,
-                                                              threads):
+                                                              threads, signed):
     k = blocks * BLOCK
-    layer = fl.PackedLinear(_q4_linear(n, k, bias, seed), "panel_int8")
+    make = _q8_linear if signed else _q4_linear
+    layer = fl.PackedLinear(make(n, k, bias, seed), "panel_int8")
+    assert layer.int8 and layer._signed == signed
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed)) * 3
     before = QDOT.set_vnni(True)
     isas = [False, True] if QDOT.vnni() else [False]
@@ -117,6 +158,36 @@ def test_rows_are_bitwise_independent_of_the_pass_and_the_isa(n, blocks, rows, b
     finally:
         QDOT.set_vnni(before)
     assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(1, 90), blocks=st.integers(1, 3), rows=st.integers(1, 20),
+       bias=st.booleans(), signed=st.booleans(), seed=st.integers(0, 2**16), data=st.data())
+def test_gathered_columns_are_the_whole_pass_bits(n, blocks, rows, bias, signed, seed, data):
+    """A column's numbers do not depend on its place among the others: the outputs of a few
+    columns' panels (sparse logits) are bitwise the whole layer's, with either ISA."""
+    k = blocks * BLOCK
+    make = _q8_linear if signed else _q4_linear
+    layer = fl.PackedLinear(make(n, k, bias, seed), "panel_int8")
+    ids = torch.tensor(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=40)))
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed))
+    before = QDOT.set_vnni(True)
+    try:
+        for vnni in [False, True] if QDOT.vnni() else [False]:
+            QDOT.set_vnni(vnni)
+            with torch.inference_mode():
+                assert torch.equal(fl.gathered_int8(layer, x, ids), layer(x)[:, ids])
+    finally:
+        QDOT.set_vnni(before)
+
+
+def test_gather_refuses_ids_out_of_range():
+    layer = fl.PackedLinear(_q8_linear(20, 32, False), "panel_int8")
+    with pytest.raises(IndexError, match="out of range"):
+        fl.gathered_int8(layer, torch.randn(2, 32), torch.tensor([3, 20]))
+    with pytest.raises(ValueError, match="integer panels"):
+        fl.gathered_int8(fl.PackedLinear(nn.Linear(32, 4), "panel_int8"), torch.randn(1, 32),
+                         torch.tensor([0]))
 
 
 _AWKWARD = st.sampled_from([0.0, -0.0, 1e-30, -1e-38, 1e-45, 3.4e38, -3.4e38, 0.5, -0.5,
@@ -164,12 +235,7 @@ def test_layers_it_cannot_run_keep_the_lossless_panels():
     float_layer = nn.Linear(64, 30).eval()  # not block-quantized
     odd = _q4_linear(10, 64, False)  # Q4_1, but k = 48 would not be a multiple of 32:
     odd48 = nn.Linear(48, 10).eval()
-    q8 = nn.Linear(64, 12, bias=False).eval()
-    rng = np.random.default_rng(0)  # Q8_0: signed q, which the u8 x s8 products cannot take
-    d = np.float16(0.01).astype(np.float32)
-    q8.weight.data = torch.from_numpy(
-        (d * rng.integers(-127, 128, (12, 64))).astype(np.float32))
-    for lin in (float_layer, odd48, q8):
+    for lin in (float_layer, odd48):
         packed, panel = fl.PackedLinear(lin, "panel_int8"), fl.PackedLinear(lin, "panel")
         assert not packed.int8
         x = torch.randn(5, lin.in_features)
@@ -177,6 +243,7 @@ def test_layers_it_cannot_run_keep_the_lossless_panels():
             assert torch.equal(packed(x), panel(x))
     assert fl.PackedLinear(odd, "panel_int8").int8
     assert "int8-activations" in repr(fl.PackedLinear(odd, "panel_int8"))
+    assert fl.PackedLinear(_q8_linear(12, 64, False), "panel_int8").int8  # signed kernels
 
 
 def test_pack_refuses_negative_q_and_bad_shapes():
@@ -218,15 +285,18 @@ WORDS = ["weather", "in", "Paris", "for", "3", "days", "red", "the", "id", "is",
 
 @pytest.fixture(scope="module")
 def int8_tiny(tiny_model):
-    """The tiny Llama with Q4_1 body weights, run with 8-bit activations."""
+    """The tiny Llama with Q4_1 body weights and a Q8_0 output layer (as the default
+    model), run with 8-bit activations."""
     model = copy.deepcopy(tiny_model.model)
     with torch.no_grad():
         for name, mod in model.named_modules():
-            if type(mod) is nn.Linear and name != "lm_head":
-                w = dequantize(quantize_q4_1(mod.weight.detach().numpy()))
+            if type(mod) is nn.Linear:
+                w = mod.weight.detach().numpy()
+                w = _q8_0(w) if name == "lm_head" else dequantize(quantize_q4_1(w))
                 mod.weight.copy_(torch.from_numpy(np.ascontiguousarray(w)))
     use_fast_cpu_paths(model)
-    assert fl.int8_count(model) >= 14  # 2 layers x 7 body linears
+    assert fl.int8_count(model) >= 15  # 2 layers x 7 body linears, and the output layer
+    assert model.get_output_embeddings()._signed
     tok = tiny_model.tokenizer
     vocab = Vocabulary.from_tokenizer(tok, eos_token_ids=tiny_model.eos_token_ids)
     constraints = {k: compile_regex(v, vocab) for k, v in PATTERNS.items()}
@@ -280,10 +350,28 @@ def test_tree_logits_are_bitwise_the_sequential_logits(int8_tiny, seed):
             assert torch.equal(logits[i], row), i
 
 
-def test_sparse_logits_still_serve_an_output_layer_that_runs_as_panel(int8_tiny):
+@pytest.mark.usefixtures("one_thread")
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=8),
+       name=st.sampled_from(sorted(PATTERNS)))
+def test_sparse_logits_serve_an_output_layer_on_integer_panels(int8_tiny, words, name):
+    """The output layer runs the signed kernels; logits gathered from a few of its columns
+    are its whole rows' bits, so decoding with sparse logits emits the same tokens."""
     from structspec.spec import sparse_logits
 
-    model = int8_tiny[0]
+    model, tok, vocab, constraints = int8_tiny
     head = model.get_output_embeddings()
-    assert head.kernel == "panel_int8" and not head.int8
-    assert sparse_logits.supports(model)
+    assert head.int8 and sparse_logits.supports(model)
+    prompt = tok.encode(" ".join(words), add_special_tokens=False)
+    sampling = SamplingParams()
+    c = constraints[name]
+    runs = []
+    for sparse in (True, False):
+        plain = run_decode(decode, model, vocab, prompt, c, max_new_tokens=24,
+                           sampling=sampling, sparse_logits=sparse)
+        spec = run_decode(speculative_decode, model, vocab, prompt, c, max_new_tokens=24,
+                          sampling=sampling, tokenizer=tok,
+                          config=SpecConfig(sparse_logits=sparse))
+        runs.append((plain[:3], spec[:3]))
+    assert runs[0] == runs[1] and runs[0][0] == runs[0][1]

@@ -31,6 +31,11 @@
  * within the group: what one 512-bit vpdpbusd takes), then the 16 scales d and 16 offsets m
  * as floats: 640 bytes per 32 k, the same 1.25 bytes per weight as smallgemm's quantized
  * panels. Threads: OpenMP over pairs of panels (AVX-512) or panels (AVX2).
+ *
+ * Signed weights (w = d*q, q any int8, no offset: GGUF Q8_0, the default model's tied output
+ * layer) have kernels of their own ("signed" below): the same layout, q as signed bytes, and
+ * in the offsets' place 128 * sum(q) per column and block. Their numbers: acc = fma(isum,
+ * d*dx, acc) per block, in order — the same row independence.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -119,6 +124,54 @@ __attribute__((target("avx2,fma"))) static void quantize_block_avx2(const float 
     *sxo = d * (float)_mm_cvtsi128_si32(s4);
 }
 #endif
+
+/* Pack signed q (n x k bytes, any int8) and d (n x k/32 floats) of a weight w = d*q — no
+ * offset: GGUF Q8_0 and Q4_0 — into the same panels, with the 16 offsets' place holding
+ * 128 * (the block's sum of q) per column as int32 (see the signed kernels). */
+static void pack_weight_signed(uint8_t *dst, const int8_t *q, const float *d, Py_ssize_t n,
+                               Py_ssize_t k) {
+    Py_ssize_t np = panels_of(n), nb = k / QK;
+    for (Py_ssize_t p = 0; p < np; p++) {
+        for (Py_ssize_t b = 0; b < nb; b++) {
+            uint8_t *blk = dst + ((size_t)p * nb + b) * QBYTES;
+            float *sc = (float *)(void *)(blk + QK * PANEL);
+            int32_t *corr = (int32_t *)(void *)(sc + PANEL);
+            for (Py_ssize_t j = 0; j < PANEL; j++) {
+                Py_ssize_t col = p * PANEL + j;
+                int32_t sum = 0;
+                for (Py_ssize_t i = 0; i < QK; i++) {
+                    int8_t v = col < n ? q[col * k + b * QK + i] : 0;
+                    blk[(i / 4) * (4 * PANEL) + j * 4 + (i % 4)] = (uint8_t)v;
+                    sum += v;
+                }
+                sc[j] = col < n ? d[col * nb + b] : 0.0f;
+                corr[j] = 128 * sum;
+            }
+        }
+    }
+}
+
+/* Copy the columns ids[0..count) of packed panels (n x k, either kind) into new panels of
+ * count columns, in that order: a column's numbers do not depend on its place in a panel,
+ * so the new panels give those outputs bit for bit (sparse output layers). */
+static void gather_columns(uint8_t *dst, const uint8_t *src, const int64_t *ids,
+                           Py_ssize_t count, Py_ssize_t k) {
+    Py_ssize_t nb = k / QK;
+    memset(dst, 0, (size_t)panels_of(count) * nb * QBYTES);
+    for (Py_ssize_t c = 0; c < count; c++) {
+        Py_ssize_t sp = ids[c] / PANEL, sj = ids[c] % PANEL, dp = c / PANEL, dj = c % PANEL;
+        for (Py_ssize_t b = 0; b < nb; b++) {
+            const uint8_t *sb = src + ((size_t)sp * nb + b) * QBYTES;
+            uint8_t *db = dst + ((size_t)dp * nb + b) * QBYTES;
+            for (int g = 0; g < QK / 4; g++)
+                memcpy(db + g * 4 * PANEL + dj * 4, sb + g * 4 * PANEL + sj * 4, 4);
+            const float *ss = (const float *)(const void *)(sb + QK * PANEL);
+            float *ds = (float *)(void *)(db + QK * PANEL);
+            memcpy(ds + dj, ss + sj, sizeof(float));
+            memcpy(ds + PANEL + dj, ss + PANEL + sj, sizeof(float));
+        }
+    }
+}
 
 /* Quantize m rows of x (k floats each, k a multiple of 32): xq (m x k bytes), dx and sx
  * (m x k/32 floats), as described at the top. The plain loop is the reference the vector
@@ -224,6 +277,55 @@ static inline int32_t load4(const int8_t *p) {
 VN_KERNEL(1) VN_KERNEL(2) VN_KERNEL(3) VN_KERNEL(4) VN_KERNEL(5) VN_KERNEL(6)
 #define VN_MAXR 6
 
+/* Signed weights (w = d*q, q any int8): vpdpbusd wants its unsigned operand first, so the
+ * activations go in as xq + 128 (xu, bytes 0..255) and each block's sum is corrected by
+ * 128 * sum(q) (packed per column), which gives sum q*xq exactly. The epilogue has no
+ * offset term: acc = fma(isum, d*dx, acc). */
+#define VS_DOT(r)                                                                          \
+    if (NR > r) {                                                                          \
+        __m512i xb = _mm512_set1_epi32(load4(xq + (r) * k + b * QK + g * 4));              \
+        i##r##0 = _mm512_dpbusd_epi32(i##r##0, xb, w0);                                    \
+        i##r##1 = _mm512_dpbusd_epi32(i##r##1, xb, w1);                                    \
+    }
+#define VS_SCALE(r)                                                                        \
+    if (NR > r) {                                                                          \
+        __m512 dxv = _mm512_set1_ps(dx[(r) * nb + b]);                                     \
+        f##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(i##r##0, c0)),       \
+                                  _mm512_mul_ps(d0, dxv), f##r##0);                        \
+        f##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(i##r##1, c1)),       \
+                                  _mm512_mul_ps(d1, dxv), f##r##1);                        \
+    }
+#define VS_KERNEL(R)                                                                       \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void ks_##R(   \
+        const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,                 \
+        const uint8_t *p0, const uint8_t *p1, const float *bias32, float *out,            \
+        Py_ssize_t ldo, Py_ssize_t cols) {                                                \
+        enum { NR = R };                                                                  \
+        Py_ssize_t nb = k / QK;                                                           \
+        (void)sx;                                                                         \
+        VN_ROWS6(VN_DECL)                                                                 \
+        for (Py_ssize_t b = 0; b < nb; b++) {                                             \
+            const uint8_t *q0 = p0 + b * QBYTES, *q1 = p1 + b * QBYTES;                   \
+            _mm_prefetch((const char *)(q0 + 2 * QBYTES), _MM_HINT_T0);                   \
+            _mm_prefetch((const char *)(q1 + 2 * QBYTES), _MM_HINT_T0);                   \
+            VN_ROWS6(VN_IZERO)                                                            \
+            for (int g = 0; g < QK / 4; g++) {                                            \
+                __m512i w0 = _mm512_loadu_si512((const void *)(q0 + g * 4 * PANEL));      \
+                __m512i w1 = _mm512_loadu_si512((const void *)(q1 + g * 4 * PANEL));      \
+                VN_ROWS6(VS_DOT)                                                          \
+            }                                                                             \
+            const float *s0 = (const float *)(const void *)(q0 + QK * PANEL);             \
+            const float *s1 = (const float *)(const void *)(q1 + QK * PANEL);             \
+            __m512 d0 = _mm512_loadu_ps(s0), d1 = _mm512_loadu_ps(s1);                    \
+            __m512i c0 = _mm512_loadu_si512((const void *)(s0 + PANEL));                  \
+            __m512i c1 = _mm512_loadu_si512((const void *)(s1 + PANEL));                  \
+            VN_ROWS6(VS_SCALE)                                                            \
+        }                                                                                 \
+        __m512 b0 = _mm512_loadu_ps(bias32), b1 = _mm512_loadu_ps(bias32 + PANEL);        \
+        VN_ROWS6(VN_STORE)                                                                \
+    }
+VS_KERNEL(1) VS_KERNEL(2) VS_KERNEL(3) VS_KERNEL(4) VS_KERNEL(5) VS_KERNEL(6)
+
 /* AVX2: R rows (1..3) against one panel, as two halves of 8 columns. vpmaddubsw adds two
  * u8*s8 products into int16 without saturating here (2*127*127 < 32767), vpmaddwd the two
  * pairs into int32: the same integer sums as vpdpbusd. */
@@ -282,6 +384,50 @@ VN_KERNEL(1) VN_KERNEL(2) VN_KERNEL(3) VN_KERNEL(4) VN_KERNEL(5) VN_KERNEL(6)
 AV_KERNEL(1) AV_KERNEL(2) AV_KERNEL(3)
 #define AV_MAXR 3
 
+/* Signed weights with AVX2: vpmaddubsw takes |q| as its unsigned operand and xq with q's
+ * sign (vpsignb), |q| <= 128 and |xq| <= 127 keeping the int16 pairs exact: the same
+ * integer sums as the VNNI kernels', the same epilogue. */
+#define AS_DOT(r)                                                                          \
+    if (NR > r) {                                                                          \
+        __m256i xb = _mm256_set1_epi32(load4(xq + (r) * k + b * QK + g * 4));              \
+        i##r##0 = _mm256_add_epi32(                                                        \
+            i##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0)), ones)); \
+        i##r##1 = _mm256_add_epi32(                                                        \
+            i##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1)), ones)); \
+    }
+#define AS_SCALE(r)                                                                        \
+    if (NR > r) {                                                                          \
+        __m256 dxv = _mm256_set1_ps(dx[(r) * nb + b]);                                     \
+        f##r##0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i##r##0), _mm256_mul_ps(d0, dxv), f##r##0); \
+        f##r##1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i##r##1), _mm256_mul_ps(d1, dxv), f##r##1); \
+    }
+#define AS_KERNEL(R)                                                                       \
+    __attribute__((target("avx2,fma"))) static void kas_##R(                               \
+        const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,                 \
+        const uint8_t *p0, const float *bias16, float *out, Py_ssize_t ldo,               \
+        Py_ssize_t cols) {                                                                \
+        enum { NR = R };                                                                  \
+        Py_ssize_t nb = k / QK;                                                           \
+        (void)sx;                                                                         \
+        const __m256i ones = _mm256_set1_epi16(1);                                        \
+        AV_ROWS3(AV_DECL)                                                                 \
+        for (Py_ssize_t b = 0; b < nb; b++) {                                             \
+            const uint8_t *q0 = p0 + b * QBYTES;                                          \
+            AV_ROWS3(AV_IZERO)                                                            \
+            for (int g = 0; g < QK / 4; g++) {                                            \
+                __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)(q0 + g * 4 * PANEL)); \
+                __m256i w1 = _mm256_loadu_si256((const __m256i *)(const void *)(q0 + g * 4 * PANEL + 32)); \
+                __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);               \
+                AV_ROWS3(AS_DOT)                                                          \
+            }                                                                             \
+            const float *s0 = (const float *)(const void *)(q0 + QK * PANEL);             \
+            __m256 d0 = _mm256_loadu_ps(s0), d1 = _mm256_loadu_ps(s0 + 8);                \
+            AV_ROWS3(AS_SCALE)                                                            \
+        }                                                                                 \
+        AV_ROWS3(AV_STORE)                                                                \
+    }
+AS_KERNEL(1) AS_KERNEL(2) AS_KERNEL(3)
+
 static void group_bias(float *dst, const float *bias, Py_ssize_t c0, Py_ssize_t cols,
                        Py_ssize_t width) {
     for (Py_ssize_t j = 0; j < width; j++)
@@ -290,11 +436,13 @@ static void group_bias(float *dst, const float *bias, Py_ssize_t c0, Py_ssize_t 
 
 static void run_vnni(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
                      Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
-                     float *out, int threads) {
+                     float *out, int threads, int sgn) {
     typedef void (*fv)(const int8_t *, const float *, const float *, Py_ssize_t,
                        const uint8_t *, const uint8_t *, const float *, float *, Py_ssize_t,
                        Py_ssize_t);
-    static const fv table[VN_MAXR + 1] = {NULL, kv_1, kv_2, kv_3, kv_4, kv_5, kv_6};
+    static const fv plain[VN_MAXR + 1] = {NULL, kv_1, kv_2, kv_3, kv_4, kv_5, kv_6};
+    static const fv signd[VN_MAXR + 1] = {NULL, ks_1, ks_2, ks_3, ks_4, ks_5, ks_6};
+    const fv *table = sgn ? signd : plain;
     Py_ssize_t np = panels_of(n), pairs = (np + 1) / 2, nb = k / QK;
     Py_ssize_t blocks = (m + VN_MAXR - 1) / VN_MAXR, pstride = nb * QBYTES;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && pairs > 1)
@@ -316,10 +464,12 @@ static void run_vnni(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
 
 static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
                      Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
-                     float *out, int threads) {
+                     float *out, int threads, int sgn) {
     typedef void (*fa)(const int8_t *, const float *, const float *, Py_ssize_t,
                        const uint8_t *, const float *, float *, Py_ssize_t, Py_ssize_t);
-    static const fa table[AV_MAXR + 1] = {NULL, ka_1, ka_2, ka_3};
+    static const fa plain[AV_MAXR + 1] = {NULL, ka_1, ka_2, ka_3};
+    static const fa signd[AV_MAXR + 1] = {NULL, kas_1, kas_2, kas_3};
+    const fa *table = sgn ? signd : plain;
     Py_ssize_t np = panels_of(n), nb = k / QK, pstride = nb * QBYTES;
     Py_ssize_t blocks = (m + AV_MAXR - 1) / AV_MAXR;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && np > 1)
@@ -430,12 +580,48 @@ static PyObject *qd_pack(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+static PyObject *qd_pack_signed(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long dst, q, d;
+    Py_ssize_t n, k;
+    if (!PyArg_ParseTuple(args, "KKKnn", &dst, &q, &d, &n, &k)) return NULL;
+    if (!shape_ok("pack_signed", n, k)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    pack_weight_signed((uint8_t *)(uintptr_t)dst, (const int8_t *)(uintptr_t)q,
+                       (const float *)(uintptr_t)d, n, k);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *qd_gather(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long dst, src, ids;
+    Py_ssize_t count, n, k;
+    if (!PyArg_ParseTuple(args, "KKKnnn", &dst, &src, &ids, &count, &n, &k)) return NULL;
+    if (count < 1 || !shape_ok("gather", n, k)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "gather: count must be >= 1");
+        return NULL;
+    }
+    const int64_t *idv = (const int64_t *)(uintptr_t)ids;
+    for (Py_ssize_t c = 0; c < count; c++)
+        if (idv[c] < 0 || idv[c] >= n) {
+            PyErr_Format(PyExc_IndexError, "gather: id %lld out of range for %zd columns",
+                         (long long)idv[c], n);
+            return NULL;
+        }
+    Py_BEGIN_ALLOW_THREADS
+    gather_columns((uint8_t *)(uintptr_t)dst, (const uint8_t *)(uintptr_t)src, idv, count, k);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyObject *qd_linear(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long x, packed, bias, out;
     Py_ssize_t m, k, n;
-    int threads;
-    if (!PyArg_ParseTuple(args, "KnnKnKKi", &x, &m, &k, &packed, &n, &bias, &out, &threads))
+    int threads, sgn = 0;
+    if (!PyArg_ParseTuple(args, "KnnKnKKi|p", &x, &m, &k, &packed, &n, &bias, &out, &threads,
+                          &sgn))
         return NULL;
     if (m < 0 || !shape_ok("linear", n, k)) return NULL;
 #if QD_X86
@@ -457,13 +643,16 @@ static PyObject *qd_linear(PyObject *self, PyObject *args) {
     const uint8_t *w = (const uint8_t *)(uintptr_t)packed;
     const float *b = bias ? (const float *)(uintptr_t)bias : NULL;
     float *o = (float *)(uintptr_t)out;
-    if (use_vnni()) run_vnni(xq, dx, sx, m, k, w, n, b, o, threads);
-    else run_avx2(xq, dx, sx, m, k, w, n, b, o, threads);
+    int vnni = use_vnni();
+    if (sgn && vnni) /* the signed VNNI kernels read xq + 128 */
+        for (size_t i = 0; i < (size_t)(m * k); i++) xq[i] = (int8_t)((uint8_t)xq[i] ^ 0x80u);
+    if (vnni) run_vnni(xq, dx, sx, m, k, w, n, b, o, threads, sgn);
+    else run_avx2(xq, dx, sx, m, k, w, n, b, o, threads, sgn);
     Py_END_ALLOW_THREADS
     free(scratch);
     Py_RETURN_NONE;
 #else
-    (void)x; (void)packed; (void)bias; (void)out; (void)threads;
+    (void)x; (void)packed; (void)bias; (void)out; (void)threads; (void)sgn;
     PyErr_SetString(PyExc_RuntimeError, "qdot is built for x86-64 only");
     return NULL;
 #endif
@@ -484,9 +673,16 @@ static PyMethodDef METHODS[] = {
     {"pack", qd_pack, METH_VARARGS,
      "pack(dst_ptr, q_ptr, d_ptr, m_ptr, n, k) -> bool: pack w = d*q + m (q int8 in 0..127, "
      "per-32 d, m); False where some q is negative."},
+    {"pack_signed", qd_pack_signed, METH_VARARGS,
+     "pack_signed(dst_ptr, q_ptr, d_ptr, n, k): pack w = d*q (q any int8, per-32 d; no "
+     "offset) for linear(..., signed=True)."},
+    {"gather", qd_gather, METH_VARARGS,
+     "gather(dst_ptr, src_ptr, ids_ptr, count, n, k): panels of the columns ids (int64) of "
+     "packed panels (n x k, either kind); dst holds packed_bytes(count, k) bytes."},
     {"linear", qd_linear, METH_VARARGS,
-     "linear(x_ptr, m, k, packed_ptr, n, bias_ptr or 0, out_ptr, threads): "
-     "out = x W^T + b with x quantized to 8 bits per block of 32."},
+     "linear(x_ptr, m, k, packed_ptr, n, bias_ptr or 0, out_ptr, threads, signed=False): "
+     "out = x W^T + b with x quantized to 8 bits per block of 32 (signed: panels from "
+     "pack_signed)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "qdot",

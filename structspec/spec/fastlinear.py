@@ -33,8 +33,9 @@ the bytes, computed in float32): for drafters only (the learned draft head), who
 never reach the output; it is never chosen by default.
 
 An approximate kernel, ``"panel_int8"``, runs the layers whose weights are exactly
-block-quantized with non-negative q (GGUF Q4_1: the default model's body) as llama.cpp runs
-them: the activations rounded to 8 bits per block of 32, the products integer dot products
+block-quantized — with non-negative q (GGUF Q4_1: the default model's body), or signed q and
+no offset (GGUF Q8_0: its tied output layer) — as llama.cpp runs them: the activations
+rounded to 8 bits per block of 32, the products integer dot products
 (``structspec/_native/qdot.c``: AVX512-VNNI, or AVX2) — a quarter of the instructions per
 weight and row of the float32 kernels, for every pass size. Outputs differ from the float32
 model by the activations' rounding (~0.4% of a layer's largest output), so it is not a
@@ -42,8 +43,7 @@ lossless kernel; it keeps what speculation needs: a row's numbers are bitwise th
 whatever the pass size (integer sums are exact), and with the row-exact attention of
 :mod:`structspec.spec.attention` speculative decoding gives exactly what plain decoding gives
 *with this kernel* (without it, SDPA's ~1e-7 differences between pass shapes cross rounding
-boundaries and grow to ~0.4 in the logits). Other layers (the tied output layer, Q8_0) run
-as ``"panel"``.
+boundaries and grow to ~0.4 in the logits). Other layers run as ``"panel"``.
 
 :func:`pack_linears` swaps modules in place and keeps the originals, so :func:`unpack_linears`
 restores the model exactly. Packed weights are an extra copy of every linear weight (≈ the
@@ -172,8 +172,10 @@ class PackedLinear(nn.Module):
         #: The exactly quantized panels (``"panel"`` only; None where the weight is not).
         self._qpacked: torch.Tensor | None = None
         #: The integer panels (``"panel_int8"`` only; None where the weight is not exactly
-        #: quantized with q >= 0): every pass of this layer runs on them.
+        #: quantized as qdot takes it): every pass of this layer runs on them.
         self._ipacked: torch.Tensor | None = None
+        #: Whether they hold signed q without offsets (qdot's signed kernels).
+        self._signed = False
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         with torch.no_grad():
@@ -191,7 +193,9 @@ class PackedLinear(nn.Module):
                 found = (_recover(gemm, weight)
                          if kernel == "panel_int8" or (kernel == "panel" and quantized) else None)
                 if kernel == "panel_int8" and found is not None:
-                    self._ipacked = _pack_int8(*found)
+                    packed_int8 = _pack_int8(*found)
+                    if packed_int8 is not None:
+                        self._ipacked, self._signed = packed_int8
                 # float32 panels for what the integer ones do not run
                 self._packed = torch.empty(0 if self._ipacked is not None
                                            else gemm.packed_size(n, k),
@@ -233,7 +237,7 @@ class PackedLinear(nn.Module):
             _QDOT[0].linear(x.data_ptr(), rows, self.in_features, self._ipacked.data_ptr(),
                             self.out_features,
                             0 if self._bias is None else self._bias.data_ptr(),
-                            out.data_ptr(), torch.get_num_threads())
+                            out.data_ptr(), torch.get_num_threads(), self._signed)
         elif rows:
             quant = self._qpacked is not None and rows <= _QUANT_MAX[0]
             packed = self._qpacked if quant else self._packed
@@ -300,18 +304,50 @@ def pack_quantized(gemm: Any, weight: torch.Tensor) -> torch.Tensor | None:
     return None if found is None else _pack_q(gemm, *found)
 
 
-def _pack_int8(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> torch.Tensor | None:
-    """``d*q + m`` (as :func:`_recover` found them) as ``qdot``'s integer panels, or None
-    where some q is negative (GGUF Q4_1 has none; Q8_0 has) or ``qdot`` is not built."""
+def _pack_int8(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor
+               ) -> tuple[torch.Tensor, bool] | None:
+    """``d*q + m`` (as :func:`_recover` found them) as ``qdot``'s integer panels and whether
+    they are its signed kind (some q negative, every m zero: GGUF Q8_0, Q4_0), or None where
+    the weight is neither kind (negative q with offsets) or ``qdot`` is not built."""
     qdot = _native.load("qdot")
     if qdot is None or not qdot.available():
         return None
     n, k = q.shape
     packed = torch.empty(qdot.packed_bytes(n, k), dtype=torch.uint8)
-    if not qdot.pack(packed.data_ptr(), q.data_ptr(), d.data_ptr(), m.data_ptr(), n, k):
+    signed = bool((q < 0).any())
+    if signed:
+        if bool(m.count_nonzero()) or not hasattr(qdot, "pack_signed"):
+            return None
+        qdot.pack_signed(packed.data_ptr(), q.data_ptr(), d.data_ptr(), n, k)
+    elif not qdot.pack(packed.data_ptr(), q.data_ptr(), d.data_ptr(), m.data_ptr(), n, k):
         return None
     _QDOT[0] = qdot
-    return packed
+    return packed, signed
+
+
+def gathered_int8(layer: PackedLinear, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``layer(x)[..., ids]`` ``[m, len(ids)]`` for an :attr:`PackedLinear.int8` layer and
+    rows ``x`` ``[m, in]``, bit for bit, from those columns' integer panels alone (a column's
+    numbers do not depend on its place among the others)."""
+    qdot = _QDOT[0]
+    if layer._ipacked is None or qdot is None:
+        raise ValueError("gathered_int8 needs a layer that runs on integer panels")
+    k = layer.in_features
+    ids = ids.to(torch.int64).contiguous()
+    count = int(ids.numel())
+    x = x.to(torch.float32).contiguous()
+    m = x.numel() // k
+    out = torch.empty(m, count, dtype=torch.float32)
+    if not m or not count:
+        return out
+    packed = torch.empty(qdot.packed_bytes(count, k), dtype=torch.uint8)
+    qdot.gather(packed.data_ptr(), layer._ipacked.data_ptr(), ids.data_ptr(), count,
+                layer.out_features, k)
+    bias = None if layer._bias is None else (
+        layer._bias.index_select(0, ids).to(torch.float32).contiguous())
+    qdot.linear(x.data_ptr(), m, k, packed.data_ptr(), count,
+                0 if bias is None else bias.data_ptr(), out.data_ptr(), 1, layer._signed)
+    return out
 
 
 def pack_linears(model: nn.Module, kernel: str | None = None,

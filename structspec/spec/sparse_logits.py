@@ -12,13 +12,15 @@ what masking will keep:
   indices, which ``transformers``' causal LMs accept as a tensor);
 - everything else in the ``[q, V]`` result is ``-inf``, which is what masking puts there.
 
-The packed kernel (``structspec/_native/smallgemm.c``) computes each output as one in-order
-FMA chain over the input features, whatever the pass and whatever the packing, so a gathered
-logit is **bitwise** the logit the whole row would have held: the masked rows — hence greedy
+The packed kernels (``structspec/_native/smallgemm.c``, and ``qdot.c`` for a head on
+integer panels) compute each output as one in-order chain over the input features, whatever
+the pass and whatever the packing, so a gathered logit is **bitwise** the logit the whole row
+would have held: the masked rows — hence greedy
 choices, sampled tokens and every statistic read from them — are unchanged
 (``tests/test_spec_sparse_logits.py``). Hence only models whose output layer is a
-``"panel"``-packed :class:`~structspec.spec.fastlinear.PackedLinear` and whose logits are
-that layer's output as is (no soft-capping or scaling; :func:`supports`).
+``"panel"``- or ``"panel_int8"``-packed :class:`~structspec.spec.fastlinear.PackedLinear`
+and whose logits are that layer's output as is (no soft-capping or scaling;
+:func:`supports`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ _NO_SCALING = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 def supports(model: Any) -> bool:
     """Whether :func:`row_plan`/:func:`assemble` give ``model`` the logits its own head would:
     a causal LM of a :data:`PLAIN_HEADS` type, no logit scaling or capping, an output layer
-    that runs the ``"panel"`` kernel, a final norm to read its input from. Pure."""
+    packed for the ``"panel"`` or ``"panel_int8"`` kernel, a final norm to read its input
+    from. Pure."""
     config = getattr(model, "config", None)
     if final_norm(model) is None:
         return False
@@ -54,10 +57,7 @@ def supports(model: Any) -> bool:
     if any(getattr(config, name, None) not in (None, 0, 1, 1.0) for name in _NO_SCALING):
         return False
     head = model.get_output_embeddings()
-    # a "panel_int8" layer its integer kernel does not take (the tied Q8_0 output layer) runs
-    # as "panel"
-    return (isinstance(head, fastlinear.PackedLinear) and head.kernel in ("panel", "panel_int8")
-            and not head.int8)
+    return isinstance(head, fastlinear.PackedLinear) and head.kernel in ("panel", "panel_int8")
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,10 @@ def gathered_logits(head: fastlinear.PackedLinear, x: torch.Tensor, ids: torch.T
                     ) -> torch.Tensor:
     """``x @ W[ids]^T + b[ids]`` ``[m, n]`` for rows ``x`` ``[m, H]``, bitwise what ``head(x)``
     holds at ``ids``: the selected weight rows packed as float32 panels, through the same
-    kernel (one in-order FMA chain per output)."""
+    kernel (one in-order FMA chain per output) — or, for a head on integer panels, those
+    columns' panels through its integer kernel."""
+    if head.int8:
+        return fastlinear.gathered_int8(head, x, ids)
     gemm = fastlinear.smallgemm()
     weight = head.original.weight.detach()
     k = head.in_features
