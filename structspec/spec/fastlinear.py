@@ -73,8 +73,8 @@ KERNELS = ("panel", "onednn")
 #: 6: passes of up to QUANT_MAX_ROWS rows read exactly quantized panels (session 18).
 #: 7: AVX-512 kernels where the CPU has them (session 19).
 #: 8: "panel_int8" and row-exact attention (session 21). 9: "panel_int8" rounds activations
-#: with vectors (session 22).
-KERNEL_REVISION = 9
+#: with vectors (session 22). 10: signed kernels (the output layer), next panels prefetched.
+KERNEL_REVISION = 10
 #: Passes of up to this many rows read a layer's exactly quantized panels where it has them
 #: (whole passes of the default model, 1 thread, paired rounds: 1 row 0.72 of the float32
 #: panels, 2 rows 0.86, 4 rows 0.89, 6 rows 1.00 — there the widening costs what the bytes
