@@ -450,12 +450,15 @@ static void group_bias(float *dst, const float *bias, Py_ssize_t c0, Py_ssize_t 
  * prefetches into L2, and how many bytes per block of 32 k (*step, a multiple of 64; 0:
  * none). A pass of several row blocks: the first waits on memory for this group's weights,
  * the others compute on weights already near — they fetch the next group's, so memory and
- * arithmetic overlap. A pass of one row block fetches the next group's as it reads this
- * one's: more requests in flight. Passes of 6-16 rows 0.8x the time, of 1 row 0.9x (whole
- * passes of the default model, 1 thread). */
+ * arithmetic overlap. With the AVX-512 kernels (`single`), a pass of one row block fetches
+ * the next pair of panels as it reads this one's: more requests in flight. Whole passes of
+ * the default model, 1 thread: 6-16 rows 0.8x the time, 1 row 0.9x (AVX-512); 4-32 rows
+ * 0.8-0.9x (AVX2, whose one-panel passes read the panels in memory order, which the
+ * hardware prefetcher follows: fetching ahead in 1-block passes made 1-2 rows 1.1x slower). */
 static const char *prefetch_share(const char *next, Py_ssize_t next_len, Py_ssize_t blk,
-                                  Py_ssize_t blocks, Py_ssize_t nb, Py_ssize_t *step) {
-    Py_ssize_t first = blocks == 1 ? 0 : 1;
+                                  Py_ssize_t blocks, Py_ssize_t nb, int single,
+                                  Py_ssize_t *step) {
+    Py_ssize_t first = blocks == 1 && single ? 0 : 1;
     *step = 0;
     if (!prefetch_next || next == NULL || blk < first) return NULL;
     Py_ssize_t share = (next_len + blocks - first - 1) / (blocks - first);
@@ -489,7 +492,7 @@ static void run_vnni(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
         Py_ssize_t r0 = 0;
         for (Py_ssize_t blk = 0; blk < blocks; blk++) {
             Py_ssize_t rows = (m - r0) / (blocks - blk), step = 0;
-            const char *pf = prefetch_share(next, next_len, blk, blocks, nb, &step);
+            const char *pf = prefetch_share(next, next_len, blk, blocks, nb, 1, &step);
             table[rows](xq + r0 * k, dx + r0 * nb, sx + r0 * nb, k, p0, p1, bias32,
                         out + r0 * n + c0, n, cols, pf, step);
             r0 += rows;
@@ -517,7 +520,7 @@ static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
         Py_ssize_t r0 = 0;
         for (Py_ssize_t blk = 0; blk < blocks; blk++) {
             Py_ssize_t rows = (m - r0) / (blocks - blk), step = 0;
-            const char *pf = prefetch_share(next, pstride, blk, blocks, nb, &step);
+            const char *pf = prefetch_share(next, pstride, blk, blocks, nb, 0, &step);
             table[rows](xq + r0 * k, dx + r0 * nb, sx + r0 * nb, k, packed + p * pstride,
                         bias16, out + r0 * n + c0, n, cols, pf, step);
             r0 += rows;
