@@ -181,6 +181,24 @@ def test_gathered_columns_are_the_whole_pass_bits(n, blocks, rows, bias, signed,
         QDOT.set_vnni(before)
 
 
+@pytest.mark.parametrize("signed", [False, True])
+def test_prefetching_the_next_panels_changes_no_bit(qdot_isa, signed):
+    """Passes of one and of several row blocks, with and without fetching the next panels
+    ahead (a memory hint only), over an odd number of panels (a last group of one)."""
+    make = _q8_linear if signed else _q4_linear
+    layer = fl.PackedLinear(make(5 * 16 + 3, 96, True, 3), "panel_int8")
+    x = torch.randn(20, 96, generator=torch.Generator().manual_seed(4))
+    before = QDOT.set_prefetch_next(True)
+    try:
+        with torch.inference_mode():
+            on = [layer(x[:m]) for m in (1, 2, 5, 7, 13, 20)]
+            QDOT.set_prefetch_next(False)
+            off = [layer(x[:m]) for m in (1, 2, 5, 7, 13, 20)]
+    finally:
+        QDOT.set_prefetch_next(before)
+    assert all(torch.equal(a, b) for a, b in zip(on, off, strict=True))
+
+
 def test_gather_refuses_ids_out_of_range():
     layer = fl.PackedLinear(_q8_linear(20, 32, False), "panel_int8")
     with pytest.raises(IndexError, match="out of range"):
