@@ -159,7 +159,7 @@ class DraftHead:
         # default model's), they run on integer panels with 8-bit activations, as the
         # target's own output layer does — 1.25 bytes per weight instead of 2, and a
         # drafted level reads them from memory each time (every verification pass evicts
-        # them); its numbers only rank drafts. Session 22: 2.2 -> 1.7 ms per prose draft.
+        # them); its numbers only rank drafts. Session 22: 2.2 -> 2.1 ms per prose draft.
         if "panel_int8" in available_kernels(approx=True) and device.type == "cpu":
             packed = PackedLinear(self.reduced, "panel_int8")
             if packed.int8:
