@@ -223,23 +223,35 @@ static inline int32_t load4(const int8_t *p) {
 #if QD_X86
 /* AVX-512 (VNNI): R rows (1..6) against two panels q0, q1 (the same panel twice for a
  * group's odd last one, its outputs masked off). Accumulators are named variables, not
- * arrays (GCC spills arrays of vectors). */
+ * arrays (GCC spills arrays of vectors). SG: the signed kernels (w = d*q, q any int8):
+ * vpdpbusd wants its unsigned operand first, so the activations go in as xq + 128 (bytes
+ * 0..255) and each block's sum is corrected by 128 * sum(q) (packed per column in the
+ * offsets' place), which gives sum q*xq exactly; their epilogue has no offset term. */
 #define VN_ROWS6(F) F(0) F(1) F(2) F(3) F(4) F(5)
 #define VN_DECL(r) __m512 f##r##0 = _mm512_setzero_ps(), f##r##1 = f##r##0;
 #define VN_IZERO(r) __m512i i##r##0 = _mm512_setzero_si512(), i##r##1 = i##r##0;
 #define VN_DOT(r)                                                                          \
     if (NR > r) {                                                                          \
         __m512i xb = _mm512_set1_epi32(load4(xq + (r) * k + b * QK + g * 4));              \
-        i##r##0 = _mm512_dpbusd_epi32(i##r##0, w0, xb);                                    \
-        i##r##1 = _mm512_dpbusd_epi32(i##r##1, w1, xb);                                    \
+        i##r##0 = SG ? _mm512_dpbusd_epi32(i##r##0, xb, w0)                                \
+                     : _mm512_dpbusd_epi32(i##r##0, w0, xb);                               \
+        i##r##1 = SG ? _mm512_dpbusd_epi32(i##r##1, xb, w1)                                \
+                     : _mm512_dpbusd_epi32(i##r##1, w1, xb);                               \
     }
 #define VN_SCALE(r)                                                                        \
     if (NR > r) {                                                                          \
-        __m512 dxv = _mm512_set1_ps(dx[(r) * nb + b]), sxv = _mm512_set1_ps(sx[(r) * nb + b]); \
+        __m512 dxv = _mm512_set1_ps(dx[(r) * nb + b]);                                     \
+        if (SG) {                                                                          \
+            i##r##0 = _mm512_sub_epi32(i##r##0, c0);                                       \
+            i##r##1 = _mm512_sub_epi32(i##r##1, c1);                                       \
+        }                                                                                  \
         f##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##0), _mm512_mul_ps(d0, dxv), f##r##0); \
-        f##r##0 = _mm512_fmadd_ps(m0, sxv, f##r##0);                                       \
         f##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r##1), _mm512_mul_ps(d1, dxv), f##r##1); \
-        f##r##1 = _mm512_fmadd_ps(m1, sxv, f##r##1);                                       \
+        if (!SG) {                                                                         \
+            __m512 sxv = _mm512_set1_ps(sx[(r) * nb + b]);                                 \
+            f##r##0 = _mm512_fmadd_ps(m0, sxv, f##r##0);                                   \
+            f##r##1 = _mm512_fmadd_ps(m1, sxv, f##r##1);                                   \
+        }                                                                                  \
     }
 #define VN_MASK(j)                                                                         \
     (cols >= ((j) + 1) * PANEL ? (__mmask16)0xFFFF                                         \
@@ -251,12 +263,12 @@ static inline int32_t load4(const int8_t *p) {
         if (cols > PANEL)                                                                  \
             _mm512_mask_storeu_ps(o + PANEL, VN_MASK(1), _mm512_add_ps(f##r##1, b1));      \
     }
-#define VN_KERNEL(R)                                                                       \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void kv_##R(   \
+#define VN_KERNEL(NAME, R, SIGNED)                                                         \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void NAME##R(  \
         const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,                 \
         const uint8_t *p0, const uint8_t *p1, const float *bias32, float *out,            \
         Py_ssize_t ldo, Py_ssize_t cols, const char *pf, Py_ssize_t pf_step) {            \
-        enum { NR = R };                                                                  \
+        enum { NR = R, SG = SIGNED };                                                     \
         Py_ssize_t nb = k / QK;                                                           \
         VN_ROWS6(VN_DECL)                                                                 \
         for (Py_ssize_t b = 0; b < nb; b++) {                                             \
@@ -275,86 +287,48 @@ static inline int32_t load4(const int8_t *p) {
             const float *s1 = (const float *)(const void *)(q1 + QK * PANEL);             \
             __m512 d0 = _mm512_loadu_ps(s0), m0 = _mm512_loadu_ps(s0 + PANEL);            \
             __m512 d1 = _mm512_loadu_ps(s1), m1 = _mm512_loadu_ps(s1 + PANEL);            \
+            __m512i c0 = _mm512_castps_si512(m0), c1 = _mm512_castps_si512(m1);           \
+            (void)c0, (void)c1, (void)sx;                                                 \
             VN_ROWS6(VN_SCALE)                                                            \
         }                                                                                 \
         __m512 b0 = _mm512_loadu_ps(bias32), b1 = _mm512_loadu_ps(bias32 + PANEL);        \
         VN_ROWS6(VN_STORE)                                                                \
     }
-VN_KERNEL(1) VN_KERNEL(2) VN_KERNEL(3) VN_KERNEL(4) VN_KERNEL(5) VN_KERNEL(6)
+VN_KERNEL(kv_, 1, 0) VN_KERNEL(kv_, 2, 0) VN_KERNEL(kv_, 3, 0)
+VN_KERNEL(kv_, 4, 0) VN_KERNEL(kv_, 5, 0) VN_KERNEL(kv_, 6, 0)
+VN_KERNEL(ks_, 1, 1) VN_KERNEL(ks_, 2, 1) VN_KERNEL(ks_, 3, 1)
+VN_KERNEL(ks_, 4, 1) VN_KERNEL(ks_, 5, 1) VN_KERNEL(ks_, 6, 1)
 #define VN_MAXR 6
-
-/* Signed weights (w = d*q, q any int8): vpdpbusd wants its unsigned operand first, so the
- * activations go in as xq + 128 (xu, bytes 0..255) and each block's sum is corrected by
- * 128 * sum(q) (packed per column), which gives sum q*xq exactly. The epilogue has no
- * offset term: acc = fma(isum, d*dx, acc). */
-#define VS_DOT(r)                                                                          \
-    if (NR > r) {                                                                          \
-        __m512i xb = _mm512_set1_epi32(load4(xq + (r) * k + b * QK + g * 4));              \
-        i##r##0 = _mm512_dpbusd_epi32(i##r##0, xb, w0);                                    \
-        i##r##1 = _mm512_dpbusd_epi32(i##r##1, xb, w1);                                    \
-    }
-#define VS_SCALE(r)                                                                        \
-    if (NR > r) {                                                                          \
-        __m512 dxv = _mm512_set1_ps(dx[(r) * nb + b]);                                     \
-        f##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(i##r##0, c0)),       \
-                                  _mm512_mul_ps(d0, dxv), f##r##0);                        \
-        f##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(i##r##1, c1)),       \
-                                  _mm512_mul_ps(d1, dxv), f##r##1);                        \
-    }
-#define VS_KERNEL(R)                                                                       \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void ks_##R(   \
-        const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,                 \
-        const uint8_t *p0, const uint8_t *p1, const float *bias32, float *out,            \
-        Py_ssize_t ldo, Py_ssize_t cols, const char *pf, Py_ssize_t pf_step) {            \
-        enum { NR = R };                                                                  \
-        Py_ssize_t nb = k / QK;                                                           \
-        (void)sx;                                                                         \
-        VN_ROWS6(VN_DECL)                                                                 \
-        for (Py_ssize_t b = 0; b < nb; b++) {                                             \
-            const uint8_t *q0 = p0 + b * QBYTES, *q1 = p1 + b * QBYTES;                   \
-            _mm_prefetch((const char *)(q0 + 2 * QBYTES), _MM_HINT_T0);                   \
-            _mm_prefetch((const char *)(q1 + 2 * QBYTES), _MM_HINT_T0);                   \
-            for (Py_ssize_t o = 0; o < pf_step; o += 64)                                  \
-                _mm_prefetch(pf + b * pf_step + o, _MM_HINT_T1);                          \
-            VN_ROWS6(VN_IZERO)                                                            \
-            for (int g = 0; g < QK / 4; g++) {                                            \
-                __m512i w0 = _mm512_loadu_si512((const void *)(q0 + g * 4 * PANEL));      \
-                __m512i w1 = _mm512_loadu_si512((const void *)(q1 + g * 4 * PANEL));      \
-                VN_ROWS6(VS_DOT)                                                          \
-            }                                                                             \
-            const float *s0 = (const float *)(const void *)(q0 + QK * PANEL);             \
-            const float *s1 = (const float *)(const void *)(q1 + QK * PANEL);             \
-            __m512 d0 = _mm512_loadu_ps(s0), d1 = _mm512_loadu_ps(s1);                    \
-            __m512i c0 = _mm512_loadu_si512((const void *)(s0 + PANEL));                  \
-            __m512i c1 = _mm512_loadu_si512((const void *)(s1 + PANEL));                  \
-            VN_ROWS6(VS_SCALE)                                                            \
-        }                                                                                 \
-        __m512 b0 = _mm512_loadu_ps(bias32), b1 = _mm512_loadu_ps(bias32 + PANEL);        \
-        VN_ROWS6(VN_STORE)                                                                \
-    }
-VS_KERNEL(1) VS_KERNEL(2) VS_KERNEL(3) VS_KERNEL(4) VS_KERNEL(5) VS_KERNEL(6)
 
 /* AVX2: R rows (1..3) against one panel, as two halves of 8 columns. vpmaddubsw adds two
  * u8*s8 products into int16 without saturating here (2*127*127 < 32767), vpmaddwd the two
- * pairs into int32: the same integer sums as vpdpbusd. */
+ * pairs into int32: the same integer sums as vpdpbusd. SG (signed weights): vpmaddubsw takes
+ * |q| as its unsigned operand and xq with q's sign (vpsignb), |q| <= 128 and |xq| <= 127
+ * keeping the int16 pairs exact: the same integer sums as the VNNI kernels', the same
+ * epilogue. */
 #define AV_ROWS3(F) F(0) F(1) F(2)
 #define AV_DECL(r) __m256 f##r##0 = _mm256_setzero_ps(), f##r##1 = f##r##0;
 #define AV_IZERO(r) __m256i i##r##0 = _mm256_setzero_si256(), i##r##1 = i##r##0;
 #define AV_DOT(r)                                                                          \
     if (NR > r) {                                                                          \
         __m256i xb = _mm256_set1_epi32(load4(xq + (r) * k + b * QK + g * 4));              \
+        __m256i x0 = SG ? _mm256_sign_epi8(xb, w0) : xb;                                   \
+        __m256i x1 = SG ? _mm256_sign_epi8(xb, w1) : xb;                                   \
         i##r##0 = _mm256_add_epi32(                                                        \
-            i##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(w0, xb), ones));               \
+            i##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(a0, x0), ones));               \
         i##r##1 = _mm256_add_epi32(                                                        \
-            i##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(w1, xb), ones));               \
+            i##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(a1, x1), ones));               \
     }
 #define AV_SCALE(r)                                                                        \
     if (NR > r) {                                                                          \
-        __m256 dxv = _mm256_set1_ps(dx[(r) * nb + b]), sxv = _mm256_set1_ps(sx[(r) * nb + b]); \
+        __m256 dxv = _mm256_set1_ps(dx[(r) * nb + b]);                                     \
         f##r##0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i##r##0), _mm256_mul_ps(d0, dxv), f##r##0); \
-        f##r##0 = _mm256_fmadd_ps(m0, sxv, f##r##0);                                       \
         f##r##1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i##r##1), _mm256_mul_ps(d1, dxv), f##r##1); \
-        f##r##1 = _mm256_fmadd_ps(m1, sxv, f##r##1);                                       \
+        if (!SG) {                                                                         \
+            __m256 sxv = _mm256_set1_ps(sx[(r) * nb + b]);                                 \
+            f##r##0 = _mm256_fmadd_ps(m0, sxv, f##r##0);                                   \
+            f##r##1 = _mm256_fmadd_ps(m1, sxv, f##r##1);                                   \
+        }                                                                                  \
     }
 #define AV_STORE(r)                                                                        \
     if (NR > r) {                                                                          \
@@ -363,12 +337,12 @@ VS_KERNEL(1) VS_KERNEL(2) VS_KERNEL(3) VS_KERNEL(4) VS_KERNEL(5) VS_KERNEL(6)
         _mm256_storeu_ps(tmp + 8, _mm256_add_ps(f##r##1, _mm256_loadu_ps(bias16 + 8)));    \
         memcpy(out + (r) * ldo, tmp, (size_t)cols * sizeof(float));                        \
     }
-#define AV_KERNEL(R)                                                                       \
-    __attribute__((target("avx2,fma"))) static void ka_##R(                                \
+#define AV_KERNEL(NAME, R, SIGNED)                                                         \
+    __attribute__((target("avx2,fma"))) static void NAME##R(                               \
         const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,                 \
         const uint8_t *p0, const float *bias16, float *out, Py_ssize_t ldo,               \
-        Py_ssize_t cols, const char *pf, Py_ssize_t pf_step) {                                                                \
-        enum { NR = R };                                                                  \
+        Py_ssize_t cols, const char *pf, Py_ssize_t pf_step) {                            \
+        enum { NR = R, SG = SIGNED };                                                     \
         Py_ssize_t nb = k / QK;                                                           \
         const __m256i ones = _mm256_set1_epi16(1);                                        \
         AV_ROWS3(AV_DECL)                                                                 \
@@ -379,66 +353,22 @@ VS_KERNEL(1) VS_KERNEL(2) VS_KERNEL(3) VS_KERNEL(4) VS_KERNEL(5) VS_KERNEL(6)
             AV_ROWS3(AV_IZERO)                                                            \
             for (int g = 0; g < QK / 4; g++) {                                            \
                 /* columns 0-7 and 8-15 of the group, 4 bytes each */                     \
-                __m256i wa = _mm256_loadu_si256((const __m256i *)(const void *)(q0 + g * 4 * PANEL)); \
-                __m256i wb = _mm256_loadu_si256((const __m256i *)(const void *)(q0 + g * 4 * PANEL + 32)); \
-                __m256i w0 = wa, w1 = wb;                                                 \
+                __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)(q0 + g * 4 * PANEL)); \
+                __m256i w1 = _mm256_loadu_si256((const __m256i *)(const void *)(q0 + g * 4 * PANEL + 32)); \
+                __m256i a0 = SG ? _mm256_abs_epi8(w0) : w0, a1 = SG ? _mm256_abs_epi8(w1) : w1; \
                 AV_ROWS3(AV_DOT)                                                          \
             }                                                                             \
             const float *s0 = (const float *)(const void *)(q0 + QK * PANEL);             \
             __m256 d0 = _mm256_loadu_ps(s0), d1 = _mm256_loadu_ps(s0 + 8);                \
             __m256 m0 = _mm256_loadu_ps(s0 + PANEL), m1 = _mm256_loadu_ps(s0 + PANEL + 8); \
+            (void)m0, (void)m1, (void)sx;                                                 \
             AV_ROWS3(AV_SCALE)                                                            \
         }                                                                                 \
         AV_ROWS3(AV_STORE)                                                                \
     }
-AV_KERNEL(1) AV_KERNEL(2) AV_KERNEL(3)
+AV_KERNEL(ka_, 1, 0) AV_KERNEL(ka_, 2, 0) AV_KERNEL(ka_, 3, 0)
+AV_KERNEL(kas_, 1, 1) AV_KERNEL(kas_, 2, 1) AV_KERNEL(kas_, 3, 1)
 #define AV_MAXR 3
-
-/* Signed weights with AVX2: vpmaddubsw takes |q| as its unsigned operand and xq with q's
- * sign (vpsignb), |q| <= 128 and |xq| <= 127 keeping the int16 pairs exact: the same
- * integer sums as the VNNI kernels', the same epilogue. */
-#define AS_DOT(r)                                                                          \
-    if (NR > r) {                                                                          \
-        __m256i xb = _mm256_set1_epi32(load4(xq + (r) * k + b * QK + g * 4));              \
-        i##r##0 = _mm256_add_epi32(                                                        \
-            i##r##0, _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, w0)), ones)); \
-        i##r##1 = _mm256_add_epi32(                                                        \
-            i##r##1, _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, w1)), ones)); \
-    }
-#define AS_SCALE(r)                                                                        \
-    if (NR > r) {                                                                          \
-        __m256 dxv = _mm256_set1_ps(dx[(r) * nb + b]);                                     \
-        f##r##0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i##r##0), _mm256_mul_ps(d0, dxv), f##r##0); \
-        f##r##1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i##r##1), _mm256_mul_ps(d1, dxv), f##r##1); \
-    }
-#define AS_KERNEL(R)                                                                       \
-    __attribute__((target("avx2,fma"))) static void kas_##R(                               \
-        const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,                 \
-        const uint8_t *p0, const float *bias16, float *out, Py_ssize_t ldo,               \
-        Py_ssize_t cols, const char *pf, Py_ssize_t pf_step) {                                                                \
-        enum { NR = R };                                                                  \
-        Py_ssize_t nb = k / QK;                                                           \
-        (void)sx;                                                                         \
-        const __m256i ones = _mm256_set1_epi16(1);                                        \
-        AV_ROWS3(AV_DECL)                                                                 \
-        for (Py_ssize_t b = 0; b < nb; b++) {                                             \
-            const uint8_t *q0 = p0 + b * QBYTES;                                          \
-            for (Py_ssize_t o = 0; o < pf_step; o += 64)                                  \
-                _mm_prefetch(pf + b * pf_step + o, _MM_HINT_T1);                          \
-            AV_ROWS3(AV_IZERO)                                                            \
-            for (int g = 0; g < QK / 4; g++) {                                            \
-                __m256i w0 = _mm256_loadu_si256((const __m256i *)(const void *)(q0 + g * 4 * PANEL)); \
-                __m256i w1 = _mm256_loadu_si256((const __m256i *)(const void *)(q0 + g * 4 * PANEL + 32)); \
-                __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);               \
-                AV_ROWS3(AS_DOT)                                                          \
-            }                                                                             \
-            const float *s0 = (const float *)(const void *)(q0 + QK * PANEL);             \
-            __m256 d0 = _mm256_loadu_ps(s0), d1 = _mm256_loadu_ps(s0 + 8);                \
-            AV_ROWS3(AS_SCALE)                                                            \
-        }                                                                                 \
-        AV_ROWS3(AV_STORE)                                                                \
-    }
-AS_KERNEL(1) AS_KERNEL(2) AS_KERNEL(3)
 
 static void group_bias(float *dst, const float *bias, Py_ssize_t c0, Py_ssize_t cols,
                        Py_ssize_t width) {
