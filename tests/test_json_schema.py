@@ -527,9 +527,11 @@ def test_cross_lexeme_tokens_allowed(byte_vocab):
 class Walker:
     """Random complete walks through a constraint (toy vocabularies with every single byte).
 
-    A walk takes random legal tokens for a while, then finishes along a shortest completion
-    found by breadth-first search over single-byte tokens (states are values, so the search
-    deduplicates them; pushdown constraints have unboundedly many, so none are enumerated).
+    A walk takes random legal tokens for a while, then finishes by closing what is open
+    (string, array, object ends, a zero where a value is due), or else along a shortest
+    completion found by breadth-first search over single-byte tokens (states are values, so
+    the search deduplicates them; pushdown constraints have unboundedly many, so none are
+    enumerated).
     """
 
     def __init__(self, constraint: JsonSchemaConstraint) -> None:
@@ -539,6 +541,11 @@ class Walker:
         self.bytes = [vocab.ids_for(bytes([b]))[0] for b in range(256) if vocab.ids_for(bytes([b]))]
 
     def finish(self, s: Any, limit: int = 400) -> list[int] | None:
+        # Closing greedily first: a walk can end 30 arrays deep, where a breadth-first
+        # search spends its state budget on every way to go on before it closes them.
+        closing = self._close(s, limit)
+        if closing is not None:
+            return closing
         seen = {s: None}
         queue = collections.deque([s])
         while queue and len(seen) < 50_000:
@@ -558,6 +565,23 @@ class Walker:
                         seen[nxt] = (cur, t)
                         queue.append(nxt)
         return None
+
+    def _close(self, s: Any, limit: int) -> list[int] | None:
+        """A completion that takes the first allowed of a string's end, a container's end,
+        a zero, at each step (None if that leads nowhere within ``limit`` bytes)."""
+        preferred = [self.c.vocab.ids_for(b)[0] for b in (b'"', b"]", b"}", b"0")]
+        path, seen = [], {s}
+        while not self.c.is_accepting(s):
+            allowed = self.c.allowed(s)
+            t = next((t for t in preferred if t in allowed), None)
+            if t is None or len(path) >= limit:
+                return None
+            s = self.c.advance(s, t)
+            if s in seen:
+                return None
+            seen.add(s)
+            path.append(t)
+        return path
 
     def walk(self, rng: random.Random, budget: int) -> list[int]:
         s, ids = self.c.initial, []
