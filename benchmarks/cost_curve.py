@@ -9,8 +9,9 @@ interleaved (the same packed modules are swapped in and out), and each point is 
 of ``--repeats`` runs. Also reports, per kernel, the largest logit difference from the plain
 model and whether the argmax agrees, and whether a row's logits are bitwise the same in the
 32-row pass and in a pass of that row alone. Where grouped tree attention applies
-(:mod:`structspec.spec.attention`), one more variant runs the first kernel with it
-("<kernel>+grouped"); the others keep transformers' sdpa.
+(:mod:`structspec.spec.attention`), more variants run with it ("<kernel>+grouped"): the
+first kernel, and "panel_int8" (8-bit activations, a ``Generator``'s default), which runs
+with it only; the others keep transformers' sdpa.
 
     python benchmarks/cost_curve.py [--repeats R] [--prefix N] [--threads T] [--json-out F]
 
@@ -103,11 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     ids = tok.encode(TEXT * 20, add_special_tokens=False)[: args.prefix]
     new = tok.encode(TEXT * 2, add_special_tokens=False)[args.prefix % 7:][: max(SIZES)]
     kernels = available_kernels()
+    # 8-bit activations (what a Generator runs by default) only with the row-exact attention
+    # of the "+grouped" variants: without it rows are not bitwise the same across passes
+    approx = [k for k in available_kernels(approx=True) if k not in kernels]
     variants = ["plain", *kernels]
     if kernels and use_grouped_sdpa(model):  # the attention Generator uses, on the first kernel
         restore_sdpa(model)
-        variants.append(f"{kernels[0]}+grouped")
-    swap = _Swapper(model, kernels)
+        variants += [f"{kernels[0]}+grouped", *(f"{k}+grouped" for k in approx)]
+    swap = _Swapper(model, (*kernels, *approx))
     times: dict[str, dict[int, list[float]]] = {v: {q: [] for q in SIZES} for v in variants}
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
