@@ -11,7 +11,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from conftest import random_tree, run_decode, torch_threads
+from conftest import decode_both, random_tree, run_decode, torch_threads
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -256,6 +256,8 @@ def test_pack_refuses_negative_q_and_bad_shapes():
     d, m = torch.ones(n, 1), torch.zeros(n, 1)
     dst = torch.empty(QDOT.packed_bytes(n, k), dtype=torch.uint8)
     assert not QDOT.pack(dst.data_ptr(), q.data_ptr(), d.data_ptr(), m.data_ptr(), n, k)
+    with pytest.raises(ValueError, match="pack_signed"):  # no offsets: the signed packer's
+        QDOT.pack(dst.data_ptr(), q.data_ptr(), d.data_ptr(), 0, n, k)
     with pytest.raises(ValueError, match="multiple of 32"):
         QDOT.packed_bytes(4, 48)
     with pytest.raises(ValueError, match="multiple of 32"):
@@ -371,10 +373,6 @@ def test_sparse_logits_serve_an_output_layer_on_integer_panels(int8_tiny, words,
     c = constraints[name]
     runs = []
     for sparse in (True, False):
-        plain = run_decode(decode, model, vocab, prompt, c, max_new_tokens=24,
-                           sampling=sampling, sparse_logits=sparse)
-        spec = run_decode(speculative_decode, model, vocab, prompt, c, max_new_tokens=24,
-                          sampling=sampling, tokenizer=tok,
-                          config=SpecConfig(sparse_logits=sparse))
+        plain, spec = decode_both(model, vocab, tok, prompt, c, sampling, sparse_logits=sparse)
         runs.append((plain[:3], spec[:3]))
     assert runs[0] == runs[1] and runs[0][0] == runs[0][1]

@@ -57,31 +57,38 @@
 
 static Py_ssize_t panels_of(Py_ssize_t n) { return (n + PANEL - 1) / PANEL; }
 
-/* Pack q (n x k signed bytes, each 0..127), d and m (n x k/32 floats) into the panels
- * above (0 past n). Returns 0 where some q is out of range. */
+/* Pack q (n x k signed bytes), d and m (n x k/32 floats) into the panels above (0 past n).
+ * With m, each q must be 0..127 (returns 0 where one is not); without m (NULL: signed
+ * weights w = d*q, q any int8: GGUF Q8_0 and Q4_0) the offsets' place holds 128 * (the
+ * block's sum of q) per column as int32 (see the signed kernels). */
 static int pack_weight(uint8_t *dst, const int8_t *q, const float *d, const float *m,
                        Py_ssize_t n, Py_ssize_t k) {
     Py_ssize_t np = panels_of(n), nb = k / QK;
-    for (Py_ssize_t i = 0; i < n * k; i++)
-        if (q[i] < 0) return 0; /* int8 cannot exceed 127 */
+    if (m != NULL)
+        for (Py_ssize_t i = 0; i < n * k; i++)
+            if (q[i] < 0) return 0; /* int8 cannot exceed 127 */
     for (Py_ssize_t p = 0; p < np; p++) {
         for (Py_ssize_t b = 0; b < nb; b++) {
             uint8_t *blk = dst + ((size_t)p * nb + b) * QBYTES;
             float *sc = (float *)(void *)(blk + QK * PANEL);
+            int32_t *corr = (int32_t *)(void *)(sc + PANEL);
             for (Py_ssize_t j = 0; j < PANEL; j++) {
                 Py_ssize_t col = p * PANEL + j;
-                for (Py_ssize_t i = 0; i < QK; i++)
-                    blk[(i / 4) * (4 * PANEL) + j * 4 + (i % 4)] =
-                        col < n ? (uint8_t)q[col * k + b * QK + i] : 0;
+                int32_t sum = 0;
+                for (Py_ssize_t i = 0; i < QK; i++) {
+                    int8_t v = col < n ? q[col * k + b * QK + i] : 0;
+                    blk[(i / 4) * (4 * PANEL) + j * 4 + (i % 4)] = (uint8_t)v;
+                    sum += v;
+                }
                 sc[j] = col < n ? d[col * nb + b] : 0.0f;
-                sc[PANEL + j] = col < n ? m[col * nb + b] : 0.0f;
+                if (m != NULL) sc[PANEL + j] = col < n ? m[col * nb + b] : 0.0f;
+                else corr[j] = 128 * sum;
             }
         }
     }
     return 1;
 }
 
-#if QD_X86
 /* 1: passes prefetch the next group's panels (prefetch_share; set_prefetch_next, for A/B
  * timing: results do not depend on it). */
 static int prefetch_next = 1;
@@ -89,10 +96,12 @@ static int prefetch_next = 1;
 /* 1: quantize_rows runs quantize_block_avx2 (set_vector_quantize; tests compare both). */
 static int vector_quantize = 1;
 
+#if QD_X86
+
 /* quantize_rows with vectors: the same numbers bit for bit (the maximum of |x| does not
  * depend on its order; x*scale and its rounding to nearest-even are the scalar steps, one
  * lane each), ~10x faster. It matters: a prompt's prefill quantizes every layer input, and
- * the plain loop cost about a quarter of the integer products' time there. max(|x|, acc)
+ * the plain loop was ~60% of a layer's time there (down_proj, 150 rows). max(|x|, acc)
  * keeps acc where x is NaN, as fmaxf does. */
 __attribute__((target("avx2,fma"))) static void quantize_block_avx2(const float *v, int8_t *o,
                                                                     float *dxo, float *sxo) {
@@ -128,32 +137,6 @@ __attribute__((target("avx2,fma"))) static void quantize_block_avx2(const float 
     *sxo = d * (float)_mm_cvtsi128_si32(s4);
 }
 #endif
-
-/* Pack signed q (n x k bytes, any int8) and d (n x k/32 floats) of a weight w = d*q — no
- * offset: GGUF Q8_0 and Q4_0 — into the same panels, with the 16 offsets' place holding
- * 128 * (the block's sum of q) per column as int32 (see the signed kernels). */
-static void pack_weight_signed(uint8_t *dst, const int8_t *q, const float *d, Py_ssize_t n,
-                               Py_ssize_t k) {
-    Py_ssize_t np = panels_of(n), nb = k / QK;
-    for (Py_ssize_t p = 0; p < np; p++) {
-        for (Py_ssize_t b = 0; b < nb; b++) {
-            uint8_t *blk = dst + ((size_t)p * nb + b) * QBYTES;
-            float *sc = (float *)(void *)(blk + QK * PANEL);
-            int32_t *corr = (int32_t *)(void *)(sc + PANEL);
-            for (Py_ssize_t j = 0; j < PANEL; j++) {
-                Py_ssize_t col = p * PANEL + j;
-                int32_t sum = 0;
-                for (Py_ssize_t i = 0; i < QK; i++) {
-                    int8_t v = col < n ? q[col * k + b * QK + i] : 0;
-                    blk[(i / 4) * (4 * PANEL) + j * 4 + (i % 4)] = (uint8_t)v;
-                    sum += v;
-                }
-                sc[j] = col < n ? d[col * nb + b] : 0.0f;
-                corr[j] = 128 * sum;
-            }
-        }
-    }
-}
 
 /* Copy the columns ids[0..count) of packed panels (n x k, either kind) into new panels of
  * count columns, in that order: a column's numbers do not depend on its place in a panel,
@@ -212,7 +195,6 @@ static void quantize_rows(const float *x, Py_ssize_t m, Py_ssize_t k, int8_t *xq
         }
     }
 }
-
 
 static inline int32_t load4(const int8_t *p) {
     int32_t v;
@@ -513,34 +495,24 @@ static PyObject *qd_set_vnni(PyObject *self, PyObject *args) {
     return PyBool_FromLong(before);
 }
 
-/* set_vector_quantize(on) -> bool: whether activations were quantized with vectors before
- * (off: the plain loop, for tests that compare the two). */
-static PyObject *qd_set_vector_quantize(PyObject *self, PyObject *args) {
-    (void)self;
+/* Set a switch that changes speed only (on or off) from args "(on)"; returns its previous
+ * state (False where the x86 kernels, which read it, are not built). */
+static PyObject *set_switch(PyObject *args, int *flag) {
     int on;
     if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
-#if QD_X86
-    int before = vector_quantize;
-    vector_quantize = on;
-    return PyBool_FromLong(before);
-#else
-    (void)on;
-    Py_RETURN_FALSE;
-#endif
+    int before = *flag;
+    *flag = on;
+    return PyBool_FromLong(QD_X86 && before);
+}
+
+static PyObject *qd_set_vector_quantize(PyObject *self, PyObject *args) {
+    (void)self;
+    return set_switch(args, &vector_quantize);
 }
 
 static PyObject *qd_set_prefetch_next(PyObject *self, PyObject *args) {
     (void)self;
-    int on;
-    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
-#if QD_X86
-    int before = prefetch_next;
-    prefetch_next = on;
-    return PyBool_FromLong(before);
-#else
-    (void)on;
-    Py_RETURN_FALSE;
-#endif
+    return set_switch(args, &prefetch_next);
 }
 
 static PyObject *qd_packed_bytes(PyObject *self, PyObject *args) {
@@ -557,6 +529,10 @@ static PyObject *qd_pack(PyObject *self, PyObject *args) {
     Py_ssize_t n, k;
     if (!PyArg_ParseTuple(args, "KKKKnn", &dst, &q, &d, &m, &n, &k)) return NULL;
     if (!shape_ok("pack", n, k)) return NULL;
+    if (m == 0) { /* a null m packs signed weights: pack_signed's job */
+        PyErr_SetString(PyExc_ValueError, "pack: m_ptr must not be 0 (signed: pack_signed)");
+        return NULL;
+    }
     int ok;
     Py_BEGIN_ALLOW_THREADS
     ok = pack_weight((uint8_t *)(uintptr_t)dst, (const int8_t *)(uintptr_t)q,
@@ -572,8 +548,8 @@ static PyObject *qd_pack_signed(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "KKKnn", &dst, &q, &d, &n, &k)) return NULL;
     if (!shape_ok("pack_signed", n, k)) return NULL;
     Py_BEGIN_ALLOW_THREADS
-    pack_weight_signed((uint8_t *)(uintptr_t)dst, (const int8_t *)(uintptr_t)q,
-                       (const float *)(uintptr_t)d, n, k);
+    pack_weight((uint8_t *)(uintptr_t)dst, (const int8_t *)(uintptr_t)q,
+                (const float *)(uintptr_t)d, NULL, n, k);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
