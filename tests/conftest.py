@@ -110,6 +110,21 @@ def run_decode(fn, *args, **kwargs):
         return exc.token_ids, False, kind, None
 
 
+def decode_both(model, vocab, tok, prompt, constraint, sampling, *, sparse_logits=True,
+                max_new_tokens=24):
+    """``(plain, speculative)``: :func:`run_decode` of plain and of speculative decoding for
+    one prompt, both with or both without sparse logits."""
+    from structspec.engine import decode
+    from structspec.spec import SpecConfig, speculative_decode
+
+    plain = run_decode(decode, model, vocab, prompt, constraint, max_new_tokens=max_new_tokens,
+                       sampling=sampling, sparse_logits=sparse_logits)
+    spec = run_decode(speculative_decode, model, vocab, prompt, constraint,
+                      max_new_tokens=max_new_tokens, sampling=sampling, tokenizer=tok,
+                      config=SpecConfig(sparse_logits=sparse_logits))
+    return plain, spec
+
+
 def run_generate(gen, **kwargs):
     """``(text, token ids, complete)`` of ``gen.run(**kwargs)``, or the partial output (with
     ``complete`` False) when the token budget ran out."""

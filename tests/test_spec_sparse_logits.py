@@ -10,16 +10,15 @@ import copy
 import numpy as np
 import pytest
 import torch
-from conftest import run_decode
+from conftest import decode_both
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
 from structspec.automata.base import TokenMask
 from structspec.automata.regex import compile_regex
-from structspec.engine import decode, free_text
+from structspec.engine import free_text
 from structspec.sampling import SamplingParams
-from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec import sparse_logits as sl
 from structspec.spec.block_quant import dequantize, quantize_q4_1
 from structspec.spec.cpu_paths import use_fast_cpu_paths
@@ -149,11 +148,7 @@ def test_decoding_with_sparse_logits_emits_the_same_tokens(packed_tiny, monkeypa
                               seed=seed)
     c = constraints[name]
     for sparse in (True, False):
-        plain = run_decode(decode, model, vocab, prompt, c, max_new_tokens=24,
-                           sampling=sampling, sparse_logits=sparse)
-        spec = run_decode(speculative_decode, model, vocab, prompt, c, max_new_tokens=24,
-                          sampling=sampling, tokenizer=tok,
-                          config=SpecConfig(sparse_logits=sparse))
+        plain, spec = decode_both(model, vocab, tok, prompt, c, sampling, sparse_logits=sparse)
         if sparse:
             want_plain, want_spec = plain[:3], spec[:3]
         else:
