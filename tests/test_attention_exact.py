@@ -146,6 +146,97 @@ def test_kernel_refuses_bad_shapes():
         ATTEND.attend(0, 0, 0, 9, 3, 1, 4, 64, 0, 2, 1.0, 0, 1)  # a float mask, no pointer
 
 
+def _modes() -> list[int]:
+    """The kernel's loop variants this CPU runs (2 needs AVX-512VL)."""
+    before = ATTEND.set_tiles(1)
+    try:
+        ATTEND.set_tiles(2)
+        return [0, 1, 2]
+    except ValueError:
+        return [0, 1]
+    finally:
+        ATTEND.set_tiles(before)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hkv=st.integers(1, 4), group=st.integers(1, 4), d=st.sampled_from([8, 24, 32, 64, 96]),
+       lq=st.integers(1, 30), extra=st.integers(0, 80), kind=st.sampled_from([0, 1, 2, 3]),
+       seed=st.integers(0, 2**16), threads=st.sampled_from([1, 2]))
+def test_register_tiles_give_bitwise_the_one_pair_loops_results(hkv, group, d, lq, extra, kind,
+                                                                seed, threads):
+    """The register-tiled loops (several (head, row) pairs per key load, masked keys added
+    as zeros) against the one-pair loops that skip them: bitwise equal for every mask kind,
+    head grouping, head size (the weighted sums' tiles need d % 32 == 0, the rest falls back)
+    and thread count — including additive masks with finite non-zero values."""
+    hq, lk = hkv * group, lq + extra
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(hq, lq, d, generator=g), torch.randn(hkv, lk, d, generator=g),
+               torch.randn(hkv, lk, d, generator=g))
+    visible = torch.rand(lq, lk, generator=g) < 0.6
+    visible[torch.arange(lq), torch.arange(lq) + extra] = True
+    mask = None
+    if kind == 2:
+        mask = torch.zeros(lq, lk).masked_fill(~visible, torch.finfo(torch.float32).min)
+        mask += torch.randn(lq, lk, generator=g) * visible
+    elif kind == 3:
+        mask = visible.contiguous().view(torch.uint8)
+    outs = []
+    before = ATTEND.set_tiles(0)
+    try:
+        for mode in _modes():
+            ATTEND.set_tiles(mode)
+            out = torch.empty(1, lq, hq, d)
+            ATTEND.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), hq, hkv, lq, lk, d,
+                          0 if mask is None else mask.data_ptr(), kind, 0.3, out.data_ptr(),
+                          threads)
+            outs.append(out)
+    finally:
+        ATTEND.set_tiles(before)
+    assert torch.isfinite(outs[0]).all()
+    for out in outs[1:]:
+        assert torch.equal(out, outs[0])
+
+
+def test_a_key_masked_for_one_row_of_a_tile_is_skipped_not_added_as_zero():
+    """Row 0 does not see key 2, row 1 does (one tile). Row 0's weighted sum in dimension 0
+    underflows to -0 (key 0: p = 0.3 times the smallest negative denormal; key 1: p = 1
+    times -0); adding key 2 as fma(0, 1.0, -0) would make it +0. Every loop variant skips
+    the key for row 0: its output keeps the -0 of the row's 1-row call."""
+    d, scale = 32, 1.0
+    q = torch.zeros(1, 2, d)
+    q[0, :, 0] = 1.0
+    k = torch.zeros(1, 3, d)
+    k[0, 0, 0] = float(torch.log(torch.tensor(0.3)))  # score ln 0.3 against key 1's 0
+    k[0, 2, 0] = -50.0  # row 1 sees key 2 with a tiny weight
+    v = torch.ones(1, 3, d)
+    v[0, 0, 0] = -torch.finfo(torch.float32).smallest_normal * 2.0**-23  # -1.4e-45
+    v[0, 1, 0] = -0.0
+    v[0, 2, 0] = 1.0
+    mask = torch.tensor([[0.0, 0.0, torch.finfo(torch.float32).min], [0.0, 0.0, 0.0]])
+    alone_mask = torch.zeros(1, 2)
+    before = ATTEND.set_tiles(0)
+    try:
+        for mode in _modes():
+            ATTEND.set_tiles(mode)
+            out = torch.empty(1, 2, 1, d)
+            ATTEND.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), 1, 1, 2, 3, d,
+                          mask.data_ptr(), 2, scale, out.data_ptr(), 1)
+            alone = torch.empty(1, 1, 1, d)
+            q0 = q[:, :1].contiguous()
+            ATTEND.attend(q0.data_ptr(), k.data_ptr(), v.data_ptr(), 1, 1, 1, 2, d,
+                          alone_mask.data_ptr(), 2, scale, alone.data_ptr(), 1)
+            assert out[0, 0, 0, 0] == 0 and torch.signbit(out[0, 0, 0, 0]), mode
+            assert torch.equal(out[0, 0], alone[0, 0]), mode
+    finally:
+        ATTEND.set_tiles(before)
+
+
+def test_set_tiles_refuses_unknown_modes():
+    with pytest.raises(ValueError, match="set_tiles"):
+        ATTEND.set_tiles(3)
+    assert ATTEND.tiles() in (1, 2)  # the default: the widest tiles this CPU runs
+
+
 @pytest.fixture(scope="module")
 def packed(tiny_model):
     model = copy.deepcopy(tiny_model.model)

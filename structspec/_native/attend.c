@@ -119,9 +119,16 @@ __attribute__((target("avx2,fma"))) static void softmax_row(float *s, Py_ssize_t
     for (Py_ssize_t j = lk; j < nb * KB; j++) s[j] = ninf;
     if (kind == MASK_CAUSAL) {
         for (Py_ssize_t j = visible_to + 1; j < lk; j++) s[j] = ninf;
-    } else if (kind == MASK_FLOAT) {
+    } else if (kind == MASK_FLOAT) { /* vectorised: each lane's s[j] + mr[j] is the same */
         const float *mr = (const float *)mask_row;
-        for (Py_ssize_t j = 0; j < lk; j++) s[j] = mr[j] < MASKED ? ninf : s[j] + mr[j];
+        const __m256 lim = _mm256_set1_ps(MASKED), minf = _mm256_set1_ps(ninf);
+        Py_ssize_t j = 0;
+        for (; j + KB <= lk; j += KB) {
+            __m256 m = _mm256_loadu_ps(mr + j);
+            __m256 x = _mm256_add_ps(_mm256_loadu_ps(s + j), m);
+            _mm256_storeu_ps(s + j, _mm256_blendv_ps(x, minf, _mm256_cmp_ps(m, lim, _CMP_LT_OQ)));
+        }
+        for (; j < lk; j++) s[j] = mr[j] < MASKED ? ninf : s[j] + mr[j];
     } else if (kind == MASK_BOOL) {
         const uint8_t *mr = (const uint8_t *)mask_row;
         for (Py_ssize_t j = 0; j < lk; j++)
@@ -191,16 +198,217 @@ __attribute__((target("avx2,fma"))) static void weighted_sum(const float *p, con
     *l = sum;
 }
 
+/* kt[h][b][t][0..7] = k[h][b*8 + i][t] (zeros past lk), 8 keys x 8 dims at a time through
+ * registers (a pass's fixed cost: the scalar version was half of a 1-row call). */
+__attribute__((target("avx2,fma"))) static void transpose_keys(const float *k, Py_ssize_t hkv,
+                                                               Py_ssize_t lk, Py_ssize_t nb,
+                                                               Py_ssize_t d, float *kt) {
+    const __m256 zero = _mm256_setzero_ps();
+    for (Py_ssize_t h = 0; h < hkv; h++)
+        for (Py_ssize_t b = 0; b < nb; b++) {
+            const float *src = k + (h * lk + b * KB) * d;
+            float *dst = kt + (h * nb + b) * d * KB;
+            Py_ssize_t have = lk - b * KB < KB ? lk - b * KB : KB;
+            for (Py_ssize_t t = 0; t < d; t += 8) {
+                __m256 r0 = _mm256_loadu_ps(src + t);
+                __m256 r1 = have > 1 ? _mm256_loadu_ps(src + d + t) : zero;
+                __m256 r2 = have > 2 ? _mm256_loadu_ps(src + 2 * d + t) : zero;
+                __m256 r3 = have > 3 ? _mm256_loadu_ps(src + 3 * d + t) : zero;
+                __m256 r4 = have > 4 ? _mm256_loadu_ps(src + 4 * d + t) : zero;
+                __m256 r5 = have > 5 ? _mm256_loadu_ps(src + 5 * d + t) : zero;
+                __m256 r6 = have > 6 ? _mm256_loadu_ps(src + 6 * d + t) : zero;
+                __m256 r7 = have > 7 ? _mm256_loadu_ps(src + 7 * d + t) : zero;
+                __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+                __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+                __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+                __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+                __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+                __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+                __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+                __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+                float *o = dst + t * KB;
+                _mm256_storeu_ps(o, _mm256_permute2f128_ps(u0, u4, 0x20));
+                _mm256_storeu_ps(o + 8, _mm256_permute2f128_ps(u1, u5, 0x20));
+                _mm256_storeu_ps(o + 16, _mm256_permute2f128_ps(u2, u6, 0x20));
+                _mm256_storeu_ps(o + 24, _mm256_permute2f128_ps(u3, u7, 0x20));
+                _mm256_storeu_ps(o + 32, _mm256_permute2f128_ps(u0, u4, 0x31));
+                _mm256_storeu_ps(o + 40, _mm256_permute2f128_ps(u1, u5, 0x31));
+                _mm256_storeu_ps(o + 48, _mm256_permute2f128_ps(u2, u6, 0x31));
+                _mm256_storeu_ps(o + 56, _mm256_permute2f128_ps(u3, u7, 0x31));
+            }
+        }
+}
+
+/* Register tiles. The loops above keep one pair's accumulators in registers and reload the
+ * keys (values) for every pair: 20 GMAC/s on the default model's shapes (9 query heads over
+ * 3 key heads, 64 dims, ~460 keys), about a third of the FMA units' rate, and a third of a
+ * 32-node tree pass at that context. The tiles below load each key (value) vector once for
+ * NR pairs and keep NR x 4 accumulators in registers. Every element still sees the same
+ * operations in the same order as in the loops above, so the results are bitwise theirs:
+ *   scores: acc = fma(q[t], k_j[t], acc) for t = 0..d-1 from 0, then acc * scale;
+ *   sums:   o[t] = fma(p_j, v_j[t], o[t]) for the keys a pair sees, in order. A key masked
+ *           for some pairs of the tile (p_j = 0 exactly where masked: a visible key's exp
+ *           is at least FLT_MIN) is skipped for those pairs, as the one-pair loops skip it
+ *           (adding fma(0, v, o) instead would turn an o of -0, from an underflow, into +0);
+ *           the keys every pair sees (the cache, the bulk) take the branch-free path.
+ * NR up to SC_MAXR: 6 where AVX-512VL gives 32 vector registers (24 accumulators + 4 keys +
+ * a broadcast), 3 with AVX2's 16. The key (value) vectors are 256 bits wide either way: on
+ * the CPUs this was measured on, 512-bit FMAs do not run more lanes per cycle. */
+#define SC_MAXR 6
+#define SC_ROWS(F) F(0) F(1) F(2) F(3) F(4) F(5)
+#define SC_DECL(r) __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0, \
+                          a##r##3 = a##r##0;
+#define SC_FMA4(r)                                                                         \
+    if (NR > r) {                                                                          \
+        __m256 qv = _mm256_broadcast_ss(qr[r] + t);                                        \
+        a##r##0 = _mm256_fmadd_ps(qv, k0, a##r##0);                                        \
+        a##r##1 = _mm256_fmadd_ps(qv, k1, a##r##1);                                        \
+        a##r##2 = _mm256_fmadd_ps(qv, k2, a##r##2);                                        \
+        a##r##3 = _mm256_fmadd_ps(qv, k3, a##r##3);                                        \
+    }
+#define SC_STORE4(r)                                                                       \
+    if (NR > r) {                                                                          \
+        float *o = sr[r] + b * KB;                                                         \
+        _mm256_storeu_ps(o, _mm256_mul_ps(a##r##0, sc));                                   \
+        _mm256_storeu_ps(o + 8, _mm256_mul_ps(a##r##1, sc));                               \
+        _mm256_storeu_ps(o + 16, _mm256_mul_ps(a##r##2, sc));                              \
+        _mm256_storeu_ps(o + 24, _mm256_mul_ps(a##r##3, sc));                              \
+    }
+#define SC_DECL1(r) __m256 a##r##0 = _mm256_setzero_ps();
+#define SC_FMA1(r)                                                                         \
+    if (NR > r) a##r##0 = _mm256_fmadd_ps(_mm256_broadcast_ss(qr[r] + t), k0, a##r##0);
+#define SC_STORE1(r)                                                                       \
+    if (NR > r) _mm256_storeu_ps(sr[r] + b * KB, _mm256_mul_ps(a##r##0, sc));
+/* Scores of NR query rows qr[r] against key blocks [b0, b1) of kt, into sr[r][b*8 ...]. */
+#define SC_KERNEL(NAME, TGT, R)                                                            \
+    __attribute__((target(TGT))) static void NAME##R(                                      \
+        const float *const *qr, const float *kt, Py_ssize_t b0, Py_ssize_t b1,            \
+        Py_ssize_t d, float scale, float *const *sr) {                                    \
+        enum { NR = R };                                                                  \
+        const __m256 sc = _mm256_set1_ps(scale);                                          \
+        Py_ssize_t b = b0;                                                                \
+        for (; b + 4 <= b1; b += 4) {                                                     \
+            const float *kb = kt + b * d * KB;                                            \
+            SC_ROWS(SC_DECL)                                                              \
+            for (Py_ssize_t t = 0; t < d; t++) {                                          \
+                const float *kk = kb + t * KB;                                            \
+                __m256 k0 = _mm256_loadu_ps(kk), k1 = _mm256_loadu_ps(kk + d * KB);       \
+                __m256 k2 = _mm256_loadu_ps(kk + 2 * d * KB);                             \
+                __m256 k3 = _mm256_loadu_ps(kk + 3 * d * KB);                             \
+                SC_ROWS(SC_FMA4)                                                          \
+            }                                                                             \
+            SC_ROWS(SC_STORE4)                                                            \
+        }                                                                                 \
+        for (; b < b1; b++) {                                                             \
+            const float *kb = kt + b * d * KB;                                            \
+            SC_ROWS(SC_DECL1)                                                             \
+            for (Py_ssize_t t = 0; t < d; t++) {                                          \
+                __m256 k0 = _mm256_loadu_ps(kb + t * KB);                                 \
+                SC_ROWS(SC_FMA1)                                                          \
+            }                                                                             \
+            SC_ROWS(SC_STORE1)                                                            \
+        }                                                                                 \
+    }
+
+#define WS_DECL(r) __m256 o##r##0, o##r##1, o##r##2, o##r##3;
+#define WS_LOAD(r)                                                                         \
+    if (NR > r) {                                                                          \
+        const float *a = acc[r] + t0;                                                      \
+        o##r##0 = _mm256_loadu_ps(a), o##r##1 = _mm256_loadu_ps(a + 8);                   \
+        o##r##2 = _mm256_loadu_ps(a + 16), o##r##3 = _mm256_loadu_ps(a + 24);             \
+    }
+#define WS_BIT(r) | (NR > r && pr[r][j] != 0.0f ? 1u << (r) : 0u)
+#define WS_FMA_IF(r)                                                                       \
+    if (NR > r && (seen >> (r) & 1u)) {                                                    \
+        __m256 pv = _mm256_broadcast_ss(pr[r] + j);                                        \
+        o##r##0 = _mm256_fmadd_ps(pv, v0, o##r##0);                                        \
+        o##r##1 = _mm256_fmadd_ps(pv, v1, o##r##1);                                        \
+        o##r##2 = _mm256_fmadd_ps(pv, v2, o##r##2);                                        \
+        o##r##3 = _mm256_fmadd_ps(pv, v3, o##r##3);                                        \
+    }
+#define WS_FMA(r)                                                                          \
+    if (NR > r) {                                                                          \
+        __m256 pv = _mm256_broadcast_ss(pr[r] + j);                                        \
+        o##r##0 = _mm256_fmadd_ps(pv, v0, o##r##0);                                        \
+        o##r##1 = _mm256_fmadd_ps(pv, v1, o##r##1);                                        \
+        o##r##2 = _mm256_fmadd_ps(pv, v2, o##r##2);                                        \
+        o##r##3 = _mm256_fmadd_ps(pv, v3, o##r##3);                                        \
+    }
+#define WS_STORE(r)                                                                        \
+    if (NR > r) {                                                                          \
+        float *a = acc[r] + t0;                                                            \
+        _mm256_storeu_ps(a, o##r##0), _mm256_storeu_ps(a + 8, o##r##1);                   \
+        _mm256_storeu_ps(a + 16, o##r##2), _mm256_storeu_ps(a + 24, o##r##3);             \
+    }
+/* acc[r][0..d) += p_r[j] * v_j for the keys [j0, j1) pair r sees, in order (d a multiple of
+ * 32), 32 dims at a time. */
+#define WS_KERNEL(NAME, TGT, R)                                                            \
+    __attribute__((target(TGT))) static void NAME##R(                                      \
+        const float *const *pr, const float *v, Py_ssize_t j0, Py_ssize_t j1,             \
+        Py_ssize_t d, float *const *acc) {                                                \
+        enum { NR = R };                                                                  \
+        for (Py_ssize_t t0 = 0; t0 < d; t0 += 32) {                                       \
+            SC_ROWS(WS_DECL)                                                              \
+            SC_ROWS(WS_LOAD)                                                              \
+            for (Py_ssize_t j = j0; j < j1; j++) {                                        \
+                unsigned seen = 0u SC_ROWS(WS_BIT);                                       \
+                if (!seen) continue;                                                      \
+                const float *vj = v + j * d + t0;                                         \
+                __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);            \
+                __m256 v2 = _mm256_loadu_ps(vj + 16), v3 = _mm256_loadu_ps(vj + 24);      \
+                if (seen == (1u << NR) - 1u) {                                            \
+                    SC_ROWS(WS_FMA)                                                       \
+                } else {                                                                  \
+                    SC_ROWS(WS_FMA_IF)                                                    \
+                }                                                                         \
+            }                                                                             \
+            SC_ROWS(WS_STORE)                                                             \
+        }                                                                                 \
+    }
+
+#define AT_WIDE "avx2,fma,avx512f,avx512vl"
+#define AT_NARROW "avx2,fma"
+SC_KERNEL(scw_, AT_WIDE, 1) SC_KERNEL(scw_, AT_WIDE, 2) SC_KERNEL(scw_, AT_WIDE, 3)
+SC_KERNEL(scw_, AT_WIDE, 4) SC_KERNEL(scw_, AT_WIDE, 5) SC_KERNEL(scw_, AT_WIDE, 6)
+SC_KERNEL(scn_, AT_NARROW, 1) SC_KERNEL(scn_, AT_NARROW, 2) SC_KERNEL(scn_, AT_NARROW, 3)
+WS_KERNEL(wsw_, AT_WIDE, 1) WS_KERNEL(wsw_, AT_WIDE, 2) WS_KERNEL(wsw_, AT_WIDE, 3)
+WS_KERNEL(wsw_, AT_WIDE, 4) WS_KERNEL(wsw_, AT_WIDE, 5) WS_KERNEL(wsw_, AT_WIDE, 6)
+WS_KERNEL(wsn_, AT_NARROW, 1) WS_KERNEL(wsn_, AT_NARROW, 2) WS_KERNEL(wsn_, AT_NARROW, 3)
+
+typedef void (*scores_fn)(const float *const *, const float *, Py_ssize_t, Py_ssize_t,
+                          Py_ssize_t, float, float *const *);
+typedef void (*wsum_fn)(const float *const *, const float *, Py_ssize_t, Py_ssize_t,
+                        Py_ssize_t, float *const *);
+static const scores_fn SC_WIDE[SC_MAXR + 1] = {NULL, scw_1, scw_2, scw_3, scw_4, scw_5, scw_6};
+static const scores_fn SC_NARROW[SC_MAXR + 1] = {NULL, scn_1, scn_2, scn_3, NULL, NULL, NULL};
+static const wsum_fn WS_WIDE[SC_MAXR + 1] = {NULL, wsw_1, wsw_2, wsw_3, wsw_4, wsw_5, wsw_6};
+static const wsum_fn WS_NARROW[SC_MAXR + 1] = {NULL, wsn_1, wsn_2, wsn_3, NULL, NULL, NULL};
+
+/* Which loops run: 2 = the register tiles with AVX-512VL's registers, 1 = with AVX2's,
+ * 0 = the one-pair loops (scores8 / weighted_sum). All give bitwise the same results
+ * (tests/test_attention_exact.py); set_tiles() switches, for those tests and A/B runs. */
+static int tiles_mode = -1;
+
+static int cpu_wide(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+}
+
+static int tiles(void) {
+    if (tiles_mode < 0) tiles_mode = cpu_wide() ? 2 : 1;
+    return tiles_mode;
+}
+
 /* A tile of up to TILE (head, row) pairs sharing key head kh: scores chunk by chunk of
  * CHUNK keys (a chunk of keys stays in L1 while every pair of the tile reads it), the
  * softmax per pair, then the weighted sums chunk by chunk the same way. Every pair's sums
  * still run over its keys in order. */
-#define TILE 16
+#define TILE 24
 #define CHUNK_BLOCKS 8 /* 64 keys */
 __attribute__((target("avx2,fma"))) static void attend_tile(
     const float *q, const float *kt, const float *v, const Py_ssize_t *heads,
     const Py_ssize_t *rows, int n, Py_ssize_t lq, Py_ssize_t lk, Py_ssize_t hq, Py_ssize_t d,
-    float scale, int kind, const void *mask, float *s, float *acc, float *out) {
+    float scale, int kind, const void *mask, float *s, float *acc, float *out, int mode) {
     Py_ssize_t width = ((lk + KB - 1) / KB) * KB, span = lk;
     if (kind == MASK_CAUSAL) { /* keys past the tile's last visible one are masked: skip them */
         Py_ssize_t last = 0;
@@ -208,29 +416,70 @@ __attribute__((target("avx2,fma"))) static void attend_tile(
         span = last + lk - lq + 1;
     }
     Py_ssize_t nb = (span + KB - 1) / KB;
+    const float *qr[TILE];
+    float *sr[TILE], *ar[TILE];
+    for (int r = 0; r < n; r++) {
+        qr[r] = q + (heads[r] * lq + rows[r]) * d;
+        sr[r] = s + r * width;
+        ar[r] = acc + r * d;
+    }
+    int maxr = mode == 2 ? SC_MAXR : 3;
+    const scores_fn *sc = mode == 2 ? SC_WIDE : SC_NARROW;
+    const wsum_fn *ws = mode == 2 ? WS_WIDE : WS_NARROW;
     for (Py_ssize_t c = 0; c < nb; c += CHUNK_BLOCKS) {
         Py_ssize_t c1 = c + CHUNK_BLOCKS < nb ? c + CHUNK_BLOCKS : nb;
-        for (int r = 0; r < n; r++)
-            scores8(q + (heads[r] * lq + rows[r]) * d, kt, c, c1, d, scale, s + r * width);
+        if (mode == 0) {
+            for (int r = 0; r < n; r++) scores8(qr[r], kt, c, c1, d, scale, sr[r]);
+        } else {
+            for (int r = 0; r < n; r += maxr) {
+                int nr = n - r < maxr ? n - r : maxr;
+                sc[nr](qr + r, kt, c, c1, d, scale, sr + r);
+            }
+        }
     }
     for (int r = 0; r < n; r++) {
         const void *mrow = NULL;
         if (kind == MASK_FLOAT) mrow = (const float *)mask + rows[r] * lk;
         else if (kind == MASK_BOOL) mrow = (const uint8_t *)mask + rows[r] * lk;
-        softmax_row(s + r * width, span, nb, kind, mrow, rows[r] + lk - lq);
+        softmax_row(sr[r], span, nb, kind, mrow, rows[r] + lk - lq);
     }
     float l[TILE];
     memset(acc, 0, (size_t)(n * d) * sizeof(float));
     for (int r = 0; r < n; r++) l[r] = 0.0f;
+    int tiled = mode != 0 && d % 32 == 0;
     for (Py_ssize_t j = 0; j < span; j += CHUNK_BLOCKS * KB) {
         Py_ssize_t j1 = j + CHUNK_BLOCKS * KB < span ? j + CHUNK_BLOCKS * KB : span;
-        for (int r = 0; r < n; r++) weighted_sum(s + r * width, v, j, j1, d, acc + r * d, &l[r]);
+        if (!tiled) {
+            for (int r = 0; r < n; r++) weighted_sum(sr[r], v, j, j1, d, ar[r], &l[r]);
+        } else {
+            for (int r = 0; r < n; r += maxr) {
+                int nr = n - r < maxr ? n - r : maxr;
+                ws[nr]((const float *const *)(sr + r), v, j, j1, d, ar + r);
+            }
+        }
     }
+    if (tiled) /* the sums of the weights, each in key order: zeros (+0) add nothing to a
+                * sum >= +0, so no branch; four pairs' chains interleaved (an add's latency) */
+        for (int r = 0; r < n; r += 4) {
+            const float *p0 = sr[r], *p1 = sr[r + 1 < n ? r + 1 : r];
+            const float *p2 = sr[r + 2 < n ? r + 2 : r], *p3 = sr[r + 3 < n ? r + 3 : r];
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+            for (Py_ssize_t j = 0; j < span; j++) {
+                s0 += p0[j];
+                s1 += p1[j];
+                s2 += p2[j];
+                s3 += p3[j];
+            }
+            l[r] = s0;
+            if (r + 1 < n) l[r + 1] = s1;
+            if (r + 2 < n) l[r + 2] = s2;
+            if (r + 3 < n) l[r + 3] = s3;
+        }
     for (int r = 0; r < n; r++) {
         float *o = out + (rows[r] * hq + heads[r]) * d;
         __m256 lv = _mm256_set1_ps(l[r]);
         for (Py_ssize_t t = 0; t < d; t += 8)
-            _mm256_storeu_ps(o + t, _mm256_div_ps(_mm256_loadu_ps(acc + r * d + t), lv));
+            _mm256_storeu_ps(o + t, _mm256_div_ps(_mm256_loadu_ps(ar[r] + t), lv));
     }
 }
 #endif
@@ -248,6 +497,27 @@ static PyObject *at_available(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
     return PyBool_FromLong(cpu_ok());
+}
+
+/* set_tiles(mode) -> previous mode: 0 the one-pair loops, 1 AVX2 tiles, 2 AVX-512VL tiles
+ * (refused where the CPU lacks it). */
+static PyObject *at_set_tiles(PyObject *self, PyObject *args) {
+    (void)self;
+    int mode;
+    if (!PyArg_ParseTuple(args, "i", &mode)) return NULL;
+    if (mode < 0 || mode > 2 || (mode == 2 && !cpu_wide())) {
+        PyErr_SetString(PyExc_ValueError, "set_tiles: 0, 1, or 2 where the CPU has AVX-512VL");
+        return NULL;
+    }
+    int before = tiles();
+    tiles_mode = mode;
+    return PyLong_FromLong(before);
+}
+
+static PyObject *at_tiles(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(tiles());
 }
 
 /* attend(q, k, v, hq, hkv, lq, lk, d, mask_ptr, kind, scale, out, threads) */
@@ -281,16 +551,9 @@ static PyObject *at_attend(PyObject *self, PyObject *args) {
     float *kt = malloc((size_t)(hkv * nb * d * KB) * sizeof(float));
     if (kt == NULL) return PyErr_NoMemory();
     threads = threads < 1 ? 1 : threads;
-    int failed = 0;
+    int failed = 0, mode = tiles();
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t h = 0; h < hkv; h++)
-        for (Py_ssize_t b = 0; b < nb; b++)
-            for (Py_ssize_t i = 0; i < KB; i++) {
-                Py_ssize_t j = b * KB + i;
-                float *dst = kt + ((h * nb + b) * d) * KB + i;
-                const float *src = k + (h * lk + j) * d;
-                for (Py_ssize_t t = 0; t < d; t++) dst[t * KB] = j < lk ? src[t] : 0.0f;
-            }
+    transpose_keys(k, hkv, lk, nb, d, kt);
     /* tiles: the (head, row) pairs of one key head, TILE at a time */
     Py_ssize_t per_kh = group * lq, tiles_per = (per_kh + TILE - 1) / TILE;
     Py_ssize_t tiles = hkv * tiles_per;
@@ -314,7 +577,7 @@ static PyObject *at_attend(PyObject *self, PyObject *args) {
             }
             attend_tile(q, kt + kh * nb * d * KB, v + kh * lk * d, heads, rows, n, lq, lk, hq,
                         d, scale, kind, (const void *)(uintptr_t)maskp, s,
-                        s + TILE * nb * KB, out);
+                        s + TILE * nb * KB, out, mode);
         }
         free(s);
     }
@@ -332,6 +595,10 @@ static PyObject *at_attend(PyObject *self, PyObject *args) {
 static PyMethodDef METHODS[] = {
     {"available", at_available, METH_NOARGS,
      "available(): whether this CPU runs the kernel (AVX2 + FMA)."},
+    {"tiles", at_tiles, METH_NOARGS,
+     "tiles(): which loops run: 0 one pair at a time, 1 AVX2 register tiles, 2 AVX-512VL."},
+    {"set_tiles", at_set_tiles, METH_VARARGS,
+     "set_tiles(mode): switch the loops (bitwise the same results); returns the old mode."},
     {"attend", at_attend, METH_VARARGS,
      "attend(q, k, v, hq, hkv, lq, lk, d, mask_ptr or 0, kind, scale, out, threads): "
      "attention for batch 1; kind 0 none, 1 causal, 2 additive float mask, 3 bool mask."},
