@@ -286,7 +286,13 @@ def test_splits_learned_over_requests_steer_the_chain_and_hedge_the_other(setup)
         ctx.acceptance = habits
         return ctx
 
-    earlier_request(split)  # one stray split does not outvote the canonical token
+    earlier_request(split)  # the first choice seen: the next request's chain follows it
+    steered = forced_tokens(new_request(), state, out[-1])
+    assert steered[0] == split and vocab.decode(steered).startswith(b'":"')
+    earlier_request(whole)
+    earlier_request(whole)  # the canonical token more often: the chain takes it back...
+    assert forced_tokens(new_request(), state, out[-1])[0] == whole
+    earlier_request(split)  # ...and one stray split after it does not outvote it
     assert forced_tokens(new_request(), state, out[-1])[0] == whole
     earlier_request(split)
     earlier_request(split)  # a habit: a new request's chain follows it

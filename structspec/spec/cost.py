@@ -353,10 +353,14 @@ class AcceptanceModel:
                 del seen[token]
 
     def split_shares(self, key: tuple[bytes, bytes], canonical: int,
-                     prior: float = 1.0) -> list[tuple[int, float]]:
+                     prior: float = 0.5) -> list[tuple[int, float]]:
         """``[(token, share)]`` of the choices recorded for ``key``, likeliest first, with
-        ``prior`` pseudo-observations of the ``canonical`` token (one stray observation does
-        not outvote the canonical split); ``[]`` when nothing was recorded."""
+        ``prior`` pseudo-observations of the ``canonical`` token; ``[]`` when nothing was
+        recorded. Half an observation: the model's first observed choice is followed from
+        the next request on (a model that opens every answer with ``'{'`` + ``'"'`` pays
+        for the canonical ``'{"'`` once, not twice), while a stray split after the canonical
+        one was seen does not outvote it. Over 70 BFCL calls from a fresh model, 356 passes
+        against 365 with a whole observation (session 23; code: the same 174)."""
         seen = self.splits.get(key)
         if not seen:
             return []
