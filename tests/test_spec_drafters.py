@@ -18,6 +18,7 @@ from structspec.spec.drafters import (
     NgramIndex,
     build_tree,
     extract_literals,
+    field_literals,
     forced_tokens,
     make_drafters,
     rank_literals,
@@ -235,6 +236,47 @@ def test_values_and_lookup_draft_from_the_request(setup):
     tree = builder.freeze()
     texts = {vocab.decode(tree.path_tokens(i)) for i in range(len(tree)) if not tree.children[i]}
     assert any(t.startswith(b"New York") for t in texts), texts
+
+
+def test_field_literals_read_each_propertys_note_in_the_template():
+    template = (
+        '{\n  "name": "area",\n  "arguments": {\n'
+        '    "base": integer, // The base of the triangle.\n'
+        '    "unit"?: string // The unit (defaults to \'units\' if not specified)\n'
+        '    "method"?: string // \'trapezoid\' or \'simpson\'. Default is \'simpson\'.\n'
+        '    "speed"?: string // If not provided, the default is km/h.\n'
+        '    "n"?: integer // Default value is 10\n  }\n}')
+    assert field_literals(template) == {"unit": ["units"], "method": ["simpson", "trapezoid"],
+                                        "speed": ["km/h"], "n": ["10"]}
+    assert field_literals('Find "New York" weather: {"city": {"type": "string"}}') == {}
+
+
+def test_a_propertys_default_is_drafted_first_where_its_value_starts(setup):
+    """Where "city"'s value starts, the default its note names comes before the request's
+    own literals (one branch: the first ranked wins it)."""
+    tok, vocab, constraints = setup
+    c = constraints["call"]
+    prompt = PROMPT + '\n{\n  "arguments": {\n    "city": string, // Default is \'Paris\'.\n  }\n}'
+    prompt_ids = tok.encode(prompt, add_special_tokens=False)
+    out = tok.encode('{"name":"get_weather","arguments":{"city":"', add_special_tokens=False)
+    from structspec.automata.base import walk
+
+    state = walk(c, out)
+
+    def first_value(fields):
+        ctx = _context(tok, vocab, c, prompt_ids, out)
+        ctx.field_literals = fields
+        ctx.options = {"values_max": 1}
+        builder = TreeBuilder(c, out[-1], state, max_depth=16, max_nodes=16, max_branches=8,
+                              eos_ids=vocab.eos_token_ids)
+        build_tree(ctx, builder, make_drafters(["values"]))
+        tree = builder.freeze()
+        return {vocab.decode(tree.path_tokens(i)) for i in range(len(tree))
+                if not tree.children[i]}
+
+    text = vocab.decode_text(prompt_ids)
+    assert any(t.startswith(b"Paris") for t in first_value(field_literals(text)))
+    assert any(t.startswith(b"New York") for t in first_value({}))
 
 
 def test_learned_splits_steer_the_forced_chain(setup):

@@ -63,6 +63,7 @@ from structspec.spec.drafters import (
     build_tree,
     cheap_allowed,
     extract_literals,
+    field_literals,
     learn_choice,
     make_drafters,
 )
@@ -444,10 +445,12 @@ def speculative_decode(
         draft_model.check(vocab)
     history = NgramIndex(max(1, config.lookup_max_n))
     history.extend(prompt_ids)
+    prompt_text = vocab.decode_text(prompt_ids) if config.enabled else ""
     ctx = DraftContext(
         constraint=constraint, vocab=vocab, canon=CanonicalTokenizer(tokenizer, vocab),
         history=history, prompt_len=len(prompt_ids),
-        literals=extract_literals(vocab.decode_text(prompt_ids)) if config.enabled else [],
+        literals=extract_literals(prompt_text) if config.enabled else [],
+        field_literals=field_literals(prompt_text) if config.enabled else {},
         options=config.options, draft_model=draft_model,
     )
     structured = _structured(constraint, vocab)

@@ -250,6 +250,40 @@ def extract_literals(text: str, limit: int = 64) -> list[str]:
     return out
 
 
+#: A property's line in the typed template a prompt shows the schema as
+#: (:mod:`structspec.schema_prompt`): ``"unit"?: string // The unit... default is 'cm'.``
+_FIELD_NOTE = re.compile(r'^[ \t]*"([^"\\\n]{1,80})"\??:[^\n]*?//([^\n]*)$', re.M)
+#: "default is km/h", "defaults to 'units'", "Default value is 'real'", "default: 10".
+_DEFAULT = re.compile(r"\bdefaults?(?:\s+(?:value|unit|method))?(?:\s+(?:is|to|of))?"
+                      r"\s*:?\s*('[^'\n]{1,80}'|\"[^\"\n]{1,80}\"|[^\s,;()]+)", re.I)
+
+
+def field_literals(text: str, limit: int = 6) -> dict[str, list[str]]:
+    """Per property name, the values the prompt's note on that property names: its default
+    (``default is km/h``) first, then the other single-quoted words of the note, in order;
+    at most ``limit`` each. Read from the typed template's lines (``"key"?: type // note``),
+    the default way a ``Generator`` shows a schema. A model filling an optional property
+    mostly writes the default its note gives ('cm', 'km/h', 'trapezoid' in BFCL calls),
+    which the request itself seldom names. Pure."""
+    out: dict[str, list[str]] = {}
+    for m in _FIELD_NOTE.finditer(text):
+        key, note = m.group(1), m.group(2)
+        found = []
+        for d in _DEFAULT.finditer(note):
+            value = d.group(1).strip("'\"").rstrip(".")
+            if value and any(ch.isalnum() for ch in value):
+                found.append(value)
+        found.extend(q.group(1) for q in _SINGLE.finditer(note))
+        values = list(dict.fromkeys(v.strip() for v in found if v.strip()))[:limit]
+        if values:
+            out.setdefault(key, values)
+    return out
+
+
+#: The property whose value starts at the end of the output (``"unit":"`` or ``"n": ``).
+_OPEN_VALUE = re.compile(rb'"([^"\\\n]{1,80})"\s*:\s*"?$')
+
+
 def _starts_sentence(text: str, i: int) -> bool:
     """Whether ``text[i:]`` starts a sentence or a line (only blanks after ``.!?:`` or a
     line break before it)."""
@@ -315,6 +349,8 @@ class DraftContext:
             loop when a draft head is in use).
         corpus: a :class:`~structspec.spec.corpus.TokenCorpus` for the ``corpus`` drafter,
             or ``None``.
+        field_literals: property name -> the values the prompt's note on it names
+            (:func:`field_literals`): tried first where that property's value starts.
     """
 
     constraint: Constraint
@@ -332,6 +368,7 @@ class DraftContext:
     draft_head: Any = None
     head_anchor: Any = None
     corpus: Any = None
+    field_literals: dict[str, list[str]] = field(default_factory=dict)
 
     def output_text(self, tail: int = 64) -> bytes:
         """The last ``tail`` tokens of the committed output, as bytes."""
@@ -570,7 +607,9 @@ class LookupDrafter:
 
 
 class ValuesDrafter:
-    """Literals of the request that fit the constraint here, tokenized in context."""
+    """Literals of the request that fit the constraint here, tokenized in context; where a
+    property's value starts, the values the prompt's note on that property names first
+    (``ctx.field_literals``)."""
 
     name = "values"
 
@@ -588,7 +627,12 @@ class ValuesDrafter:
         spaced = bool(prev) and (prev[-1:].isalnum() or prev[-1:] in (b",", b".", b")"))
         text_slot = tail.endswith((b'":"', b'": "'))  # a JSON string value starts here
         written = tail.decode("utf-8", errors="replace")
-        for literal in rank_literals(ctx.literals, written, text_first=text_slot):
+        ranked = rank_literals(ctx.literals, written, text_first=text_slot)
+        key = _OPEN_VALUE.search(tail[-96:]) if ctx.field_literals else None
+        if key is not None:  # this property's own values (its default) first
+            own = ctx.field_literals.get(key.group(1).decode("utf-8", errors="replace"), [])
+            ranked = list(dict.fromkeys([*own, *ranked]))
+        for literal in ranked:
             if opened >= max_branches:
                 break
             raw = (b" " if spaced else b"") + literal.encode("utf-8")
