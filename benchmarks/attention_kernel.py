@@ -26,7 +26,6 @@ Two parts:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -39,6 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
@@ -65,12 +65,9 @@ def build_old(rev: str, out_dir: Path):
                     f"-I{sysconfig.get_paths()['include']}", f"-I{numpy.get_include()}",
                     f"-I{ROOT / 'structspec' / '_native'}", str(src), "-o", str(target)],
                    check=True)
-    spec = importlib.util.spec_from_file_location("attend", target)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load {target}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from kernel_ab import _load  # beside this script
+
+    return _load(target, "attend")
 
 
 def _modes(kernel) -> list[int]:

@@ -55,8 +55,9 @@ HEAD = (576, 49152)
 SOURCE = "structspec/_native/smallgemm.c"
 
 
-def _load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("smallgemm", path)
+def _load(path: Path, name: str = "smallgemm") -> ModuleType:
+    """The extension module ``name`` built at ``path`` (beside the installed one)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
