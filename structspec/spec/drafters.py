@@ -271,7 +271,7 @@ def field_literals(text: str, limit: int = 6) -> dict[str, list[str]]:
         found = []
         for d in _DEFAULT.finditer(note):
             value = d.group(1).strip("'\"").rstrip(".")
-            if value and any(ch.isalnum() for ch in value):
+            if any(ch.isalnum() for ch in value) and value.lower() not in _NOT_VALUES:
                 found.append(value)
         found.extend(q.group(1) for q in _SINGLE.finditer(note))
         values = list(dict.fromkeys(v.strip() for v in found if v.strip()))[:limit]
@@ -280,6 +280,8 @@ def field_literals(text: str, limit: int = 6) -> dict[str, list[str]]:
     return out
 
 
+#: Words after "default" that start a phrase, not a value ("defaults to the current date").
+_NOT_VALUES = frozenset({"the", "a", "an", "is", "to", "if", "when", "not", "it", "this"})
 #: The property whose value starts at the end of the output (``"unit":"`` or ``"n": ``).
 _OPEN_VALUE = re.compile(rb'"([^"\\\n]{1,80})"\s*:\s*"?$')
 
