@@ -240,10 +240,10 @@ __attribute__((target("avx2,fma"))) static void transpose_keys(const float *k, P
 }
 
 /* Register tiles. The loops above keep one pair's accumulators in registers and reload the
- * keys (values) for every pair: 20 GMAC/s on the default model's shapes (9 query heads over
- * 3 key heads, 64 dims, ~460 keys), about a third of the FMA units' rate, and a third of a
- * 32-node tree pass at that context. The tiles below load each key (value) vector once for
- * NR pairs and keep NR x 4 accumulators in registers. Every element still sees the same
+ * keys (values) for every pair (with the scalar key transpose and mask loops of session 22:
+ * 20 GMAC/s on the default model's shapes — 9 query heads over 3 key heads, 64 dims, ~460
+ * keys — about a third of the FMA units' rate). The tiles below load each key (value)
+ * vector once for NR pairs and keep NR x 4 accumulators in registers. Every element still sees the same
  * operations in the same order as in the loops above, so the results are bitwise theirs:
  *   scores: acc = fma(q[t], k_j[t], acc) for t = 0..d-1 from 0, then acc * scale;
  *   sums:   o[t] = fma(p_j, v_j[t], o[t]) for the keys a pair sees, in order. A key masked
