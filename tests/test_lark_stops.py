@@ -349,15 +349,22 @@ _LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tok
            tokenize.ENDMARKER}
 
 
-def _code_around(src: str, cut: int) -> tuple[int, int, list[int], list[int]]:
+def _code_around(src: str, cut: int) -> tuple[int, int, list[int], list[int]] | None:
     """The end of the last code token before ``cut``, the start of the first one at or
     after it (comments, newlines and indentation are layout), where logical lines end
     (NEWLINE tokens) and where other lines end (NL tokens: blank and comment lines,
     newlines inside brackets). An explicit line join (``\\`` + newline) has no token:
-    it makes two physical lines one."""
+    it makes two physical lines one. ``None`` where the ``tokenize`` module refuses a
+    source the compiler took: before Python 3.12 it is a separate tokenizer, which reads
+    some indentation written with form feeds and line joins otherwise (a CI run found one
+    that ``ast.parse`` accepts and ``tokenize`` calls an unindent to no outer level)."""
     lo, hi = 0, len(src)
     newlines, nls = [], []
-    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(src).readline))
+    except (IndentationError, tokenize.TokenError):
+        return None
+    for tok in tokens:
         start = _offset(src, *tok.start)
         if tok.type == tokenize.NEWLINE:
             newlines.append(start)
@@ -428,7 +435,10 @@ def test_python_statement_walks_end_at_statement_boundaries(piece_vocabs, case, 
         for i in path:
             body = body[i].body
         cut = len(prefix + mid)
-        lo, hi, newlines, nls = _code_around(src, cut)
+        around = _code_around(src, cut)
+        if around is None:
+            return
+        lo, hi, newlines, nls = around
         broke = any(lo <= x < hi for x in newlines + nls)  # C and S meet at a line end
         assert not _straddles(body, src, lo, hi, len(prefix), broke), repr((prefix, mid, suffix))
         if view.allowed(s).ids().tolist() == [EOS]:
@@ -456,7 +466,10 @@ def test_python_block_walks_close_the_block_at_the_end(piece_vocabs, data):
                 return
             func = tree.body[0]
             assert isinstance(func, ast.FunctionDef)  # the completion stayed in the block
-            lo, hi, _, _ = _code_around(src, len(prefix + mid))
+            around = _code_around(src, len(prefix + mid))
+            if around is None:
+                return
+            lo, hi, _, _ = around
             assert lo <= _offset(src, func.end_lineno, func.end_col_offset) <= hi, repr(mid)
 
 
