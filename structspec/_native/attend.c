@@ -258,14 +258,17 @@ __attribute__((target("avx2,fma"))) static void transpose_keys(const float *k, P
 #define SC_ROWS(F) F(0) F(1) F(2) F(3) F(4) F(5)
 #define SC_DECL(r) __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0, \
                           a##r##3 = a##r##0;
-#define SC_FMA4(r)                                                                         \
-    if (NR > r) {                                                                          \
-        __m256 qv = _mm256_broadcast_ss(qr[r] + t);                                        \
-        a##r##0 = _mm256_fmadd_ps(qv, k0, a##r##0);                                        \
-        a##r##1 = _mm256_fmadd_ps(qv, k1, a##r##1);                                        \
-        a##r##2 = _mm256_fmadd_ps(qv, k2, a##r##2);                                        \
-        a##r##3 = _mm256_fmadd_ps(qv, k3, a##r##3);                                        \
+/* A##r##0..3 += *SRC * V0..V3 (one broadcast, four FMAs): a score tile's row against
+ * four key blocks, a weighted-sum tile's row against 32 dims of a value. */
+#define BCAST_FMA4(A, r, SRC, V)                                                           \
+    {                                                                                      \
+        __m256 s_ = _mm256_broadcast_ss(SRC);                                              \
+        A##r##0 = _mm256_fmadd_ps(s_, V##0, A##r##0);                                      \
+        A##r##1 = _mm256_fmadd_ps(s_, V##1, A##r##1);                                      \
+        A##r##2 = _mm256_fmadd_ps(s_, V##2, A##r##2);                                      \
+        A##r##3 = _mm256_fmadd_ps(s_, V##3, A##r##3);                                      \
     }
+#define SC_FMA4(r) if (NR > r) BCAST_FMA4(a, r, qr[r] + t, k)
 #define SC_STORE4(r)                                                                       \
     if (NR > r) {                                                                          \
         float *o = sr[r] + b * KB;                                                         \
@@ -318,22 +321,8 @@ __attribute__((target("avx2,fma"))) static void transpose_keys(const float *k, P
         o##r##2 = _mm256_loadu_ps(a + 16), o##r##3 = _mm256_loadu_ps(a + 24);             \
     }
 #define WS_BIT(r) | (NR > r && pr[r][j] != 0.0f ? 1u << (r) : 0u)
-#define WS_FMA_IF(r)                                                                       \
-    if (NR > r && (seen >> (r) & 1u)) {                                                    \
-        __m256 pv = _mm256_broadcast_ss(pr[r] + j);                                        \
-        o##r##0 = _mm256_fmadd_ps(pv, v0, o##r##0);                                        \
-        o##r##1 = _mm256_fmadd_ps(pv, v1, o##r##1);                                        \
-        o##r##2 = _mm256_fmadd_ps(pv, v2, o##r##2);                                        \
-        o##r##3 = _mm256_fmadd_ps(pv, v3, o##r##3);                                        \
-    }
-#define WS_FMA(r)                                                                          \
-    if (NR > r) {                                                                          \
-        __m256 pv = _mm256_broadcast_ss(pr[r] + j);                                        \
-        o##r##0 = _mm256_fmadd_ps(pv, v0, o##r##0);                                        \
-        o##r##1 = _mm256_fmadd_ps(pv, v1, o##r##1);                                        \
-        o##r##2 = _mm256_fmadd_ps(pv, v2, o##r##2);                                        \
-        o##r##3 = _mm256_fmadd_ps(pv, v3, o##r##3);                                        \
-    }
+#define WS_FMA_IF(r) if (NR > r && (seen >> (r) & 1u)) BCAST_FMA4(o, r, pr[r] + j, v)
+#define WS_FMA(r) if (NR > r) BCAST_FMA4(o, r, pr[r] + j, v)
 #define WS_STORE(r)                                                                        \
     if (NR > r) {                                                                          \
         float *a = acc[r] + t0;                                                            \
@@ -383,21 +372,6 @@ static const scores_fn SC_WIDE[SC_MAXR + 1] = {NULL, scw_1, scw_2, scw_3, scw_4,
 static const scores_fn SC_NARROW[SC_MAXR + 1] = {NULL, scn_1, scn_2, scn_3, NULL, NULL, NULL};
 static const wsum_fn WS_WIDE[SC_MAXR + 1] = {NULL, wsw_1, wsw_2, wsw_3, wsw_4, wsw_5, wsw_6};
 static const wsum_fn WS_NARROW[SC_MAXR + 1] = {NULL, wsn_1, wsn_2, wsn_3, NULL, NULL, NULL};
-
-/* Which loops run: 2 = the register tiles with AVX-512VL's registers, 1 = with AVX2's,
- * 0 = the one-pair loops (scores8 / weighted_sum). All give bitwise the same results
- * (tests/test_attention_exact.py); set_tiles() switches, for those tests and A/B runs. */
-static int tiles_mode = -1;
-
-static int cpu_wide(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
-}
-
-static int tiles(void) {
-    if (tiles_mode < 0) tiles_mode = cpu_wide() ? 2 : 1;
-    return tiles_mode;
-}
 
 /* A tile of up to TILE (head, row) pairs sharing key head kh: scores chunk by chunk of
  * CHUNK keys (a chunk of keys stays in L1 while every pair of the tile reads it), the
@@ -484,6 +458,25 @@ __attribute__((target("avx2,fma"))) static void attend_tile(
 }
 #endif
 
+/* Which loops run: 2 = the register tiles with AVX-512VL's registers, 1 = with AVX2's,
+ * 0 = the one-pair loops (scores8 / weighted_sum). All give bitwise the same results
+ * (tests/test_attention_exact.py); set_tiles() switches, for those tests and A/B runs. */
+static int tiles_mode = -1;
+
+static int cpu_wide(void) {
+#if AT_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+#else
+    return 0;
+#endif
+}
+
+static int tiles(void) {
+    if (tiles_mode < 0) tiles_mode = cpu_wide() ? 2 : 1;
+    return tiles_mode;
+}
+
 static int cpu_ok(void) {
 #if AT_X86
     __builtin_cpu_init();
@@ -512,6 +505,12 @@ static PyObject *at_set_tiles(PyObject *self, PyObject *args) {
     int before = tiles();
     tiles_mode = mode;
     return PyLong_FromLong(before);
+}
+
+static PyObject *at_max_tiles(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(cpu_wide() ? 2 : 1);
 }
 
 static PyObject *at_tiles(PyObject *self, PyObject *args) {
@@ -595,6 +594,8 @@ static PyObject *at_attend(PyObject *self, PyObject *args) {
 static PyMethodDef METHODS[] = {
     {"available", at_available, METH_NOARGS,
      "available(): whether this CPU runs the kernel (AVX2 + FMA)."},
+    {"max_tiles", at_max_tiles, METH_NOARGS,
+     "max_tiles(): the widest loops this CPU runs (2 with AVX-512VL, else 1)."},
     {"tiles", at_tiles, METH_NOARGS,
      "tiles(): which loops run: 0 one pair at a time, 1 AVX2 register tiles, 2 AVX-512VL."},
     {"set_tiles", at_set_tiles, METH_VARARGS,
