@@ -365,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         curve = (device_cost_curve(gen.loaded.model) if args.cached_curve
                  else measure_cost_curve(gen.loaded.model, budget_seconds=3.0))
         curve_s = time.perf_counter() - t0
-        print(f"cost curve (ms) {curve.as_dict()['ms']} "
+        shown = curve.as_dict()
+        print(f"cost curve (ms) {shown['ms']} on {curve.context} cached tokens, "
+              f"+us per cached token {shown.get('us_per_cached_token')} "
               f"{'cached' if args.cached_curve else 'measured'} in {curve_s:.2f} s")
     spec_cfg = SpecConfig(max_nodes=args.max_nodes,
                           drafters=tuple(d for d in args.drafters.split(",") if d),

@@ -56,6 +56,43 @@ def test_cost_curve_interpolates_and_validates():
         CostCurve((2, 1), (1.0, 1.0))
     with pytest.raises(ValueError):
         CostCurve((1,), (0.0,))
+    with pytest.raises(ValueError):
+        CostCurve((1,), (1.0,), per_token=(-1.0, 0.0))
+
+
+def test_cost_curve_at_a_longer_context_adds_its_per_token_rates():
+    c = CostCurve((1, 8), (1.0, 2.0), context=32, per_token=(0.001, 0.0005))
+    assert c.at(32) is c and c.at(8) is c  # shorter contexts: as measured
+    longer = c.at(132)
+    assert longer.seconds == pytest.approx((1.0 + 100 * 0.0015, 2.0 + 100 * 0.005))
+    assert longer.context == 132 and longer.per_token == c.per_token
+    assert longer.at(132) is longer and longer.at(232).seconds == pytest.approx(
+        c.at(232).seconds)
+    d = c.as_dict()
+    assert d["context"] == 32 and d["us_per_cached_token"] == {"pass": 1000.0, "node": 500.0}
+
+
+def test_line_fit_keeps_both_rates_non_negative():
+    from structspec.spec.cost import _line_fit
+
+    assert _line_fit([(1, 3.0), (2, 5.0), (4, 9.0)]) == pytest.approx((1.0, 2.0))
+    assert _line_fit([(1, 5.0), (2, 4.0), (4, 3.0)]) == pytest.approx((4.0, 0.0))  # falling
+    assert _line_fit([(1, 0.5), (2, 2.0), (4, 5.0)])[0] == 0.0  # through the origin
+    assert _line_fit([]) == (0.0, 0.0) and _line_fit([(3, 1.0)]) == (1.0, 0.0)
+
+
+def test_plans_on_a_long_context_keep_fewer_nodes():
+    """The same tree and statistics: priced on a long cache (each node attends to more
+    keys), the plan keeps fewer speculative nodes."""
+    curve = CostCurve.from_relative({1: 1.0, 4: 1.05, 8: 1.2, 16: 1.6}, t1=0.02)
+    curve = CostCurve(curve.sizes, curve.seconds, context=32, per_token=(0.0, 2e-6))
+    tree = _tree(list(range(-1, 15)), ["lookup"] * 15)
+    kept = {}
+    for context in (0, 400, 4000):
+        s = Scheduler(16, 8, curve=curve, acceptance=AcceptanceModel(prior=0.8))
+        kept[context] = len(s.plan(tree, 0, context=context)) - 1
+    assert kept[0] == kept[400 - 400] and kept[0] > kept[4000] >= 0
+    assert kept[400] <= kept[0]
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -303,8 +340,8 @@ def test_measured_curve_is_the_median_shape_of_its_rounds(monkeypatch, tiny_mode
 
     shape = {1: 1.0, 2: 1.1, 4: 1.3, 8: 1.8}
     factors = [1.0, 1.3, 1.1, 1.2]  # the machine's speed, round by round
-    script = [0.5, 0.5] + [0.01 * shape[q] * f for f in factors for q in shape]
-    script[2 + 3] *= 2  # a stall: the first round's 8-node pass
+    script = [0.5, 0.5, 0.5] + [0.01 * shape[q] * f for f in factors for q in shape]
+    script[3 + 3] *= 2  # a stall: the first round's 8-node pass
     now = [0.0]
     calls = iter(script)
 
@@ -320,9 +357,49 @@ def test_measured_curve_is_the_median_shape_of_its_rounds(monkeypatch, tiny_mode
     monkeypatch.setattr(cost, "rollback", lambda cache, past_len: None)
     monkeypatch.setattr(cost, "time", Clock)
     curve = measure_cost_curve(tiny_model.model, sizes=(1, 2, 4, 8), prefix_len=4,
-                               repeats=4, max_repeats=4, budget_seconds=100.0)
+                               long_prefix=None, repeats=4, max_repeats=4,
+                               budget_seconds=100.0)
     assert curve.seconds[0] == pytest.approx(0.01)  # the fastest 1-node pass
     assert curve.relative() == pytest.approx(shape)
+    assert curve.per_token == (0.0, 0.0) and curve.at(10_000) is curve
+
+
+def test_measured_curve_prices_the_cached_context(monkeypatch, tiny_model):
+    """The per-token rates come from the same sizes on a second, longer cache: a scripted
+    clock whose passes cost ``t(q) + context * (a + b * q)`` gives back ``a`` and ``b``, and
+    the curve at another context predicts the script's time there."""
+    from structspec.spec import cost
+
+    a, b = 2e-5, 4e-6
+    now = [0.0]
+    seen = set()
+
+    def fake_verify(model, cache, tree, past_len, prefix=None):
+        q = len(tree)  # a chain of q nodes, the first in the root's place
+        seen.add(past_len)
+        now[0] += 0.01 + 0.002 * q + past_len * (a + b * q)
+
+    class Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            return now[0]
+
+    monkeypatch.setattr(cost, "verify_tree", fake_verify)
+    monkeypatch.setattr(cost, "rollback", lambda cache, past_len: None)
+    monkeypatch.setattr(cost, "time", Clock)
+    curve = measure_cost_curve(tiny_model.model, sizes=(1, 2, 4, 8, 12), prefix_len=16,
+                               long_prefix=200, repeats=2, max_repeats=2,
+                               budget_seconds=100.0)
+    assert seen == {16, 200}
+    assert curve.context == 16
+    assert curve.per_token == pytest.approx((a, b))
+    at = curve.at(500)
+    for q in (1, 4, 12):
+        assert at(q) == pytest.approx(0.01 + 0.002 * q + 500 * (a + b * q))
+    # Too short a second context to tell a rate from noise: none is measured.
+    short = measure_cost_curve(tiny_model.model, sizes=(1, 2), prefix_len=16, long_prefix=20,
+                               repeats=1, max_repeats=1)
+    assert short.per_token == (0.0, 0.0) and short.context == 0
 
 
 def test_measured_curves_are_kept_on_disk(monkeypatch, tmp_path, tiny_model):

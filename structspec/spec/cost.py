@@ -2,8 +2,10 @@
 device against the running acceptance of each drafter at each depth.
 
 - :class:`CostCurve`: seconds of one verification pass vs the number of tree nodes, measured
-  once per model and device at start-up (:func:`device_cost_curve`, cached in-process; a
-  handful of passes on a short prefix, ~1 s on the default model on CPU) or injected.
+  once per model and device at start-up (:func:`device_cost_curve`, cached in-process and
+  on disk; a few rounds of passes on a short and on a long prefix, ~2-3 s on the default
+  model on CPU) or injected; what each cached token adds is part of it, so a plan is priced
+  for the request's context.
 - :class:`AcceptanceModel`: for every drafter and depth below the frontier (the end of the
   forced chain), and for the forced chain, the running rate at which a node is accepted
   *given that its parent was*; exponentially decayed counts with a prior that falls back on
@@ -31,7 +33,7 @@ import statistics
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -49,10 +51,21 @@ class CostCurve:
 
     Piecewise linear between measured sizes; flat below the first; extended with the last
     segment's slope above the last. Immutable and thread-safe.
+
+    A pass also costs more the more tokens it attends to: the times are for passes on
+    ``context`` cached tokens, and ``per_token`` — ``(a, b)``, measured at a second,
+    longer context (:func:`measure_cost_curve`) — says what each further cached token adds
+    to a pass of ``q`` nodes: ``a + b * q`` seconds (per pass: the cache's copy and the
+    per-layer work on it; per node: its attention). :meth:`at` gives the curve for another
+    context. On this project's CPU (default model, one thread), 16 nodes cost 1.45x one
+    node on 32 cached tokens and 1.7-1.8x on 512: a curve measured on a short prefix alone
+    made trees on long prompts (the BFCL calls' ~400 tokens) too large.
     """
 
     sizes: tuple[int, ...]
     seconds: tuple[float, ...]
+    context: int = 0
+    per_token: tuple[float, float] = (0.0, 0.0)
 
     def __post_init__(self) -> None:
         if not self.sizes or len(self.sizes) != len(self.seconds):
@@ -61,6 +74,9 @@ class CostCurve:
             raise ValueError(f"sizes must be ascending, got {self.sizes}")
         if any(s <= 0 for s in self.seconds):
             raise ValueError("pass times must be positive")
+        if self.context < 0 or len(self.per_token) != 2 or min(self.per_token) < 0:
+            raise ValueError(f"context must be >= 0 and per_token two non-negative rates, got "
+                             f"{self.context!r}, {self.per_token!r}")
 
     @classmethod
     def from_relative(cls, relative: dict[int, float], t1: float = 1.0) -> CostCurve:
@@ -79,6 +95,18 @@ class CostCurve:
         a, b = s[i - 1], s[i]
         return t[i - 1] + (t[i] - t[i - 1]) * (q - a) / (b - a)
 
+    def at(self, context: int) -> CostCurve:
+        """This curve for passes on ``context`` cached tokens (itself where it has no
+        per-token rates or was measured there). Shorter contexts than the measured one get
+        the measured times: what the rates would take off is within the noise. Pure."""
+        a, b = self.per_token
+        extra = context - self.context
+        if extra <= 0 or (a == 0 and b == 0):
+            return self
+        return replace(self, seconds=tuple(t + extra * (a + b * q)
+                                           for q, t in zip(self.sizes, self.seconds,
+                                                           strict=True)), context=context)
+
     def relative(self) -> dict[int, float]:
         """``{q: time(q) / time(1)}`` at the measured sizes."""
         t1 = self(1)
@@ -86,9 +114,14 @@ class CostCurve:
 
     def as_dict(self) -> dict[str, Any]:
         """For JSON output: milliseconds and relative costs per size."""
-        return {"ms": {q: round(1000 * t, 3) for q, t in zip(self.sizes, self.seconds,
-                                                              strict=True)},
-                "relative": self.relative()}
+        out: dict[str, Any] = {
+            "ms": {q: round(1000 * t, 3) for q, t in zip(self.sizes, self.seconds, strict=True)},
+            "relative": self.relative()}
+        if self.per_token != (0.0, 0.0):
+            out.update(context=self.context,
+                       us_per_cached_token={"pass": round(1e6 * self.per_token[0], 4),
+                                            "node": round(1e6 * self.per_token[1], 4)})
+        return out
 
 
 def free_nodes(curve: CostCurve, tolerance: float = 0.05) -> int:
@@ -127,20 +160,26 @@ def curve_sizes(steps: Sequence[tuple[int, int]] | None, top: int = 32) -> tuple
 
 @torch.inference_mode()
 def measure_cost_curve(model: Any, *, sizes: Sequence[int] | None = None,
-                       prefix_len: int = 32, repeats: int = 2, max_repeats: int = 6,
-                       budget_seconds: float = 1.5) -> CostCurve:
+                       prefix_len: int = 32, long_prefix: int | None = 384,
+                       repeats: int = 2, max_repeats: int = 6,
+                       budget_seconds: float = 3.0) -> CostCurve:
     """Time verification passes of ``q`` nodes (a chain) on a ``prefix_len``-token cache,
-    at ``sizes`` (``None``: :func:`curve_sizes` for the steps of ``model``'s kernel).
+    at ``sizes`` (``None``: :func:`curve_sizes` for the steps of ``model``'s kernel), and on
+    a ``long_prefix``-token cache at :data:`DEFAULT_SIZES` (``None``: not; clipped to the
+    model's positions), which gives the curve's per-token rates (:class:`CostCurve`).
 
-    A warm-up pass of one node and of two (the tree-mask path), then rounds over all sizes:
+    A warm-up round (one node, two — the tree-mask path — and the largest size, on each
+    cache; the first passes of a process ran slower), then rounds over all sizes:
     at least ``repeats``, more while the whole measurement stays within ``budget_seconds``
     (at most ``max_repeats``). What the plan reads is the curve's shape, so each size's
-    cost is its time relative to the 1-node pass *of the same round* (passes moments apart
-    share the machine's conditions), the median over rounds, times the fastest 1-node pass:
-    on a shared CPU the fastest time per size, taken separately, mixed the luck of different
-    rounds (16 nodes at 1.66-1.96x one node over four measurements on the default model,
-    1.84-1.86x by the median of ratios). No size costs less than one node, nor more than a
-    larger size. Token ids are arbitrary (cost does not depend on them). Does not change
+    cost is its time relative to the short 1-node pass *of the same round* (passes moments
+    apart share the machine's conditions), the median over rounds, times the fastest 1-node
+    pass: on a shared CPU the fastest time per size, taken separately, mixed the luck of
+    different rounds (16 nodes at 1.66-1.96x one node over four measurements on the default
+    model, 1.84-1.86x by the median of ratios). No size costs less than one node, nor more
+    than a larger size. The per-token rates ``(a, b)`` are the least-squares line
+    ``a + b * q`` (both non-negative) through the long-minus-short differences, per cached
+    token. Token ids are arbitrary (cost does not depend on them). Does not change
     ``model``.
     """
     from transformers import DynamicCache
@@ -150,25 +189,38 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] | None = None,
     if sizes is None:
         sizes = curve_sizes(cost_steps(model))
     device = model.device
-    vocab = int(getattr(model.config, "vocab_size", 1000) or 1000)
-    ids = [(17 + 31 * i) % vocab for i in range(prefix_len + max(sizes))]
-    cache = DynamicCache(config=model.config)
-    model(input_ids=torch.tensor([ids[:prefix_len]], device=device), cache=cache,
-          use_cache=True, logits_to_keep=1)
+    config = getattr(model, "config", None)
+    vocab = int(getattr(config, "vocab_size", 1000) or 1000)
+    positions = int(getattr(config, "max_position_embeddings", 0) or 0)
+    long_sizes = tuple(q for q in DEFAULT_SIZES if q <= max(sizes)) or tuple(sizes)
+    if long_prefix is not None and positions:
+        long_prefix = min(long_prefix, positions - max(sizes) - 1)
+    if long_prefix is not None and long_prefix < 2 * prefix_len:
+        long_prefix = None  # too close to the short prefix to tell a rate from noise
+    contexts = [prefix_len] if long_prefix is None else [prefix_len, long_prefix]
+    ids = [(17 + 31 * i) % vocab for i in range(max(contexts) + max(sizes))]
+    caches = {}
+    for ctx in contexts:
+        caches[ctx] = DynamicCache(config=config)
+        model(input_ids=torch.tensor([ids[:ctx]], device=device), cache=caches[ctx],
+              use_cache=True, logits_to_keep=1)
     first = min(sizes)
-    rounds: list[dict[int, float]] = []
+    rounds: list[dict[tuple[int, int], float]] = []
     start = time.perf_counter()
     round_ = 0
     while True:
-        times: dict[int, float] = {}
-        for q in (1, 2) if round_ == 0 else sizes:
-            tree: DraftTree = chain(ids[prefix_len:prefix_len + q], [None] * q)
-            _sync(device)
-            t0 = time.perf_counter()
-            verify_tree(model, cache, tree, prefix_len)
-            _sync(device)
-            times[q] = time.perf_counter() - t0
-            rollback(cache, prefix_len)
+        times: dict[tuple[int, int], float] = {}
+        for ctx in contexts:
+            at = ((1, 2, max(sizes)) if round_ == 0
+                  else sizes if ctx == prefix_len else long_sizes)
+            for q in at:
+                tree: DraftTree = chain(ids[ctx:ctx + q], [None] * q)
+                _sync(device)
+                t0 = time.perf_counter()
+                verify_tree(model, caches[ctx], tree, ctx)
+                _sync(device)
+                times[ctx, q] = time.perf_counter() - t0
+                rollback(caches[ctx], ctx)
         if round_:
             rounds.append(times)
         round_ += 1
@@ -176,13 +228,43 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] | None = None,
         if round_ > repeats and (round_ > max_repeats
                                  or spent * (round_ + 1) / round_ > budget_seconds):
             break
-    base = min(r[first] for r in rounds)
-    seconds = [base * max(1.0, statistics.median(r[q] / r[first] for r in rounds))
-               for q in sizes]
+    base = min(r[prefix_len, first] for r in rounds)
+
+    def median_time(ctx: int, q: int) -> float:
+        return base * statistics.median(r[ctx, q] / r[prefix_len, first] for r in rounds)
+
+    raw = [median_time(prefix_len, q) for q in sizes]
+    seconds = [max(base, t) for t in raw]
     # Fewer nodes never cost more: an outlier is capped by the larger sizes.
     for i in range(len(seconds) - 2, -1, -1):
         seconds[i] = min(seconds[i], seconds[i + 1])
-    return CostCurve(tuple(sizes), tuple(seconds))
+    rates = (0.0, 0.0)
+    if long_prefix is not None:
+        short = dict(zip(sizes, raw, strict=True))
+        points = [(q, (median_time(long_prefix, q) - short[q]) / (long_prefix - prefix_len))
+                  for q in long_sizes if q in short]
+        rates = _line_fit(points)
+    return CostCurve(tuple(sizes), tuple(seconds), context=prefix_len if long_prefix else 0,
+                     per_token=rates)
+
+
+def _line_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """``(a, b)``, both non-negative, minimizing the squared error of ``a + b * x`` over
+    ``points`` ``(x, y)``. Pure."""
+    if not points:
+        return 0.0, 0.0
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    b = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx > 0 else 0.0
+    a = my - b * mx
+    if b < 0:  # no growth with the size: a constant
+        return max(0.0, my), 0.0
+    if a < 0:  # through the origin
+        sx2 = sum(x * x for x, _ in points)
+        return 0.0, max(0.0, sum(x * y for x, y in points) / sx2) if sx2 > 0 else 0.0
+    return a, b
 
 
 _CURVES: weakref.WeakKeyDictionary[Any, dict[tuple, CostCurve]] = weakref.WeakKeyDictionary()
@@ -214,8 +296,9 @@ def device_cost_curve(model: Any) -> CostCurve:
 #: Bumped when :func:`measure_cost_curve` measures differently: curves cached on disk by an
 #: older method are measured again. 2: medians of per-round ratios (session 14); 3: sizes
 #: either side of the kernel's row blocks (:func:`curve_sizes`, session 15); 4: and 8, 16;
-#: 5: both ends of each flat stretch of the kernel's cost (session 16).
-CURVE_METHOD = 5
+#: 5: both ends of each flat stretch of the kernel's cost (session 16); 6: and the per-token
+#: rates from a second, longer context (session 24).
+CURVE_METHOD = 6
 
 #: A measured curve is reused from disk for this long (a new process, e.g. each CLI call,
 #: then skips the measurement, ~2-3 s on this CPU); after that it is measured again.
@@ -249,7 +332,9 @@ def _load_curve(disk_key: str) -> CostCurve | None:
     if entry is None or time.time() - float(entry.get("at", 0)) > CURVE_MAX_AGE_S:
         return None
     try:
-        return CostCurve(tuple(entry["sizes"]), tuple(entry["seconds"]))
+        return CostCurve(tuple(entry["sizes"]), tuple(entry["seconds"]),
+                         context=int(entry.get("context", 0)),
+                         per_token=tuple(entry.get("per_token", (0.0, 0.0))))
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -263,6 +348,7 @@ def _store_curve(disk_key: str, curve: CostCurve) -> None:
         if not isinstance(data, dict):
             data = {}
         data[disk_key] = {"sizes": list(curve.sizes), "seconds": list(curve.seconds),
+                          "context": curve.context, "per_token": list(curve.per_token),
                           "at": time.time()}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")

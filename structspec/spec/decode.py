@@ -530,7 +530,7 @@ def speculative_decode(
             first = stats.forward_passes == 0
             built, tree, frontier_depth = _draft(ctx, drafters, scheduler, gate, config, root,
                                                  state, eos, remaining=max_new_tokens - len(out),
-                                                 first=first)
+                                                 first=first, context=past_len + len(prefix))
             t1 = time.perf_counter()
             plan = (None if sparse is None  # (no mask computed here that costs much)
                     else sparse.plan([cheap_allowed(constraint, st) for st in tree.states]))
@@ -644,9 +644,11 @@ def _draft(
     ctx: DraftContext, drafters: list[Any], scheduler: Scheduler, gate: DrafterGate,
     config: SpecConfig,
     root: int, state: State, eos: frozenset[int], *, remaining: int, first: bool = False,
+    context: int = 0,
 ) -> tuple[DraftTree, DraftTree, int]:
-    """This step's tree as built and as planned (what is verified), and the depth of its
-    frontier (the end of the forced chain)."""
+    """This step's tree as built and as planned (what is verified, priced for a pass on
+    ``context`` cached tokens), and the depth of its frontier (the end of the forced
+    chain)."""
     if not config.enabled:
         builder = TreeBuilder(ctx.constraint, root, state, max_depth=0, max_nodes=0,
                               max_branches=0, eos_ids=eos)
@@ -664,7 +666,8 @@ def _draft(
     frontier = build_tree(ctx, builder, ordered, forced=config.forced, active=gate.active)
     frontier_depth = builder.depths[frontier]
     built = builder.freeze()
-    return built, scheduler.plan(built, frontier_depth, keep_all=first), frontier_depth
+    return (built, scheduler.plan(built, frontier_depth, keep_all=first, context=context),
+            frontier_depth)
 
 
 def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, built: DraftTree,

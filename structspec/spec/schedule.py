@@ -33,6 +33,9 @@ from structspec.spec.cost import (
 )
 from structspec.spec.tree import DraftTree
 
+#: Contexts are priced in steps of this many cached tokens (:meth:`Scheduler.plan`).
+CONTEXT_STEP = 32
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -90,6 +93,7 @@ class Scheduler:
         self._steps_at_none = 0
         self.curve = curve
         self._floor = node_floor(curve) if curve is not None else 0.0
+        self._at: dict[int, tuple[CostCurve, float]] = {}
         self.acceptance = acceptance if acceptance is not None else AcceptanceModel()
         self.memory_probe = memory_probe
         self.memory_threshold = memory_threshold
@@ -120,24 +124,38 @@ class Scheduler:
         self.history.append(nodes)
         return Budget(nodes, branches)
 
-    def plan(self, tree: DraftTree, frontier_depth: int, *, keep_all: bool = False) -> DraftTree:
+    def plan(self, tree: DraftTree, frontier_depth: int, *, keep_all: bool = False,
+             context: int = 0) -> DraftTree:
         """The part of ``tree`` worth verifying: without a cost curve (or with ``keep_all``,
         e.g. for the pass that also prefills the prompt, whose cost the curve does not
         describe), all of it; with one, the speculative nodes that maximize expected tokens
-        per second (the root and the forced chain are always kept). Pure apart from
-        recording the choice."""
+        per second on ``context`` cached tokens (:meth:`CostCurve.at`; the root and the
+        forced chain are always kept). Pure apart from recording the choice."""
         depths = speculative_depths(tree, frontier_depth)
         speculative = sum(1 for d in depths if d > 0)
         if self.curve is None or speculative == 0 or keep_all:
             self.planned.append(speculative)
             return tree
+        curve, floor = self._curve_at(context)
         probs = self.acceptance.node_probabilities(tree, frontier_depth)
-        plan = plan_tree(tree, frontier_depth, probs, self.curve, floor=self._floor)
+        plan = plan_tree(tree, frontier_depth, probs, curve, floor=floor)
         self.planned.append(plan.speculative_nodes)
         if plan.speculative_nodes == speculative:
             return tree
         base = [i for i in range(len(tree)) if depths[i] == 0]
         return tree.subtree([*base, *plan.keep])
+
+    def _curve_at(self, context: int) -> tuple[CostCurve, float]:
+        """The curve and node floor for ``context`` cached tokens, rounded up to a multiple
+        of :data:`CONTEXT_STEP` (memoized: a decode's context grows a few tokens a step)."""
+        assert self.curve is not None
+        key = -(-max(0, context) // CONTEXT_STEP) * CONTEXT_STEP
+        hit = self._at.get(key)
+        if hit is None:
+            curve = self.curve.at(key)
+            hit = self._at[key] = (curve, node_floor(curve) if curve is not self.curve
+                                   else self._floor)
+        return hit
 
     def record_tree(self, tree: DraftTree, path: tuple[int, ...], frontier_depth: int) -> None:
         """Report one verified tree and its accepted path (root first): feeds the acceptance
