@@ -40,6 +40,7 @@ Drafters are deterministic functions of the context, which is what lossless samp
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -152,6 +153,11 @@ class NgramIndex:
         if not 1 <= n <= self.max_n:
             return ()
         return self._ends[n].get(tuple(ngram), ())
+
+    def unigram_ends(self) -> dict[tuple[int, ...], list[int]]:
+        """``{(token,): positions just after each occurrence, ascending}`` — :meth:`ends`
+        for every single token at once (the live table: read, do not change)."""
+        return self._ends[1] if self.max_n >= 1 else {}
 
     def continuations(
         self, context: Sequence[int], length: int, *, min_n: int = 1, per_n: int = 4,
@@ -742,18 +748,35 @@ class ClosersDrafter:
         if not cands:
             return
         limit = int(ctx.options.get("closers_max", 3))
-        prompt_len = ctx.prompt_len
-
-        def score(t: int) -> tuple[bool, int, int]:
-            pos = ctx.history.ends((t,))
-            in_output = sum(1 for e in pos if e > prompt_len)
-            return (t in enders, in_output, len(pos))
-
-        for token in sorted(cands, key=score, reverse=True)[:limit]:
+        for token in _rank_closers(ctx, cands, enders)[:limit]:
             end = builder.add_branch(frontier, [token], self.name)
             if end is None:
                 break
             extend_forced(ctx, builder, end, max_tokens=int(ctx.options.get("closers_length", 4)))
+
+
+def _rank_closers(ctx: DraftContext, cands: Sequence[int], enders: frozenset[int]) -> list[int]:
+    """``cands`` best first: immediate enders, then by uses in this output, then in all
+    (prompt and output); ties in ``cands``' order. Pure.
+
+    Where any punctuation is allowed (free text, the inside of a JSON string) there are ~190
+    candidates at every step: a key function scanning each one's occurrences took a fifth of
+    the drafting time of a prose request; here tokens never seen rank last without a look."""
+    prompt_len = ctx.prompt_len
+    positions = ctx.history.unigram_ends().get
+    seen = []
+    unseen = []
+    for t in cands:
+        pos = positions((t,))  # ascending
+        if pos:
+            seen.append((t in enders, len(pos) - bisect.bisect_right(pos, prompt_len),
+                         len(pos), t))
+        elif t in enders:
+            seen.append((True, 0, 0, t))
+        else:
+            unseen.append(t)
+    seen.sort(key=lambda r: r[:3], reverse=True)  # stable: ties keep cands' order
+    return [r[3] for r in seen] + unseen
 
 
 def _immediate_enders(ctx: DraftContext, state: State, cands: Sequence[int]) -> frozenset[int]:
