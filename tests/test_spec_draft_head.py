@@ -168,6 +168,34 @@ def test_the_head_drafts_its_likeliest_paths_scored_within_the_room(tiny, width,
         assert scores == sorted(scores, reverse=True)
 
 
+@pytest.mark.parametrize("first", [0.0, 1.0])
+def test_an_unsure_head_still_offers_its_first_level(tiny, first):
+    """Below ``draft_head_min_prob`` the head expands nothing, but its first level (already
+    computed) is offered down to ``draft_head_first_min_prob``; the plan prices it."""
+    model, tok, vocab, constraints, head = tiny
+    c = constraints["free"]
+    root = tok.encode("x", add_special_tokens=False)[0]
+    ctx = DraftContext(constraint=c, vocab=vocab, canon=CanonicalTokenizer(tok, vocab),
+                       history=NgramIndex(3), prompt_len=1,
+                       options={"draft_head_topk": 3, "draft_head_min_prob": 1.0,
+                                "draft_head_first_min_prob": first})
+    ctx.history.extend([root])
+    ctx.draft_head = head
+    h = torch.randn(model.config.hidden_size, generator=torch.Generator().manual_seed(3))
+    ctx.head_anchor = (h, [root])
+    builder = TreeBuilder(c, root, c.advance(c.initial, root), max_depth=6, max_nodes=9,
+                          max_branches=8, eos_ids=frozenset(vocab.eos_token_ids))
+    DraftHeadDrafter().propose(ctx, builder, 0)
+    tree = builder.freeze()
+    if first == 1.0:
+        assert len(tree) == 1  # a random head is never sure
+    else:
+        assert len(tree) - 1 == 3 and set(tree.depths[1:]) == {1}
+        assert tree.sources[1:].count("draft_head") == 1
+    with pytest.raises(ValueError, match="draft_head_first_min_prob"):
+        SpecConfig(draft_head_first_min_prob=1.5)
+
+
 def test_a_head_file_loads_for_its_model_and_is_refused_by_another(tiny, tiny_model, tmp_path):
     model, tok, vocab, constraints, head = tiny
     path = tmp_path / "tiny.pt"

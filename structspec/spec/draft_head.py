@@ -300,8 +300,10 @@ class DraftHeadDrafter:
     tokens are added, as many as the tree has room for, each scored with the head's
     probability of it (the cost plan reads the scores: the head's probabilities track its
     acceptance closely). Paths whose probability falls below ``draft_head_min_prob`` are
-    not drafted. On held-out answers, at equal node counts, this accepts 5-18% more tokens
-    per pass than a greedy chain plus one side branch.
+    neither drafted nor expanded, except at the first level, whose guesses cost no further
+    head step: there the bound is ``draft_head_first_min_prob`` (default 0). On held-out
+    answers, at equal node counts, this accepts 5-18% more tokens per pass than a greedy
+    chain plus one side branch.
 
     The head's greedy chain is counted as ``draft_head``, the other nodes as
     ``draft_head_alt``. It stays silent when more than ``draft_head_max_feed`` tokens
@@ -324,6 +326,8 @@ class DraftHeadDrafter:
         branch_levels = int(opts.get("draft_head_branch_levels", 6))
         min_prob = float(opts.get("draft_head_min_prob", 0.15))
         min_logp = math.log(min_prob) if min_prob > 0 else -math.inf
+        first = float(opts.get("draft_head_first_min_prob", 0.0))
+        first_logp = math.log(first) if first > 0 else -math.inf
         max_depth = min(builder.room(frontier), int(opts.get("draft_head_max_depth", 6)))
         max_feed = int(opts.get("draft_head_max_feed", 8))
         chain = [frontier]
@@ -362,7 +366,8 @@ class DraftHeadDrafter:
                     if taken >= k:
                         break
                     cum = pcum + lp
-                    if not math.isfinite(lp) or cum < max(min_logp, floor):
+                    if not math.isfinite(lp) or cum < max(first_logp if level == 0
+                                                          else min_logp, floor):
                         break
                     tok = int(head.vocab[idx])
                     # EOS and tokens the constraint refuses are skipped (the builder would
@@ -375,7 +380,7 @@ class DraftHeadDrafter:
                     taken += 1
             if len(cands) >= room:
                 floor = sorted((c[0] for c in cands), reverse=True)[room - 1]
-            new = sorted((c for c in new if cands[c][0] >= floor),
+            new = sorted((c for c in new if cands[c][0] >= max(floor, min_logp)),
                          key=lambda c: -cands[c][0])[:width]
             if not new or level + 1 >= max_depth:
                 break
