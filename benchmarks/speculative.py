@@ -27,10 +27,11 @@ tokens per forward pass, acceptance per drafter and per depth, the scheduler's n
 (upper bound and what the cost plan kept), the time split, the device cost curve the plan
 used (measured at the start of the run, like the baseline it is compared with;
 ``--cached-curve`` takes a Generator's on-disk one, which may date from other load), and
-whether the outputs are identical. Beside them, what users would run instead on the same
-(packed) model, end to end per generated token: Hugging Face ``generate`` unconstrained
-(``speedup_vs_hf``) and, for JSON, with xgrammar's logits processor
-(``speedup_vs_hf_xgrammar``); ``--no-peers`` skips them.
+whether the outputs are identical. With ``--repeats R`` each task runs R times per mode,
+the modes alternating round by round, and each mode's fastest run counts. Beside them, what
+users would run instead on the same (packed) model, end to end per generated token: Hugging
+Face ``generate`` unconstrained (``speedup_vs_hf``) and, for JSON, with xgrammar's logits
+processor (``speedup_vs_hf_xgrammar``); ``--no-peers`` skips them.
 
     python benchmarks/speculative.py --task json [--data FILE] [--offset K] [--n 5]
         [--max-new-tokens 160] [--layout system|system-json|request]
@@ -403,15 +404,23 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for task in tasks:
         prefill = _prefill_seconds(gen.loaded.model, task["prompt_ids"], prefixes=base_pc)
-        b_runs = [_run(gen, task, base_cfg, args.max_new_tokens, None, base_pc)
-                  for _ in range(args.repeats)]
         # Every repeat starts from the acceptance statistics as they were before the task
         # (a repeat that had learned this very output's splits would be faster than any
-        # first run); the first run's statistics carry over to the next task.
+        # first run); the first run's statistics carry over to the next task. The modes
+        # alternate, each round in the other order: this machine's speed drifts by tens
+        # of percent over seconds, and three plain runs then three speculative ones put
+        # the two modes' best runs in different conditions (per-task ratios of the same
+        # trees moved 1.2-1.8x between runs).
         before = copy.deepcopy(shared)
-        s_runs = [_run(gen, task, spec_cfg, args.max_new_tokens,
-                       shared if r == 0 else copy.deepcopy(before), spec_pc)
-                  for r in range(args.repeats)]
+        b_runs, s_runs = [], []
+        for r in range(args.repeats):
+            for mode in (("base", "spec") if r % 2 == 0 else ("spec", "base")):
+                if mode == "base":
+                    b_runs.append(_run(gen, task, base_cfg, args.max_new_tokens, None,
+                                       base_pc))
+                else:
+                    s_runs.append(_run(gen, task, spec_cfg, args.max_new_tokens,
+                                       shared if r == 0 else copy.deepcopy(before), spec_pc))
         b_ids, b_stats, _, b_ok = b_runs[0]
         s_ids, s_stats, _, _ = s_runs[0]
         b_sec = min(r[2] for r in b_runs)  # the least disturbed run (shared machines)
