@@ -332,21 +332,15 @@ def test_auto_budgets_structured_vs_free_text(tiny):
     assert tag.stats.budgets[0] == 16 and free.stats.budgets[0] == 8
 
 
-def test_measured_curve_is_the_median_shape_of_its_rounds(monkeypatch, tiny_model):
-    """Each size's cost is its time relative to the same round's 1-node pass, the median over
-    rounds, times the fastest 1-node pass: a machine that slows down between rounds, or one
-    stall, does not bend the curve (a scripted clock stands in for the passes)."""
+def _scripted_passes(monkeypatch, seconds):
+    """Stand a scripted clock in for ``measure_cost_curve``'s passes: each pass advances it
+    by ``seconds(tree, past_len)``."""
     from structspec.spec import cost
 
-    shape = {1: 1.0, 2: 1.1, 4: 1.3, 8: 1.8}
-    factors = [1.0, 1.3, 1.1, 1.2]  # the machine's speed, round by round
-    script = [0.5, 0.5, 0.5] + [0.01 * shape[q] * f for f in factors for q in shape]
-    script[3 + 3] *= 2  # a stall: the first round's 8-node pass
     now = [0.0]
-    calls = iter(script)
 
     def fake_verify(model, cache, tree, past_len, prefix=None):
-        now[0] += next(calls)
+        now[0] += seconds(tree, past_len)
 
     class Clock:
         @staticmethod
@@ -356,6 +350,19 @@ def test_measured_curve_is_the_median_shape_of_its_rounds(monkeypatch, tiny_mode
     monkeypatch.setattr(cost, "verify_tree", fake_verify)
     monkeypatch.setattr(cost, "rollback", lambda cache, past_len: None)
     monkeypatch.setattr(cost, "time", Clock)
+
+
+def test_measured_curve_is_the_median_shape_of_its_rounds(monkeypatch, tiny_model):
+    """Each size's cost is its time relative to the same round's 1-node pass, the median over
+    rounds, times the fastest 1-node pass: a machine that slows down between rounds, or one
+    stall, does not bend the curve (a scripted clock stands in for the passes)."""
+
+    shape = {1: 1.0, 2: 1.1, 4: 1.3, 8: 1.8}
+    factors = [1.0, 1.3, 1.1, 1.2]  # the machine's speed, round by round
+    script = [0.5, 0.5, 0.5] + [0.01 * shape[q] * f for f in factors for q in shape]
+    script[3 + 3] *= 2  # a stall: the first round's 8-node pass
+    calls = iter(script)
+    _scripted_passes(monkeypatch, lambda tree, past_len: next(calls))
     curve = measure_cost_curve(tiny_model.model, sizes=(1, 2, 4, 8), prefix_len=4,
                                long_prefix=None, repeats=4, max_repeats=4,
                                budget_seconds=100.0)
@@ -368,25 +375,16 @@ def test_measured_curve_prices_the_cached_context(monkeypatch, tiny_model):
     """The per-token rates come from the same sizes on a second, longer cache: a scripted
     clock whose passes cost ``t(q) + context * (a + b * q)`` gives back ``a`` and ``b``, and
     the curve at another context predicts the script's time there."""
-    from structspec.spec import cost
 
     a, b = 2e-5, 4e-6
-    now = [0.0]
     seen = set()
 
-    def fake_verify(model, cache, tree, past_len, prefix=None):
+    def seconds(tree, past_len):
         q = len(tree)  # a chain of q nodes, the first in the root's place
         seen.add(past_len)
-        now[0] += 0.01 + 0.002 * q + past_len * (a + b * q)
+        return 0.01 + 0.002 * q + past_len * (a + b * q)
 
-    class Clock:
-        @staticmethod
-        def perf_counter() -> float:
-            return now[0]
-
-    monkeypatch.setattr(cost, "verify_tree", fake_verify)
-    monkeypatch.setattr(cost, "rollback", lambda cache, past_len: None)
-    monkeypatch.setattr(cost, "time", Clock)
+    _scripted_passes(monkeypatch, seconds)
     curve = measure_cost_curve(tiny_model.model, sizes=(1, 2, 4, 8, 12), prefix_len=16,
                                long_prefix=200, repeats=2, max_repeats=2,
                                budget_seconds=100.0)
