@@ -394,6 +394,21 @@ def test_measured_curve_prices_the_cached_context(monkeypatch, tiny_model):
     at = curve.at(500)
     for q in (1, 4, 12):
         assert at(q) == pytest.approx(0.01 + 0.002 * q + 500 * (a + b * q))
+    # A model that cannot take the second context (positions its config does not name):
+    # the curve is measured without it.
+    real_forward = type(tiny_model.model).forward
+
+    def short_model(self, input_ids=None, **kw):
+        if input_ids is not None and input_ids.shape[-1] > 64:
+            raise IndexError("index out of range in self")
+        return real_forward(self, input_ids=input_ids, **kw)
+
+    monkeypatch.setattr(type(tiny_model.model), "forward", short_model)
+    seen.clear()
+    plain = measure_cost_curve(tiny_model.model, sizes=(1, 2), prefix_len=16, long_prefix=200,
+                               repeats=1, max_repeats=1)
+    assert plain.per_token == (0.0, 0.0) and plain.context == 0 and 200 not in seen
+    monkeypatch.setattr(type(tiny_model.model), "forward", real_forward)
     # Too short a second context to tell a rate from noise: none is measured.
     short = measure_cost_curve(tiny_model.model, sizes=(1, 2), prefix_len=16, long_prefix=20,
                                repeats=1, max_repeats=1)
