@@ -91,8 +91,7 @@ def test_plans_on_a_long_context_keep_fewer_nodes():
     for context in (0, 400, 4000):
         s = Scheduler(16, 8, curve=curve, acceptance=AcceptanceModel(prior=0.8))
         kept[context] = len(s.plan(tree, 0, context=context)) - 1
-    assert kept[0] == kept[400 - 400] and kept[0] > kept[4000] >= 0
-    assert kept[400] <= kept[0]
+    assert kept[0] >= kept[400] >= kept[4000] >= 0 and kept[0] > kept[4000]
 
 
 @pytest.mark.usefixtures("one_thread")
