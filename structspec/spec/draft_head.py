@@ -89,7 +89,8 @@ class _RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., H] -> [..., H]
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        # torch's fused op: one dispatch instead of six (a drafted level runs two norms)
+        return nn.functional.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
 class DraftHeadNet(nn.Module):
@@ -211,12 +212,21 @@ class DraftHead:
     @torch.inference_mode()
     def step(self, s: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Next states ``[n, H]`` after ``tokens`` ``[n]`` from states ``s`` ``[n, H]``."""
-        return self.net.step(s.float(), self.embedding(tokens).float())
+        # DraftHeadNet.step's arithmetic with the modules' forwards called directly: a
+        # drafted level is a few small matrix products, where each module call's and
+        # dtype conversion's dispatch showed up (~0.1 ms per level of a ~0.8 ms level).
+        net = self.net
+        s = s.float()
+        e = self.embedding.weight[tokens]
+        if e.dtype != torch.float32:
+            e = e.float()
+        z = torch.cat([net.norm_s.forward(s), net.norm_e.forward(e)], dim=-1)  # [n, 2H]
+        return s + net.fc2.forward(nn.functional.silu(net.fc1.forward(z), inplace=True))
 
     @torch.inference_mode()
     def logits(self, s: torch.Tensor) -> torch.Tensor:
         """Reduced-vocabulary logits ``[n, Vr]`` of states ``s`` ``[n, H]``."""
-        return self.reduced(s.float())
+        return self.reduced.forward(s.float())
 
 
 _PACKAGED: dict[int, tuple[Any, DraftHead | None]] = {}
