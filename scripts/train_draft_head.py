@@ -454,7 +454,8 @@ def _load(pack: bool = True):
 
 @torch.inference_mode()
 def answer_records(model: Any, norm: torch.nn.Module, group: list[list[int]], *, pad: int,
-                   eos: list[int], max_new: int) -> dict[str, list[torch.Tensor | int]]:
+                   eos: list[int], max_new: int,
+                   mid: torch.nn.Module | None = None) -> dict[str, list[torch.Tensor | int]]:
     """Greedy answers to the prompts ``group`` (token ids) in one left-padded batched
     ``generate``, with the final-norm hidden state and the argmax at every position.
 
@@ -470,8 +471,12 @@ def answer_records(model: Any, norm: torch.nn.Module, group: list[list[int]], *,
         ``[T, H]`` float16, ``[T]`` int32, and its prompt length.
     """
     calls: list[torch.Tensor] = []
+    mids: list[torch.Tensor] = []
     hook = norm.register_forward_hook(
         lambda _m, _i, out: calls.append(out.detach().to(torch.float16)))  # [B, T, H]
+    hook_mid = None if mid is None else mid.register_forward_hook(
+        lambda _m, _i, out: mids.append(
+            (out[0] if isinstance(out, tuple) else out).detach().to(torch.float16)))
     try:
         width = max(len(g) for g in group)
         ids = torch.tensor([[pad] * (width - len(g)) + g for g in group])  # [B, P]
@@ -480,9 +485,14 @@ def answer_records(model: Any, norm: torch.nn.Module, group: list[list[int]], *,
                              pad_token_id=pad, eos_token_id=eos)  # [B, P + N]
     finally:
         hook.remove()
+        if hook_mid is not None:
+            hook_mid.remove()
     # calls[0]: [B, P, H] (prefill); calls[k]: [B, 1, H] after answer token k-1.
     steps = torch.cat([c[:, -1:] for c in calls[1:]], 1) if len(calls) > 1 else None
+    mid_steps = torch.cat([c[:, -1:] for c in mids[1:]], 1) if len(mids) > 1 else None
     rec: dict[str, list] = {"ids": [], "hidden": [], "argmax": [], "prompt_len": []}
+    if mid is not None:
+        rec["mid"] = []
     for i, g in enumerate(group):
         answer = out[i, width:].tolist()
         cut = next((k + 1 for k, t in enumerate(answer) if t in eos), len(answer))
@@ -494,13 +504,16 @@ def answer_records(model: Any, norm: torch.nn.Module, group: list[list[int]], *,
             nxt[-1] = answer[cut - 1]
         rec["ids"].append(torch.tensor(g + answer[:m], dtype=torch.int32))
         rec["hidden"].append(torch.cat([calls[0][i, width - len(g):], steps[i, :m]]).clone())
+        if mid is not None and mid_steps is not None:
+            rec["mid"].append(torch.cat([mids[0][i, width - len(g):], mid_steps[i, :m]]).clone())
         rec["argmax"].append(torch.tensor(nxt, dtype=torch.int32))
         rec["prompt_len"].append(len(g))
     return rec
 
 
 def make_data(work: Path, prompts: list[str], batch: int, max_new: int,
-              shards: int | None = None, *, raw: bool = False, name: str = "shard") -> None:
+              shards: int | None = None, *, raw: bool = False, name: str = "shard",
+              mid_layer: int | None = None) -> None:
     """:func:`answer_records` for ``prompts``, ``batch`` at a time, one shard per batch under
     ``work`` named ``<name>_NNNN.pt`` (shards already there are kept, so an interrupted run
     resumes); at most ``shards`` shards. ``raw``: the prompts are given to the model as
@@ -525,7 +538,8 @@ def make_data(work: Path, prompts: list[str], batch: int, max_new: int,
             continue
         group = [gen.prompt_ids(p, chat=False if raw else None)
                  for p in prompts[start:start + batch]]
-        rec = answer_records(model, norm, group, pad=pad, eos=eos, max_new=max_new)
+        rec = answer_records(model, norm, group, pad=pad, eos=eos, max_new=max_new,
+                             mid=None if mid_layer is None else model.model.layers[mid_layer])
         total += sum(len(s) - p for s, p in zip(rec["ids"], rec["prompt_len"], strict=True))
         torch.save(rec, shard)
         print(f"shard {b}: {len(rec['ids'])} answers, {total} answer tokens so far, "
@@ -538,13 +552,15 @@ def make_data(work: Path, prompts: list[str], batch: int, max_new: int,
 def _load_shards(shards: list[Path]):
     """The shards concatenated: ids, hidden, argmax ``[N]``/``[N, H]``, and per position the
     end of its sequence, the start of its answer, and its sequence number; then the number
-    of sequences in each shard."""
-    ids, hidden, argmax, starts, answer = [], [], [], [], []
+    of sequences in each shard, and the middle layer's outputs ``[N, H]`` (``None`` unless
+    every shard has them)."""
+    ids, hidden, argmax, starts, answer, mids = [], [], [], [], [], []
     per_shard: list[int] = []
     n = 0
     for shard in shards:
         rec = torch.load(shard, weights_only=True)
         per_shard.append(len(rec["ids"]))
+        mids.extend(rec.get("mid") or [None] * len(rec["ids"]))
         for s, h, a, p in zip(rec["ids"], rec["hidden"], rec["argmax"], rec["prompt_len"],
                               strict=True):
             ids.append(s)
@@ -558,14 +574,18 @@ def _load_shards(shards: list[Path]):
     seq_answer = torch.cat([torch.full((len(s),), a, dtype=torch.int64)
                             for s, a in zip(ids, answer, strict=True)])
     seq_no = torch.cat([torch.full((len(s),), i, dtype=torch.int64) for i, s in enumerate(ids)])
+    mid = torch.cat(mids) if mids and all(m is not None for m in mids) else None
     return (torch.cat(ids).long(), torch.cat(hidden), torch.cat(argmax).long(), seq_end,
-            seq_answer, seq_no, per_shard)
+            seq_answer, seq_no, per_shard, mid)
 
 
 def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int, batch: int,
           unroll: int, lr: float, feature_weight: float, holdout: float,
-          minutes: float | None = None, init: Path | None = None) -> None:
-    """Fit the head on the shards; write ``out``; print held-out acceptance per depth."""
+          minutes: float | None = None, init: Path | None = None,
+          mid_layer: int | None = None) -> None:
+    """Fit the head on the shards; write ``out``; print held-out acceptance per depth.
+    ``mid_layer``: the head's first state also reads that layer's outputs (the shards'
+    ``mid``, made by ``data --mid-layer`` with the same layer)."""
     from structspec.spec.draft_head import DraftHeadNet, fingerprint, save_head
 
     torch.manual_seed(SEED)
@@ -575,8 +595,10 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     lm = model.get_output_embeddings().weight.detach()  # [V, H]
     # The evaluation answers (``EVAL_PROMPTS``, under ``work/eval``) come last: never trained on.
     train_shards = sorted(work.glob("shard_*.pt")) + sorted(work.glob("code_*.pt"))
-    ids, hidden, argmax, seq_end, seq_answer, seq_no, per_shard = _load_shards(
+    ids, hidden, argmax, seq_end, seq_answer, seq_no, per_shard, mid = _load_shards(
         train_shards + sorted((work / "eval").glob("shard_*.pt")))
+    if mid_layer is not None and mid is None:
+        raise SystemExit("--mid-layer: some shards have no middle-layer outputs")
     per_shard = per_shard[:len(train_shards)]
     n_train_seq = sum(per_shard)
     n_prose_seq = sum(c for s, c in zip(train_shards, per_shard, strict=True)
@@ -614,9 +636,12 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     hold_code = hold[seq_no[hold] >= n_prose_seq]  # held-out code answers, reported apart
     print(f"{len(fit)} training starts, {len(hold)} held-out starts ({len(held_seqs)} answers), "
           f"{len(evals)} evaluation starts ({int(seq_no[-1]) + 1 - n_train_seq} answers)")
-    net = DraftHeadNet(lm.shape[1], hidden_dim)
-    if init is not None:
-        net.load_state_dict({k: v.float() for k, v in blob["state"].items()})
+    net = DraftHeadNet(lm.shape[1], hidden_dim, mid=mid_layer is not None)
+    if init is not None:  # (a head without the middle-layer input starts it at zero)
+        missing, unexpected = net.load_state_dict(
+            {k: v.float() for k, v in blob["state"].items()}, strict=False)
+        if unexpected or any(not k.startswith(("mid_in.", "norm_m.")) for k in missing):
+            raise SystemExit(f"--init {init}: another head layout ({missing}, {unexpected})")
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01)
     t0 = time.time()
 
@@ -648,6 +673,8 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
 
     def unrolled(starts: torch.Tensor, train_mode: bool):
         s = hidden[starts].float()  # [B, H]
+        if mid_layer is not None and mid is not None:
+            s = net.start(s, mid[starts].float())
         loss = torch.zeros(())
         hits = []
         alive = torch.ones(len(starts), dtype=torch.bool)
@@ -698,7 +725,8 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     report(step, loss.item(), hits)
     save_head(out, net, vocab, fingerprint(model), name=gen.loaded.name,
               meta={"positions": n, "steps": step + 1, "batch": batch, "unroll": unroll,
-                    "vocab_cover": round(cover, 4), "seed": SEED})
+                    "vocab_cover": round(cover, 4), "seed": SEED,
+                    **({} if mid_layer is None else {"mid_layer": mid_layer})})
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
 
 
@@ -732,16 +760,27 @@ def main(argv: list[str] | None = None) -> int:
                     help="start from this head file (its vocabulary and width); with "
                          "--steps 0, only evaluate it")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=SEED,
+                    help="data: another sample of the training prompts; with a seed other "
+                         "than the default, the default sample's prompts are left out")
+    ap.add_argument("--mid-layer", type=int, default=None,
+                    help="data: also record this decoder layer's output per position "
+                         "(shards' 'mid'); train: the head's first state reads it")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     random.seed(SEED)
     torch.manual_seed(SEED)
     work = Path(args.work)
     if args.what in ("data", "all"):
-        make_data(work / "eval", EVAL_PROMPTS, args.gen_batch, args.max_new)
+        make_data(work / "eval", EVAL_PROMPTS, args.gen_batch, args.max_new,
+                  mid_layer=args.mid_layer)
         if args.source in ("prose", "both"):
-            make_data(work, build_prompts(args.prompts), args.gen_batch, args.max_new,
-                      args.shards)
+            prompts = build_prompts(args.prompts, args.seed)
+            if args.seed != SEED:  # a new sample: none of the default sample's prompts
+                seen = set(build_prompts(args.prompts))
+                prompts = [p for p in prompts if p not in seen]
+            make_data(work, prompts, args.gen_batch, args.max_new, args.shards,
+                      mid_layer=args.mid_layer)
         if args.source in ("code", "both"):
             make_data(work, code_prompts(args.code_prompts, group=args.gen_batch),
                       args.gen_batch, args.max_new, args.code_shards, raw=True, name="code")
@@ -752,7 +791,8 @@ def main(argv: list[str] | None = None) -> int:
         train(work, out, vocab_size=args.vocab_size, hidden_dim=args.hidden_dim,
               steps=args.steps, batch=args.batch, unroll=args.unroll, lr=args.lr,
               feature_weight=args.feature_weight, holdout=args.holdout,
-              minutes=args.minutes, init=Path(args.init) if args.init else None)
+              minutes=args.minutes, init=Path(args.init) if args.init else None,
+              mid_layer=args.mid_layer)
     return 0
 
 

@@ -42,17 +42,19 @@ GREEDY = SamplingParams()
 FLAT = CostCurve((1, 64), (1.0, 1.0))  # every tree size costs the same: nothing is pruned
 
 
-def _random_head(model, seed: int = 0, vocab_size: int = 4096) -> DraftHead:
-    """A head with random weights over a random reduced vocabulary (ids of ``model``)."""
+def _random_head(model, seed: int = 0, vocab_size: int = 4096,
+                 mid_layer: int | None = None) -> DraftHead:
+    """A head with random weights over a random reduced vocabulary (ids of ``model``);
+    with ``mid_layer``, one that also reads that decoder layer's output."""
     g = torch.Generator().manual_seed(seed)
     hidden = model.config.hidden_size
-    net = DraftHeadNet(hidden, 48)
+    net = DraftHeadNet(hidden, 48, mid=mid_layer is not None)
     with torch.no_grad():
         for p in net.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.3)
     n = model.get_input_embeddings().weight.shape[0]
     vocab = torch.randperm(n, generator=g)[:vocab_size].sort().values
-    return DraftHead(net, vocab, model, name="tiny-random-head")
+    return DraftHead(net, vocab, model, name="tiny-random-head", mid_layer=mid_layer)
 
 
 @pytest.fixture(scope="module")
@@ -221,6 +223,40 @@ def test_a_head_file_loads_for_its_model_and_is_refused_by_another(tiny, tiny_mo
         SpecConfig(draft_head=3)
 
 
+def test_a_head_reading_a_middle_layer_keeps_greedy_identical_and_round_trips(tiny,
+                                                                            tmp_path):
+    """A head whose first state also reads a decoder layer's output: the decoder hooks that
+    layer, speculative greedy still equals plain greedy, and the layer it reads survives a
+    save and load; a file that reads a layer the model lacks, or does not say which, is
+    refused with the typed error."""
+    model, tok, vocab, constraints, _ = tiny
+    head = _random_head(model, seed=5, mid_layer=1)
+    assert head.mid_layer == 1
+    for words, name in (("the id is 42 and the tag is red", "free"), ("hello", "tag")):
+        prompt = tok.encode(words, add_special_tokens=False)
+        plain = run_decode(decode, model, vocab, prompt, constraints[name], max_new_tokens=24,
+                           sampling=GREEDY)
+        cfg = SpecConfig(draft_head=head, drafters=("draft_head",), cost_curve=FLAT,
+                         draft_head_min_prob=0.0)
+        spec = run_decode(speculative_decode, model, vocab, prompt, constraints[name],
+                          max_new_tokens=24, sampling=GREEDY, config=cfg, tokenizer=tok)
+        assert spec[:3] == plain[:3]
+    h, m = torch.randn(2, model.config.hidden_size), torch.randn(2, model.config.hidden_size)
+    assert not torch.equal(head.start(h, m), h)  # it reads the layer
+    path = tmp_path / "mid.pt"
+    save_head(path, head.net, head.vocab, fingerprint(model), name="tiny-mid",
+              meta={"mid_layer": 1})
+    loaded = DraftHead.load(path, model)
+    assert loaded.mid_layer == 1
+    torch.testing.assert_close(loaded.start(h, m), head.start(h, m), atol=1e-2, rtol=1e-2)
+    for meta, match in (({"mid_layer": 99}, "decoder layer 99"), ({}, "does not say which")):
+        save_head(path, head.net, head.vocab, fingerprint(model), name="tiny-mid", meta=meta)
+        with pytest.raises(DraftHeadMismatchError, match=match):
+            DraftHead.load(path, model)
+    fresh = DraftHeadNet(model.config.hidden_size, 48, mid=True)  # starts as a head without
+    torch.testing.assert_close(fresh.start(h, m), h)
+
+
 def test_auto_finds_no_head_for_a_random_model_and_off_switches_it_off(tiny):
     model, tok, vocab, constraints, _ = tiny
     prompt = tok.encode("hello the weather", add_special_tokens=False)
@@ -253,16 +289,20 @@ def test_training_data_from_batched_generation_matches_a_plain_forward(tiny_mode
     group = [tok.encode(t, add_special_tokens=False)
              for t in ("the weather in Paris", "hello", "red green blue tag id is 42")]
     rec = script.answer_records(model, final_norm(model), group, pad=eos[0], eos=eos,
-                                max_new=12)
+                                max_new=12, mid=model.model.layers[0])
     assert rec["prompt_len"] == [len(g) for g in group]
     with torch.inference_mode():
-        for ids, hidden, labels, g in zip(rec["ids"], rec["hidden"], rec["argmax"], group,
-                                          strict=True):
+        for ids, hidden, mid, labels, g in zip(rec["ids"], rec["hidden"], rec["mid"],
+                                               rec["argmax"], group, strict=True):
             p = len(g)
             assert ids[:p].tolist() == g and len(ids) > p
-            assert hidden.shape == (len(ids), model.config.hidden_size)
-            plain = model.model(input_ids=ids.long()[None]).last_hidden_state[0]  # [T, H]
+            assert hidden.shape == mid.shape == (len(ids), model.config.hidden_size)
+            out = model.model(input_ids=ids.long()[None], output_hidden_states=True)
+            plain = out.last_hidden_state[0]  # [T, H]
             torch.testing.assert_close(hidden.float(), plain, atol=2e-2, rtol=1e-2)
+            # hidden_states[1]: the first decoder layer's output
+            torch.testing.assert_close(mid.float(), out.hidden_states[1][0], atol=2e-2,
+                                       rtol=1e-2)
             choice = model.lm_head(plain).argmax(-1)  # [T]
             end = len(ids) - (1 if int(ids[-1]) in eos else 0)
             assert labels[p - 1:end].tolist() == choice[p - 1:end].tolist()

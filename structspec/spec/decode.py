@@ -51,7 +51,13 @@ from structspec.spec.cost import (
     memory_use,
 )
 from structspec.spec.draft_head import SOURCE as DRAFT_HEAD
-from structspec.spec.draft_head import DraftHead, captured_outputs, final_norm, resolve_head
+from structspec.spec.draft_head import (
+    DraftHead,
+    captured_outputs,
+    decoder_layer,
+    final_norm,
+    resolve_head,
+)
 from structspec.spec.draft_model import SOURCE as DRAFT_MODEL
 from structspec.spec.draft_model import DraftModel
 from structspec.spec.drafters import (
@@ -508,7 +514,10 @@ def speculative_decode(
         norm = sparse.norm
     # The draft head reads the target's last hidden state at each tree node: a hook on the
     # final norm keeps the pass's output (the rows the logits came from).
-    with captured_outputs(norm) as captured:
+    # A head that also reads a middle layer (DraftHead.mid_layer): a hook there too.
+    mid = (decoder_layer(model, head.mid_layer)
+           if head is not None and head.mid_layer is not None else None)
+    with captured_outputs(norm) as captured, captured_outputs(mid) as captured_mid:
         root = prompt_ids[-1]
         state: State = constraint.initial
         out: list[int] = []
@@ -545,7 +554,9 @@ def speculative_decode(
             logits = verify_tree(model, cache, tree, past_len, prefix,
                                  rows=None if plan is None else plan.full)  # [q or f, V]
             hidden = captured[-1][0, -len(tree):] if captured else None  # [q, H]
+            hidden_mid = captured_mid[-1][0, -len(tree):] if captured_mid else None  # [q, H]
             captured.clear()
+            captured_mid.clear()
             if plan is not None and sparse is not None:
                 logits = sparse.assemble(plan, logits, hidden)  # [q, V]
                 stats.sparse_rows += len(plan.gathered)
@@ -596,7 +607,9 @@ def speculative_decode(
             history.extend([token])
             root = token
             if head is not None and hidden is not None:  # the head starts from the bonus's context
-                ctx.head_anchor = (hidden[acc.path[-1]].clone(), [token])
+                at = acc.path[-1]
+                ctx.head_anchor = (head.start(hidden[at:at + 1], None if hidden_mid is None
+                                              else hidden_mid[at:at + 1])[0].clone(), [token])
 
     complete = complete or constraint.is_accepting(state)
     stats.new_tokens = len(out)

@@ -101,7 +101,7 @@ class DraftHeadNet(nn.Module):
         hidden_dim: width of the step's inner layer ``D``.
     """
 
-    def __init__(self, hidden_size: int, hidden_dim: int) -> None:
+    def __init__(self, hidden_size: int, hidden_dim: int, mid: bool = False) -> None:
         super().__init__()
         self.hidden_size = hidden_size
         self.hidden_dim = hidden_dim
@@ -111,6 +111,28 @@ class DraftHeadNet(nn.Module):
         self.fc2 = nn.Linear(hidden_dim, hidden_size)
         nn.init.zeros_(self.fc2.weight)
         nn.init.zeros_(self.fc2.bias)
+        # Optional: a middle layer's output at the anchor, added to the first state (see
+        # start); zero at first, so a head fine-tuned with it starts as the head without.
+        self.norm_m: _RMSNorm | None = None
+        self.mid_in: nn.Linear | None = None
+        if mid:
+            self.norm_m = _RMSNorm(hidden_size)
+            self.mid_in = nn.Linear(hidden_size, hidden_size, bias=False)
+            nn.init.zeros_(self.mid_in.weight)
+
+    @property
+    def has_mid(self) -> bool:
+        """Whether the first state also reads a middle layer's output."""
+        return self.mid_in is not None
+
+    def start(self, h: torch.Tensor, m: torch.Tensor | None = None) -> torch.Tensor:
+        """The first state from the target's last hidden state ``h`` ``[n, H]`` and, for a
+        head with a middle-layer input, that layer's output ``m`` ``[n, H]`` at the same
+        position (EAGLE-3, Li et al. 2025, reads lower layers too: the last one is shaped
+        for the next token alone)."""
+        if self.mid_in is None or self.norm_m is None or m is None:
+            return h
+        return h + self.mid_in(self.norm_m(m))
 
     def step(self, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
         """Next state from state ``s`` ``[n, H]`` and token embeddings ``e`` ``[n, H]``."""
@@ -143,9 +165,15 @@ class DraftHead:
     """
 
     def __init__(self, net: DraftHeadNet, vocab: torch.Tensor, model: Any, *,
-                 name: str = "draft-head") -> None:
+                 name: str = "draft-head", mid_layer: int | None = None) -> None:
         device = model.get_input_embeddings().weight.device
         self.name = name
+        #: The decoder layer whose output the first state also reads (``None``: none).
+        self.mid_layer = mid_layer if net.has_mid else None
+        if self.mid_layer is not None and decoder_layer(model, self.mid_layer) is None:
+            raise DraftHeadMismatchError(
+                f"draft head {name!r} reads decoder layer {self.mid_layer}, which this model "
+                f"does not have")
         self.net = net.float().to(device).eval()
         self.vocab = vocab.long().to(device)  # [Vr]
         self.embedding = model.get_input_embeddings()
@@ -205,9 +233,23 @@ class DraftHead:
         if blob["hidden_size"] != hidden or int(vocab.max()) >= model.get_input_embeddings(
                 ).weight.shape[0]:
             raise DraftHeadMismatchError(f"draft head {path} does not fit this model's sizes")
-        net = DraftHeadNet(blob["hidden_size"], blob["hidden_dim"])
+        mid = "mid_in.weight" in blob["state"]
+        net = DraftHeadNet(blob["hidden_size"], blob["hidden_dim"], mid=mid)
         net.load_state_dict({k: v.float() for k, v in blob["state"].items()})
-        return cls(net, vocab, model, name=str(blob.get("name")))
+        mid_layer = blob.get("meta", {}).get("mid_layer") if mid else None
+        if mid and not isinstance(mid_layer, int):
+            raise DraftHeadMismatchError(f"{path}: the head reads a middle layer but does "
+                                         f"not say which")
+        return cls(net, vocab, model, name=str(blob.get("name")), mid_layer=mid_layer)
+
+    @torch.inference_mode()
+    def start(self, h: torch.Tensor, m: torch.Tensor | None = None) -> torch.Tensor:
+        """The head's first state ``[n, H]`` from the target's last hidden states ``h``
+        ``[n, H]`` and, for a head that reads one, the middle layer's outputs ``m``."""
+        h = h.float()
+        if self.mid_layer is None or m is None:
+            return h
+        return self.net.start(h, m.float())
 
     @torch.inference_mode()
     def step(self, s: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -281,6 +323,16 @@ def final_norm(model: Any) -> nn.Module | None:
     return norm if isinstance(norm, nn.Module) else None
 
 
+def decoder_layer(model: Any, index: int) -> nn.Module | None:
+    """Decoder layer ``index`` of ``model`` (what a head's middle-layer input reads), or
+    ``None`` if the model has no recognisable layer list or no such layer."""
+    base = getattr(model, getattr(model, "base_model_prefix", "model"), None)
+    layers = getattr(base, "layers", None)
+    if not isinstance(layers, nn.ModuleList) or not 0 <= index < len(layers):
+        return None
+    return layers[index]
+
+
 @contextlib.contextmanager
 def captured_outputs(module: nn.Module | None) -> Iterator[list[torch.Tensor]]:
     """A list that receives ``module``'s output at each forward call while the block runs
@@ -288,7 +340,8 @@ def captured_outputs(module: nn.Module | None) -> Iterator[list[torch.Tensor]]:
     final norm's output this way: the rows the logits came from."""
     outputs: list[torch.Tensor] = []
     hook = None if module is None else module.register_forward_hook(
-        lambda _module, _args, output: outputs.append(output))
+        lambda _module, _args, output: outputs.append(
+            output[0] if isinstance(output, tuple) else output))  # (decoder layers: tuples)
     try:
         yield outputs
     finally:
