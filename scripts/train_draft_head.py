@@ -17,7 +17,9 @@ trained to imitate the *target model itself*:
    whose wordings and topics no training prompt uses: the honest held-out figure.
    ``--source code`` (or ``both``) adds raw continuations of the standard library's
    documented functions (:func:`code_prompts`; shards ``code_*.pt``), as a completion
-   backend prompts the model.
+   backend prompts the model. ``--mid-layer K`` also records decoder layer ``K``'s output
+   per position (the shards' ``mid``); ``--seed`` draws another sample of the prompts,
+   without the default sample's.
 2. ``train``: a reduced output vocabulary (the ``--vocab-size`` most frequent target
    tokens in the answers, as in FR-Spec; their rows of the target's tied embedding /
    lm_head are used, not stored), then the head is unrolled ``--unroll`` steps from each
@@ -29,7 +31,8 @@ trained to imitate the *target model itself*:
    ``--vocab-size``. Prints the chain accuracy per depth on training batches, on held-out
    answers (prompts unseen, templates seen; the held-out code answers apart) and on the
    evaluation answers; writes fp16 weights, the reduced vocabulary, and the target's
-   fingerprint to ``structspec/spec/heads/<model>.pt``. ``--init HEAD --steps 0`` only
+   fingerprint to ``structspec/spec/heads/<model>.pt``. With ``--mid-layer K`` (shards made
+   with the same ``K``) the head's first state also reads that layer's output. ``--init HEAD --steps 0`` only
    evaluates a head file.
 
 Reproducible: fixed seeds, one torch thread, prompts in order. The shipped head (this CPU,
