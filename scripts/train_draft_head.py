@@ -32,8 +32,8 @@ trained to imitate the *target model itself*:
    answers (prompts unseen, templates seen; the held-out code answers apart) and on the
    evaluation answers; writes fp16 weights, the reduced vocabulary, and the target's
    fingerprint to ``structspec/spec/heads/<model>.pt``. With ``--mid-layer K`` (shards made
-   with the same ``K``) the head's first state also reads that layer's output. ``--init HEAD --steps 0`` only
-   evaluates a head file.
+   with the same ``K``) the head's first state also reads that layer's output. ``--init HEAD
+   --steps 0`` only evaluates a head file.
 
 Reproducible: fixed seeds, one torch thread, prompts in order. The shipped head (this CPU,
 one thread, shared with other jobs at load 2-5): data 72 min for 5,280 answers (55 shards
@@ -521,7 +521,7 @@ def make_data(work: Path, prompts: list[str], batch: int, max_new: int,
     ``work`` named ``<name>_NNNN.pt`` (shards already there are kept, so an interrupted run
     resumes); at most ``shards`` shards. ``raw``: the prompts are given to the model as
     they are (code), not through the chat template."""
-    from structspec.spec.draft_head import final_norm
+    from structspec.spec.draft_head import decoder_layer, final_norm
 
     gen = _load()
     model, tok = gen.loaded.model, gen.loaded.tokenizer
@@ -530,6 +530,9 @@ def make_data(work: Path, prompts: list[str], batch: int, max_new: int,
     norm = final_norm(model)
     if norm is None:
         raise SystemExit("the model has no recognisable final norm")
+    mid = None if mid_layer is None else decoder_layer(model, mid_layer)
+    if mid_layer is not None and mid is None:
+        raise SystemExit(f"--mid-layer {mid_layer}: the model has no such decoder layer")
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     total = 0
@@ -541,8 +544,7 @@ def make_data(work: Path, prompts: list[str], batch: int, max_new: int,
             continue
         group = [gen.prompt_ids(p, chat=False if raw else None)
                  for p in prompts[start:start + batch]]
-        rec = answer_records(model, norm, group, pad=pad, eos=eos, max_new=max_new,
-                             mid=None if mid_layer is None else model.model.layers[mid_layer])
+        rec = answer_records(model, norm, group, pad=pad, eos=eos, max_new=max_new, mid=mid)
         total += sum(len(s) - p for s, p in zip(rec["ids"], rec["prompt_len"], strict=True))
         torch.save(rec, shard)
         print(f"shard {b}: {len(rec['ids'])} answers, {total} answer tokens so far, "

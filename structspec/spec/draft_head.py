@@ -246,10 +246,7 @@ class DraftHead:
     def start(self, h: torch.Tensor, m: torch.Tensor | None = None) -> torch.Tensor:
         """The head's first state ``[n, H]`` from the target's last hidden states ``h``
         ``[n, H]`` and, for a head that reads one, the middle layer's outputs ``m``."""
-        h = h.float()
-        if self.mid_layer is None or m is None:
-            return h
-        return self.net.start(h, m.float())
+        return self.net.start(h.float(), None if m is None else m.float())
 
     @torch.inference_mode()
     def step(self, s: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
