@@ -73,6 +73,30 @@ def _q8_linear(n: int, k: int, bias: bool, seed: int = 0) -> nn.Linear:
     return lin
 
 
+def _q8_unsigned_linear(n: int, k: int, bias: bool, seed: int = 0) -> nn.Linear:
+    """An ``nn.Linear`` whose weight is Q8_0 of non-negative numbers: q in 0..127, no offset —
+    unsigned panels too wide for the narrow AVX2 kernels."""
+    torch.manual_seed(seed)
+    lin = nn.Linear(k, n, bias=bias).eval()
+    lin.weight.data = torch.from_numpy(_q8_0(np.abs(lin.weight.detach().numpy())))
+    return lin
+
+
+_MAKERS = {"q4_1": _q4_linear, "q8_0": _q8_linear, "q8_0_unsigned": _q8_unsigned_linear}
+#: (signed, narrow) panels each kind packs to
+_KINDS = {"q4_1": (False, True), "q8_0": (True, False), "q8_0_unsigned": (False, False)}
+
+
+@pytest.fixture
+def narrow_off():
+    """Run the AVX2 kernels for wide panels on narrow ones too (same bits); restored after."""
+    before = QDOT.set_narrow(False)
+    try:
+        yield
+    finally:
+        QDOT.set_narrow(before)
+
+
 def _reference(x: np.ndarray, lin: nn.Linear) -> np.ndarray:
     """The documented arithmetic in NumPy: x rounded to 8 bits per block of 32, integer dot
     products with q, then d, dx and m, sx — in float64 (the kernel rounds in float32)."""
@@ -97,15 +121,18 @@ def _reference(x: np.ndarray, lin: nn.Linear) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("kind", sorted(_MAKERS))
 @pytest.mark.parametrize(("n", "k", "bias"), [(80, 64, True), (200, 96, False), (7, 32, True),
                                               (576, 576, False)])
-def test_outputs_follow_the_documented_arithmetic(qdot_isa, n, k, bias, signed):
-    """Q4_1 (the default model's body) and Q8_0 (signed q, no offset: its output layer, on
-    the signed kernels) both give the documented arithmetic."""
-    lin = (_q8_linear if signed else _q4_linear)(n, k, bias, seed=n)
+def test_outputs_follow_the_documented_arithmetic(qdot_isa, n, k, bias, kind):
+    """Q4_1 (the default model's body, narrow panels), Q8_0 (signed q, no offset: its output
+    layer, on the signed kernels) and Q8_0 of non-negative weights (unsigned, q up to 127)
+    all give the documented arithmetic."""
+    lin = _MAKERS[kind](n, k, bias, seed=n)
     layer = fl.PackedLinear(lin, "panel_int8")
-    assert layer.int8 and layer._signed == signed and not layer.quantized
+    signed, narrow = _KINDS[kind]
+    assert layer.int8 and (layer._signed, layer._narrow) == (signed, narrow)
+    assert not layer.quantized
     assert (recover(lin.weight.detach().numpy()).q.min() < 0) == signed
     x = torch.randn(9, k, generator=torch.Generator().manual_seed(k))
     with torch.inference_mode():
@@ -121,28 +148,75 @@ def test_outputs_follow_the_documented_arithmetic(qdot_isa, n, k, bias, signed):
 @settings(max_examples=30, deadline=None)
 @given(n=st.integers(1, 70), blocks=st.integers(1, 5), rows=st.integers(1, 40),
        bias=st.booleans(), seed=st.integers(0, 2**16), threads=st.sampled_from([1, 2]),
-       signed=st.booleans())
+       kind=st.sampled_from(sorted(_MAKERS)))
 def test_rows_are_bitwise_independent_of_the_pass_and_the_isa(n, blocks, rows, bias, seed,
-                                                              threads, signed):
+                                                              threads, kind):
+    """A row's outputs are the same bits in a pass of any size, with the AVX2 kernels (the
+    narrow ones where the panels allow, or not) and the AVX512-VNNI ones."""
     k = blocks * BLOCK
-    make = _q8_linear if signed else _q4_linear
-    layer = fl.PackedLinear(make(n, k, bias, seed), "panel_int8")
-    assert layer.int8 and layer._signed == signed
+    layer = fl.PackedLinear(_MAKERS[kind](n, k, bias, seed), "panel_int8")
+    assert layer.int8 and (layer._signed, layer._narrow) == _KINDS[kind]
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed)) * 3
-    before = QDOT.set_vnni(True)
-    isas = [False, True] if QDOT.vnni() else [False]
+    before, narrow_before = QDOT.set_vnni(True), QDOT.set_narrow(True)
+    isas = [(False, True), (False, False)] + ([(True, True)] if QDOT.vnni() else [])
     try:
         outs = []
         with torch.inference_mode(), torch_threads(threads):
-            for vnni in isas:
+            for vnni, narrow in isas:
                 QDOT.set_vnni(vnni)
+                QDOT.set_narrow(narrow)
                 whole = layer(x)
                 lone = torch.cat([layer(x[i:i + 1]) for i in range(rows)])
                 assert torch.equal(whole, lone)
                 outs.append(whole)
     finally:
         QDOT.set_vnni(before)
+        QDOT.set_narrow(narrow_before)
     assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+@pytest.mark.parametrize("rows", [4, 5, 6, 7, 8, 13, 14, 15, 22])
+@pytest.mark.parametrize("qmax", [15, 16])
+def test_narrow_kernels_give_the_wide_kernels_bits_at_their_limit(rows, qmax, narrow_off):
+    """The narrow AVX2 kernels add a block's products in int16: at their limit (every q the
+    largest they take, activations at +-127 after rounding: a block's constant input) the
+    sums stay exact, and the outputs are the wide kernels' bits and the documented
+    arithmetic. Panels with a larger q are never narrow."""
+    n, k = 40, 8 * BLOCK
+    nb = k // BLOCK
+    assert QDOT.narrow_max() == 16
+    gen = torch.Generator().manual_seed(rows)
+    q = torch.full((n, k), qmax, dtype=torch.int8)
+    q[::3, ::5] = 0
+    d = torch.rand(n, nb, generator=gen) / 8
+    m = -torch.rand(n, nb, generator=gen)
+    packed = torch.empty(QDOT.packed_bytes(n, k), dtype=torch.uint8)
+    assert QDOT.pack(packed.data_ptr(), q.data_ptr(), d.data_ptr(), m.data_ptr(), n, k)
+    x = torch.ones(rows, k)
+    x[:, BLOCK:2 * BLOCK] = -1.0
+    x[::2, 3 * BLOCK:4 * BLOCK] = 0.0
+    x[1::3, 5 * BLOCK:] *= -1e4
+    x[2::4, 6 * BLOCK] = 0.5  # one block not at the extreme
+
+    def run(narrow: bool) -> torch.Tensor:
+        out = torch.empty(rows, n)
+        QDOT.linear(x.data_ptr(), rows, k, packed.data_ptr(), n, 0, out.data_ptr(), 1, False,
+                    narrow)
+        return out
+
+    wide = run(True)  # narrow_off: the 3-row kernels whatever the flag says
+    QDOT.set_narrow(True)
+    narrow = run(True)
+    assert torch.equal(wide, narrow)
+    xb = x.numpy().reshape(rows, nb, BLOCK).astype(np.float32)
+    amax = np.abs(xb).max(-1)
+    scale = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0)
+    xq = np.clip(np.rint(xb * scale.astype(np.float32)[..., None]), -127, 127)
+    dx = (amax / np.float32(127)).astype(np.float64)
+    isum = np.einsum("rbi,nbi->rnb", xq, q.numpy().reshape(n, nb, BLOCK).astype(np.float64))
+    want = (isum * d.numpy()[None] * dx[:, None, :]
+            + m.numpy()[None] * (dx * xq.sum(-1))[:, None, :]).sum(-1)
+    assert np.abs(narrow.double().numpy() - want).max() <= 1e-5 * np.abs(want).max()
 
 
 @settings(max_examples=20, deadline=None)
@@ -247,6 +321,9 @@ def test_layers_it_cannot_run_keep_the_lossless_panels():
     assert fl.PackedLinear(odd, "panel_int8").int8
     assert "int8-activations" in repr(fl.PackedLinear(odd, "panel_int8"))
     assert fl.PackedLinear(_q8_linear(12, 64, False), "panel_int8").int8  # signed kernels
+    assert fl.narrow_count(fl.pack_linears(
+        nn.Sequential(_q4_linear(8, 64, False), _q8_linear(8, 8 * 8, False)),
+        "panel_int8")) == 1
 
 
 def test_pack_refuses_negative_q_and_bad_shapes():
@@ -273,7 +350,15 @@ def test_fast_cpu_paths_choose_it_and_pack_linears_does_not():
     assert fl.int8_count(exact) == 0
     approx = use_fast_cpu_paths(copy.deepcopy(model))
     assert fl.int8_count(approx) == 1  # the Q4_1 layer; the float32 one keeps its panels
-    assert fl.cost_steps(approx) == fl.COST_STEPS_INT8[fl.int8_vnni()]
+    # the AVX2 kernels run the Q4_1 layer's narrow panels in blocks of 7, not 3
+    assert fl.narrow_count(approx) == 1
+    assert fl.cost_steps(approx) == (fl.COST_STEPS_INT8[True] if fl.int8_vnni()
+                                     else fl.COST_STEPS_INT8_NARROW)
+    before = QDOT.set_narrow(False)
+    try:
+        assert fl.cost_steps(approx) == fl.COST_STEPS_INT8[fl.int8_vnni()]
+    finally:
+        QDOT.set_narrow(before)
     restored = fl.unpack_linears(approx)
     assert type(restored[0]) is nn.Linear
     copied = copy.deepcopy(use_fast_cpu_paths(copy.deepcopy(model)))

@@ -93,6 +93,10 @@ static int pack_weight(uint8_t *dst, const int8_t *q, const float *d, const floa
  * timing: results do not depend on it). */
 static int prefetch_next = 1;
 
+/* 1: narrow panels (every q <= NARROW_Q, linear(..., narrow=True)) run the AVX2 narrow
+ * kernels (set_narrow, for tests and A/B timing: results do not depend on it). */
+static int narrow_on = 1;
+
 /* 1: quantize_rows runs quantize_block_avx2 (set_vector_quantize; tests compare both). */
 static int vector_quantize = 1;
 
@@ -352,6 +356,66 @@ AV_KERNEL(ka_, 1, 0) AV_KERNEL(ka_, 2, 0) AV_KERNEL(ka_, 3, 0)
 AV_KERNEL(kas_, 1, 1) AV_KERNEL(kas_, 2, 1) AV_KERNEL(kas_, 3, 1)
 #define AV_MAXR 3
 
+/* AVX2, narrow weights (unsigned q <= 16: the default model's 4-bit body): R rows (1..8)
+ * against one panel, one half of 8 columns at a time. With q this small a block's 8 groups
+ * of vpmaddubsw pairs add up in int16 without overflow (16 products of at most 16 * 127
+ * each: 32512 < 32767), so vpmaddwd runs once per block instead of once per group, and one
+ * register per row holds a half's sums (the float accumulators live in a small array): one
+ * read of a panel serves 8 rows instead of 3, and GCC keeps every sum in a register (with
+ * both halves at once it spilled them). The integer sums are the same integers, the
+ * epilogue the same float steps in the same order: bit for bit the kernels above. */
+#define AN_ROWS7(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6)
+#define AN_IZERO(r) __m256i i##r = _mm256_setzero_si256();
+#define AN_DOT(r)                                                                          \
+    if (NR > r)                                                                            \
+        i##r = _mm256_add_epi16(                                                           \
+            i##r, _mm256_maddubs_epi16(w, _mm256_set1_epi32(load4(x + (r) * k + g * 4))));
+#define AN_SCALE(r)                                                                        \
+    if (NR > r) {                                                                          \
+        float *f = acc + (r) * PANEL + h * 8;                                              \
+        __m256 dxv = _mm256_set1_ps(dx[(r) * nb + b]);                                     \
+        __m256 fv = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(i##r, ones)),     \
+                                    _mm256_mul_ps(d, dxv), _mm256_load_ps(f));             \
+        _mm256_store_ps(f, _mm256_fmadd_ps(m, _mm256_set1_ps(sx[(r) * nb + b]), fv));     \
+    }
+#define AN_KERNEL(NAME, R)                                                                 \
+    __attribute__((target("avx2,fma"))) static void NAME##R(                               \
+        const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,                 \
+        const uint8_t *p0, const float *bias16, float *out, Py_ssize_t ldo,               \
+        Py_ssize_t cols, const char *pf, Py_ssize_t pf_step) {                            \
+        enum { NR = R };                                                                  \
+        Py_ssize_t nb = k / QK;                                                           \
+        const __m256i ones = _mm256_set1_epi16(1);                                        \
+        float acc[NR * PANEL] __attribute__((aligned(32)));                               \
+        memset(acc, 0, sizeof acc);                                                       \
+        for (Py_ssize_t b = 0; b < nb; b++) {                                             \
+            const uint8_t *q0 = p0 + b * QBYTES;                                          \
+            const int8_t *x = xq + b * QK;                                                \
+            const float *s0 = (const float *)(const void *)(q0 + QK * PANEL);             \
+            for (Py_ssize_t o = 0; o < pf_step; o += 64)                                  \
+                _mm_prefetch(pf + b * pf_step + o, _MM_HINT_T1);                          \
+            _Pragma("GCC unroll 1") for (int h = 0; h < 2; h++) {                         \
+                AN_ROWS7(AN_IZERO)                                                        \
+                _Pragma("GCC unroll 1") for (int g = 0; g < QK / 4; g++) {                \
+                    __m256i w = _mm256_loadu_si256(                                       \
+                        (const __m256i *)(const void *)(q0 + g * 4 * PANEL + h * 32));    \
+                    AN_ROWS7(AN_DOT)                                                      \
+                }                                                                         \
+                __m256 d = _mm256_loadu_ps(s0 + h * 8), m = _mm256_loadu_ps(s0 + PANEL + h * 8); \
+                AN_ROWS7(AN_SCALE)                                                        \
+            }                                                                             \
+        }                                                                                 \
+        for (int r = 0; r < NR; r++) {                                                    \
+            float tmp[PANEL];                                                             \
+            for (int j = 0; j < PANEL; j++) tmp[j] = acc[r * PANEL + j] + bias16[j];      \
+            memcpy(out + r * ldo, tmp, (size_t)cols * sizeof(float));                     \
+        }                                                                                 \
+    }
+AN_KERNEL(kn_, 1) AN_KERNEL(kn_, 2) AN_KERNEL(kn_, 3) AN_KERNEL(kn_, 4)
+AN_KERNEL(kn_, 5) AN_KERNEL(kn_, 6) AN_KERNEL(kn_, 7)
+#define AN_MAXR 7
+#define NARROW_Q 16 /* the largest q the narrow kernels take */
+
 static void group_bias(float *dst, const float *bias, Py_ssize_t c0, Py_ssize_t cols,
                        Py_ssize_t width) {
     for (Py_ssize_t j = 0; j < width; j++)
@@ -414,15 +478,21 @@ static void run_vnni(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
 
 static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
                      Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
-                     float *out, int threads, int sgn) {
+                     float *out, int threads, int sgn, int narrow) {
     typedef void (*fa)(const int8_t *, const float *, const float *, Py_ssize_t,
                        const uint8_t *, const float *, float *, Py_ssize_t, Py_ssize_t,
                        const char *, Py_ssize_t);
     static const fa plain[AV_MAXR + 1] = {NULL, ka_1, ka_2, ka_3};
     static const fa signd[AV_MAXR + 1] = {NULL, kas_1, kas_2, kas_3};
-    const fa *table = sgn ? signd : plain;
+    static const fa narrw[AN_MAXR + 1] = {NULL, kn_1, kn_2, kn_3, kn_4, kn_5, kn_6, kn_7};
+    /* passes of up to 3 rows keep the kernels above: their fully unrolled loops are faster
+     * there (and such passes wait on the weight stream, not on arithmetic) */
+    narrow = narrow && !sgn && narrow_on && m > AV_MAXR;
+    const fa *table = narrow ? narrw : sgn ? signd : plain;
+    Py_ssize_t maxr = narrow ? AN_MAXR : AV_MAXR;
     Py_ssize_t np = panels_of(n), nb = k / QK, pstride = nb * QBYTES;
-    Py_ssize_t blocks = (m + AV_MAXR - 1) / AV_MAXR;
+    Py_ssize_t blocks = (m + maxr - 1) / maxr;
+    int single = narrow; /* a one-block narrow pass computes enough to prefetch */
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && np > 1)
     for (Py_ssize_t p = 0; p < np; p++) {
         Py_ssize_t c0 = p * PANEL, cols = n - c0 < PANEL ? n - c0 : PANEL;
@@ -432,7 +502,7 @@ static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
         Py_ssize_t r0 = 0;
         for (Py_ssize_t blk = 0; blk < blocks; blk++) {
             Py_ssize_t rows = (m - r0) / (blocks - blk), step = 0;
-            const char *pf = prefetch_share(next, pstride, blk, blocks, nb, 0, &step);
+            const char *pf = prefetch_share(next, pstride, blk, blocks, nb, single, &step);
             table[rows](xq + r0 * k, dx + r0 * nb, sx + r0 * nb, k, packed + p * pstride,
                         bias16, out + r0 * n + c0, n, cols, pf, step);
             r0 += rows;
@@ -515,6 +585,23 @@ static PyObject *qd_set_prefetch_next(PyObject *self, PyObject *args) {
     return set_switch(args, &prefetch_next);
 }
 
+static PyObject *qd_set_narrow(PyObject *self, PyObject *args) {
+    (void)self;
+    return set_switch(args, &narrow_on);
+}
+
+static PyObject *qd_narrow(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyBool_FromLong(QD_X86 && narrow_on);
+}
+
+static PyObject *qd_narrow_max(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(NARROW_Q);
+}
+
 static PyObject *qd_packed_bytes(PyObject *self, PyObject *args) {
     (void)self;
     Py_ssize_t n, k;
@@ -580,9 +667,9 @@ static PyObject *qd_linear(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long x, packed, bias, out;
     Py_ssize_t m, k, n;
-    int threads, sgn = 0;
-    if (!PyArg_ParseTuple(args, "KnnKnKKi|p", &x, &m, &k, &packed, &n, &bias, &out, &threads,
-                          &sgn))
+    int threads, sgn = 0, narrow = 0;
+    if (!PyArg_ParseTuple(args, "KnnKnKKi|pp", &x, &m, &k, &packed, &n, &bias, &out, &threads,
+                          &sgn, &narrow))
         return NULL;
     if (m < 0 || !shape_ok("linear", n, k)) return NULL;
 #if QD_X86
@@ -608,12 +695,12 @@ static PyObject *qd_linear(PyObject *self, PyObject *args) {
     if (sgn && vnni) /* the signed VNNI kernels read xq + 128 */
         for (size_t i = 0; i < (size_t)(m * k); i++) xq[i] = (int8_t)((uint8_t)xq[i] ^ 0x80u);
     if (vnni) run_vnni(xq, dx, sx, m, k, w, n, b, o, threads, sgn);
-    else run_avx2(xq, dx, sx, m, k, w, n, b, o, threads, sgn);
+    else run_avx2(xq, dx, sx, m, k, w, n, b, o, threads, sgn, narrow);
     Py_END_ALLOW_THREADS
     free(scratch);
     Py_RETURN_NONE;
 #else
-    (void)x; (void)packed; (void)bias; (void)out; (void)threads; (void)sgn;
+    (void)x; (void)packed; (void)bias; (void)out; (void)threads; (void)sgn; (void)narrow;
     PyErr_SetString(PyExc_RuntimeError, "qdot is built for x86-64 only");
     return NULL;
 #endif
@@ -632,6 +719,13 @@ static PyMethodDef METHODS[] = {
     {"set_prefetch_next", qd_set_prefetch_next, METH_VARARGS,
      "set_prefetch_next(on): whether passes prefetch the next group's panels "
      "(default on; same results, for timing); returns the previous state."},
+    {"set_narrow", qd_set_narrow, METH_VARARGS,
+     "set_narrow(on): whether narrow panels run the AVX2 narrow kernels (default on; same "
+     "results, for tests and timing); returns the previous state."},
+    {"narrow", qd_narrow, METH_NOARGS,
+     "narrow(): whether narrow panels run the AVX2 narrow kernels (see set_narrow)."},
+    {"narrow_max", qd_narrow_max, METH_NOARGS,
+     "narrow_max(): the largest q of panels that linear(..., narrow=True) may run."},
     {"packed_bytes", qd_packed_bytes, METH_VARARGS,
      "Bytes needed to pack an n x k block-quantized weight (k a multiple of 32)."},
     {"pack", qd_pack, METH_VARARGS,
@@ -644,9 +738,10 @@ static PyMethodDef METHODS[] = {
      "gather(dst_ptr, src_ptr, ids_ptr, count, n, k): panels of the columns ids (int64) of "
      "packed panels (n x k, either kind); dst holds packed_bytes(count, k) bytes."},
     {"linear", qd_linear, METH_VARARGS,
-     "linear(x_ptr, m, k, packed_ptr, n, bias_ptr or 0, out_ptr, threads, signed=False): "
-     "out = x W^T + b with x quantized to 8 bits per block of 32 (signed: panels from "
-     "pack_signed)."},
+     "linear(x_ptr, m, k, packed_ptr, n, bias_ptr or 0, out_ptr, threads, signed=False, "
+     "narrow=False): out = x W^T + b with x quantized to 8 bits per block of 32 (signed: "
+     "panels from pack_signed; narrow: panels from pack whose every q is at most "
+     "narrow_max(), which the AVX2 kernels then run 6 rows at a time)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "qdot",

@@ -109,6 +109,10 @@ COST_STEPS_AVX512 = {"panel": ((12, 12), (24, 24)),
 #: (AVX512-VNNI) or 3 (AVX2), near-even.
 COST_STEPS_INT8 = {True: ((6, 6), (12, 12), (18, 18), (24, 24)),
                    False: ((3, 3), (6, 6), (9, 9), (12, 12), (15, 15), (18, 18), (24, 24))}
+#: AVX2 with narrow panels (4-bit weights: the default model's body): passes of more than 3
+#: rows run the narrow kernels in near-even blocks of at most 7; the signed output layer
+#: keeps blocks of 3.
+COST_STEPS_INT8_NARROW = ((3, 3), (7, 7), (14, 14), (21, 21), (24, 24))
 
 
 def _onednn_available() -> bool:
@@ -176,6 +180,8 @@ class PackedLinear(nn.Module):
         self._ipacked: torch.Tensor | None = None
         #: Whether they hold signed q without offsets (qdot's signed kernels).
         self._signed = False
+        #: Whether every q is small enough for qdot's narrow AVX2 kernels (4-bit weights).
+        self._narrow = False
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         with torch.no_grad():
@@ -195,7 +201,7 @@ class PackedLinear(nn.Module):
                 if kernel == "panel_int8" and found is not None:
                     packed_int8 = _pack_int8(*found)
                     if packed_int8 is not None:
-                        self._ipacked, self._signed = packed_int8
+                        self._ipacked, self._signed, self._narrow = packed_int8
                 # float32 panels for what the integer ones do not run
                 self._packed = torch.empty(0 if self._ipacked is not None
                                            else gemm.packed_size(n, k),
@@ -237,7 +243,8 @@ class PackedLinear(nn.Module):
             _QDOT[0].linear(x.data_ptr(), rows, self.in_features, self._ipacked.data_ptr(),
                             self.out_features,
                             0 if self._bias is None else self._bias.data_ptr(),
-                            out.data_ptr(), torch.get_num_threads(), self._signed)
+                            out.data_ptr(), torch.get_num_threads(), self._signed,
+                            self._narrow)
         elif rows:
             quant = self._qpacked is not None and rows <= _QUANT_MAX[0]
             packed = self._qpacked if quant else self._packed
@@ -305,10 +312,12 @@ def pack_quantized(gemm: Any, weight: torch.Tensor) -> torch.Tensor | None:
 
 
 def _pack_int8(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor
-               ) -> tuple[torch.Tensor, bool] | None:
-    """``d*q + m`` (as :func:`_recover` found them) as ``qdot``'s integer panels and whether
-    they are its signed kind (some q negative, every m zero: GGUF Q8_0, Q4_0), or None where
-    the weight is neither kind (negative q with offsets) or ``qdot`` is not built."""
+               ) -> tuple[torch.Tensor, bool, bool] | None:
+    """``d*q + m`` (as :func:`_recover` found them) as ``qdot``'s integer panels, whether
+    they are its signed kind (some q negative, every m zero: GGUF Q8_0, Q4_0) and whether
+    they are narrow (unsigned, every q at most ``qdot.narrow_max()``: 4-bit weights such as
+    GGUF Q4_1, which its AVX2 kernels run 7 rows at a time), or None where the weight is
+    neither kind (negative q with offsets) or ``qdot`` is not built."""
     qdot = _native.load("qdot")
     if qdot is None or not qdot.available():
         return None
@@ -321,8 +330,10 @@ def _pack_int8(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor
         qdot.pack_signed(packed.data_ptr(), q.data_ptr(), d.data_ptr(), n, k)
     elif not qdot.pack(packed.data_ptr(), q.data_ptr(), d.data_ptr(), m.data_ptr(), n, k):
         return None
+    narrow = (not signed and hasattr(qdot, "narrow_max")
+              and int(q.max()) <= int(qdot.narrow_max()))
     _QDOT[0] = qdot
-    return packed, signed
+    return packed, signed, narrow
 
 
 def gathered_int8(layer: PackedLinear, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -346,7 +357,8 @@ def gathered_int8(layer: PackedLinear, x: torch.Tensor, ids: torch.Tensor) -> to
     bias = None if layer._bias is None else (
         layer._bias.index_select(0, ids).to(torch.float32).contiguous())
     qdot.linear(x.data_ptr(), m, k, packed.data_ptr(), count,
-                0 if bias is None else bias.data_ptr(), out.data_ptr(), 1, layer._signed)
+                0 if bias is None else bias.data_ptr(), out.data_ptr(), 1, layer._signed,
+                layer._narrow)
     return out
 
 
@@ -412,6 +424,19 @@ def int8_count(model: nn.Module) -> int:
     return sum(1 for m in model.modules() if isinstance(m, PackedLinear) and m.int8)
 
 
+def narrow_count(model: nn.Module) -> int:
+    """How many of ``model``'s packed linears run on narrow integer panels (every q at most
+    ``qdot.narrow_max()``: 4-bit weights, which qdot's AVX2 kernels run 7 rows at a time)."""
+    return sum(1 for m in model.modules() if isinstance(m, PackedLinear) and m._narrow)
+
+
+def narrow_on() -> bool:
+    """Whether qdot's AVX2 kernels run narrow panels 7 rows at a time (``qdot.set_narrow``;
+    the same results either way)."""
+    qdot = _native.load("qdot")
+    return bool(qdot is not None and hasattr(qdot, "narrow") and qdot.narrow())
+
+
 def int8_vnni() -> bool:
     """Whether ``"panel_int8"`` layers run their AVX512-VNNI kernels (else AVX2 ones)."""
     qdot = _native.load("qdot")
@@ -450,7 +475,10 @@ def cost_steps(model: nn.Module) -> tuple[tuple[int, int], ...] | None:
     (oneDNN)."""
     kernel = packed_kernel(model)
     if kernel == "panel_int8" and int8_count(model):
-        return COST_STEPS_INT8[int8_vnni()]
+        vnni = int8_vnni()
+        if not vnni and narrow_on() and narrow_count(model) * 2 > int8_count(model):
+            return COST_STEPS_INT8_NARROW
+        return COST_STEPS_INT8[vnni]
     table = COST_STEPS_AVX512 if avx512() else COST_STEPS
     steps = None if kernel is None else table.get(kernel)
     if steps is not None and quantized_count(model):
