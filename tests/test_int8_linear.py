@@ -88,13 +88,13 @@ _KINDS = {"q4_1": (False, True), "q8_0": (True, False), "q8_0_unsigned": (False,
 
 
 @pytest.fixture
-def narrow_off():
-    """Run the AVX2 kernels for wide panels on narrow ones too (same bits); restored after."""
-    before = QDOT.set_narrow(False)
+def halves_off():
+    """Run the AVX2 3-row kernels on every pass (same bits); restored after."""
+    before = QDOT.set_halves(False)
     try:
         yield
     finally:
-        QDOT.set_narrow(before)
+        QDOT.set_halves(before)
 
 
 def _reference(x: np.ndarray, lin: nn.Linear) -> np.ndarray:
@@ -157,27 +157,27 @@ def test_rows_are_bitwise_independent_of_the_pass_and_the_isa(n, blocks, rows, b
     layer = fl.PackedLinear(_MAKERS[kind](n, k, bias, seed), "panel_int8")
     assert layer.int8 and (layer._signed, layer._narrow) == _KINDS[kind]
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed)) * 3
-    before, narrow_before = QDOT.set_vnni(True), QDOT.set_narrow(True)
+    before, narrow_before = QDOT.set_vnni(True), QDOT.set_halves(True)
     isas = [(False, True), (False, False)] + ([(True, True)] if QDOT.vnni() else [])
     try:
         outs = []
         with torch.inference_mode(), torch_threads(threads):
             for vnni, narrow in isas:
                 QDOT.set_vnni(vnni)
-                QDOT.set_narrow(narrow)
+                QDOT.set_halves(narrow)
                 whole = layer(x)
                 lone = torch.cat([layer(x[i:i + 1]) for i in range(rows)])
                 assert torch.equal(whole, lone)
                 outs.append(whole)
     finally:
         QDOT.set_vnni(before)
-        QDOT.set_narrow(narrow_before)
+        QDOT.set_halves(narrow_before)
     assert all(torch.equal(outs[0], o) for o in outs[1:])
 
 
 @pytest.mark.parametrize("rows", [4, 5, 6, 7, 8, 13, 14, 15, 22])
 @pytest.mark.parametrize("qmax", [15, 16])
-def test_narrow_kernels_give_the_wide_kernels_bits_at_their_limit(rows, qmax, narrow_off):
+def test_narrow_kernels_give_the_wide_kernels_bits_at_their_limit(rows, qmax, halves_off):
     """The narrow AVX2 kernels add a block's products in int16: at their limit (every q the
     largest they take, activations at +-127 after rounding: a block's constant input) the
     sums stay exact, and the outputs are the wide kernels' bits and the documented
@@ -204,8 +204,8 @@ def test_narrow_kernels_give_the_wide_kernels_bits_at_their_limit(rows, qmax, na
                     narrow)
         return out
 
-    wide = run(True)  # narrow_off: the 3-row kernels whatever the flag says
-    QDOT.set_narrow(True)
+    wide = run(True)  # halves_off: the 3-row kernels whatever the flag says
+    QDOT.set_halves(True)
     narrow = run(True)
     assert torch.equal(wide, narrow)
     xb = x.numpy().reshape(rows, nb, BLOCK).astype(np.float32)
@@ -354,11 +354,11 @@ def test_fast_cpu_paths_choose_it_and_pack_linears_does_not():
     assert fl.narrow_count(approx) == 1
     assert fl.cost_steps(approx) == (fl.COST_STEPS_INT8[True] if fl.int8_vnni()
                                      else fl.COST_STEPS_INT8_NARROW)
-    before = QDOT.set_narrow(False)
+    before = QDOT.set_halves(False)
     try:
         assert fl.cost_steps(approx) == fl.COST_STEPS_INT8[fl.int8_vnni()]
     finally:
-        QDOT.set_narrow(before)
+        QDOT.set_halves(before)
     restored = fl.unpack_linears(approx)
     assert type(restored[0]) is nn.Linear
     copied = copy.deepcopy(use_fast_cpu_paths(copy.deepcopy(model)))

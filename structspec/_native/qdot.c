@@ -93,9 +93,10 @@ static int pack_weight(uint8_t *dst, const int8_t *q, const float *d, const floa
  * timing: results do not depend on it). */
 static int prefetch_next = 1;
 
-/* 1: narrow panels (every q <= NARROW_Q, linear(..., narrow=True)) run the AVX2 narrow
- * kernels (set_narrow, for tests and A/B timing: results do not depend on it). */
-static int narrow_on = 1;
+/* 1: AVX2 passes of more than 3 rows run the half-panel kernels where they apply (narrow
+ * panels: linear(..., narrow=True), every q <= NARROW_Q; signed panels up to 7 rows);
+ * set_halves, for tests and A/B timing: results do not depend on it. */
+static int halves_on = 1;
 
 /* 1: quantize_rows runs quantize_block_avx2 (set_vector_quantize; tests compare both). */
 static int vector_quantize = 1;
@@ -356,38 +357,47 @@ AV_KERNEL(ka_, 1, 0) AV_KERNEL(ka_, 2, 0) AV_KERNEL(ka_, 3, 0)
 AV_KERNEL(kas_, 1, 1) AV_KERNEL(kas_, 2, 1) AV_KERNEL(kas_, 3, 1)
 #define AV_MAXR 3
 
-/* AVX2, narrow weights (unsigned q <= 16: the default model's 4-bit body): R rows (1..8)
- * against one panel, one half of 8 columns at a time. With q this small a block's 8 groups
- * of vpmaddubsw pairs add up in int16 without overflow (16 products of at most 16 * 127
- * each: 32512 < 32767), so vpmaddwd runs once per block instead of once per group, and one
- * register per row holds a half's sums (the float accumulators live in a small array): one
- * read of a panel serves 8 rows instead of 3, and GCC keeps every sum in a register (with
- * both halves at once it spilled them). The integer sums are the same integers, the
- * epilogue the same float steps in the same order: bit for bit the kernels above. */
+/* AVX2, passes of more than 3 rows: R rows (1..7) against one panel, one half of 8 columns
+ * at a time, one register per row holding a half's integer sums (the float accumulators live
+ * in a small array), so one read of a panel serves 7 rows instead of 3 and GCC keeps every
+ * sum in a register (with both halves at once it spilled them). Narrow weights (unsigned
+ * q <= 16: the default model's 4-bit body): a block's 8 groups of vpmaddubsw pairs add up in
+ * int16 without overflow (16 products of at most 16 * 127 each: 32512 < 32767), so vpmaddwd
+ * runs once per block instead of once per group. Signed weights (SG, its output layer): as
+ * the kernels above, vpmaddwd per group into int32. The integer sums are the same integers,
+ * the epilogue the same float steps in the same order: bit for bit the kernels above. */
 #define AN_ROWS7(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6)
 #define AN_IZERO(r) __m256i i##r = _mm256_setzero_si256();
 #define AN_DOT(r)                                                                          \
-    if (NR > r)                                                                            \
-        i##r = _mm256_add_epi16(                                                           \
-            i##r, _mm256_maddubs_epi16(w, _mm256_set1_epi32(load4(x + (r) * k + g * 4))));
+    if (NR > r) {                                                                          \
+        __m256i xb = _mm256_set1_epi32(load4(x + (r) * k + g * 4));                        \
+        if (SG)                                                                            \
+            i##r = _mm256_add_epi32(                                                       \
+                i##r, _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_sign_epi8(xb, w)), ones)); \
+        else                                                                               \
+            i##r = _mm256_add_epi16(i##r, _mm256_maddubs_epi16(w, xb));                    \
+    }
 #define AN_SCALE(r)                                                                        \
     if (NR > r) {                                                                          \
         float *f = acc + (r) * PANEL + h * 8;                                              \
         __m256 dxv = _mm256_set1_ps(dx[(r) * nb + b]);                                     \
-        __m256 fv = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(i##r, ones)),     \
-                                    _mm256_mul_ps(d, dxv), _mm256_load_ps(f));             \
-        _mm256_store_ps(f, _mm256_fmadd_ps(m, _mm256_set1_ps(sx[(r) * nb + b]), fv));     \
+        __m256i isum = SG ? i##r : _mm256_madd_epi16(i##r, ones);                          \
+        __m256 fv = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, dxv),        \
+                                    _mm256_load_ps(f));                                    \
+        if (!SG) fv = _mm256_fmadd_ps(m, _mm256_set1_ps(sx[(r) * nb + b]), fv);            \
+        _mm256_store_ps(f, fv);                                                            \
     }
-#define AN_KERNEL(NAME, R)                                                                 \
+#define AN_KERNEL(NAME, R, SIGNED)                                                         \
     __attribute__((target("avx2,fma"))) static void NAME##R(                               \
         const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,                 \
         const uint8_t *p0, const float *bias16, float *out, Py_ssize_t ldo,               \
         Py_ssize_t cols, const char *pf, Py_ssize_t pf_step) {                            \
-        enum { NR = R };                                                                  \
+        enum { NR = R, SG = SIGNED };                                                     \
         Py_ssize_t nb = k / QK;                                                           \
         const __m256i ones = _mm256_set1_epi16(1);                                        \
         float acc[NR * PANEL] __attribute__((aligned(32)));                               \
         memset(acc, 0, sizeof acc);                                                       \
+        (void)sx;                                                                         \
         for (Py_ssize_t b = 0; b < nb; b++) {                                             \
             const uint8_t *q0 = p0 + b * QBYTES;                                          \
             const int8_t *x = xq + b * QK;                                                \
@@ -399,9 +409,12 @@ AV_KERNEL(kas_, 1, 1) AV_KERNEL(kas_, 2, 1) AV_KERNEL(kas_, 3, 1)
                 _Pragma("GCC unroll 1") for (int g = 0; g < QK / 4; g++) {                \
                     __m256i w = _mm256_loadu_si256(                                       \
                         (const __m256i *)(const void *)(q0 + g * 4 * PANEL + h * 32));    \
+                    __m256i a = SG ? _mm256_abs_epi8(w) : w;                              \
+                    (void)a;                                                              \
                     AN_ROWS7(AN_DOT)                                                      \
                 }                                                                         \
                 __m256 d = _mm256_loadu_ps(s0 + h * 8), m = _mm256_loadu_ps(s0 + PANEL + h * 8); \
+                (void)m;                                                                  \
                 AN_ROWS7(AN_SCALE)                                                        \
             }                                                                             \
         }                                                                                 \
@@ -411,8 +424,10 @@ AV_KERNEL(kas_, 1, 1) AV_KERNEL(kas_, 2, 1) AV_KERNEL(kas_, 3, 1)
             memcpy(out + r * ldo, tmp, (size_t)cols * sizeof(float));                     \
         }                                                                                 \
     }
-AN_KERNEL(kn_, 1) AN_KERNEL(kn_, 2) AN_KERNEL(kn_, 3) AN_KERNEL(kn_, 4)
-AN_KERNEL(kn_, 5) AN_KERNEL(kn_, 6) AN_KERNEL(kn_, 7)
+AN_KERNEL(kn_, 1, 0) AN_KERNEL(kn_, 2, 0) AN_KERNEL(kn_, 3, 0) AN_KERNEL(kn_, 4, 0)
+AN_KERNEL(kn_, 5, 0) AN_KERNEL(kn_, 6, 0) AN_KERNEL(kn_, 7, 0)
+AN_KERNEL(kns_, 1, 1) AN_KERNEL(kns_, 2, 1) AN_KERNEL(kns_, 3, 1) AN_KERNEL(kns_, 4, 1)
+AN_KERNEL(kns_, 5, 1) AN_KERNEL(kns_, 6, 1) AN_KERNEL(kns_, 7, 1)
 #define AN_MAXR 7
 #define NARROW_Q 16 /* the largest q the narrow kernels take */
 
@@ -485,14 +500,18 @@ static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
     static const fa plain[AV_MAXR + 1] = {NULL, ka_1, ka_2, ka_3};
     static const fa signd[AV_MAXR + 1] = {NULL, kas_1, kas_2, kas_3};
     static const fa narrw[AN_MAXR + 1] = {NULL, kn_1, kn_2, kn_3, kn_4, kn_5, kn_6, kn_7};
+    static const fa hsignd[AN_MAXR + 1] = {NULL, kns_1, kns_2, kns_3, kns_4, kns_5, kns_6,
+                                           kns_7};
     /* passes of up to 3 rows keep the kernels above: their fully unrolled loops are faster
-     * there (and such passes wait on the weight stream, not on arithmetic) */
-    narrow = narrow && !sgn && narrow_on && m > AV_MAXR;
-    const fa *table = narrow ? narrw : sgn ? signd : plain;
-    Py_ssize_t maxr = narrow ? AN_MAXR : AV_MAXR;
+     * there (and such passes wait on the weight stream, not on arithmetic); so do signed
+     * passes of more than 7 (two blocks or more: their arithmetic is the same, and the
+     * halves' second read of the activations made them slower) */
+    int halves = halves_on && m > AV_MAXR && (narrow || (sgn && m <= AN_MAXR));
+    const fa *table = halves ? (sgn ? hsignd : narrw) : sgn ? signd : plain;
+    Py_ssize_t maxr = halves ? AN_MAXR : AV_MAXR;
     Py_ssize_t np = panels_of(n), nb = k / QK, pstride = nb * QBYTES;
     Py_ssize_t blocks = (m + maxr - 1) / maxr;
-    int single = narrow; /* a one-block narrow pass computes enough to prefetch */
+    int single = halves; /* a one-block pass of these computes enough to prefetch */
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && np > 1)
     for (Py_ssize_t p = 0; p < np; p++) {
         Py_ssize_t c0 = p * PANEL, cols = n - c0 < PANEL ? n - c0 : PANEL;
@@ -585,15 +604,15 @@ static PyObject *qd_set_prefetch_next(PyObject *self, PyObject *args) {
     return set_switch(args, &prefetch_next);
 }
 
-static PyObject *qd_set_narrow(PyObject *self, PyObject *args) {
+static PyObject *qd_set_halves(PyObject *self, PyObject *args) {
     (void)self;
-    return set_switch(args, &narrow_on);
+    return set_switch(args, &halves_on);
 }
 
-static PyObject *qd_narrow(PyObject *self, PyObject *args) {
+static PyObject *qd_halves(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
-    return PyBool_FromLong(QD_X86 && narrow_on);
+    return PyBool_FromLong(QD_X86 && halves_on);
 }
 
 static PyObject *qd_narrow_max(PyObject *self, PyObject *args) {
@@ -719,11 +738,12 @@ static PyMethodDef METHODS[] = {
     {"set_prefetch_next", qd_set_prefetch_next, METH_VARARGS,
      "set_prefetch_next(on): whether passes prefetch the next group's panels "
      "(default on; same results, for timing); returns the previous state."},
-    {"set_narrow", qd_set_narrow, METH_VARARGS,
-     "set_narrow(on): whether narrow panels run the AVX2 narrow kernels (default on; same "
-     "results, for tests and timing); returns the previous state."},
-    {"narrow", qd_narrow, METH_NOARGS,
-     "narrow(): whether narrow panels run the AVX2 narrow kernels (see set_narrow)."},
+    {"set_halves", qd_set_halves, METH_VARARGS,
+     "set_halves(on): whether AVX2 passes of more than 3 rows run the half-panel kernels "
+     "(narrow panels; signed ones up to 7 rows) or the 3-row ones (default on; same results, "
+     "for tests and timing); returns the previous state."},
+    {"halves", qd_halves, METH_NOARGS,
+     "halves(): whether the AVX2 half-panel kernels run (see set_halves)."},
     {"narrow_max", qd_narrow_max, METH_NOARGS,
      "narrow_max(): the largest q of panels that linear(..., narrow=True) may run."},
     {"packed_bytes", qd_packed_bytes, METH_VARARGS,

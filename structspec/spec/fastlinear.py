@@ -110,8 +110,8 @@ COST_STEPS_AVX512 = {"panel": ((12, 12), (24, 24)),
 COST_STEPS_INT8 = {True: ((6, 6), (12, 12), (18, 18), (24, 24)),
                    False: ((3, 3), (6, 6), (9, 9), (12, 12), (15, 15), (18, 18), (24, 24))}
 #: AVX2 with narrow panels (4-bit weights: the default model's body): passes of more than 3
-#: rows run the narrow kernels in near-even blocks of at most 7; the signed output layer
-#: keeps blocks of 3.
+#: rows run the half-panel kernels in near-even blocks of at most 7 (the signed output layer
+#: too up to 7 rows, then blocks of 3).
 COST_STEPS_INT8_NARROW = ((3, 3), (7, 7), (14, 14), (21, 21), (24, 24))
 
 
@@ -430,11 +430,11 @@ def narrow_count(model: nn.Module) -> int:
     return sum(1 for m in model.modules() if isinstance(m, PackedLinear) and m._narrow)
 
 
-def narrow_on() -> bool:
-    """Whether qdot's AVX2 kernels run narrow panels 7 rows at a time (``qdot.set_narrow``;
-    the same results either way)."""
+def half_panels() -> bool:
+    """Whether qdot's AVX2 kernels run passes of more than 3 rows on half panels, narrow
+    panels 7 rows at a time (``qdot.set_halves``; the same results either way)."""
     qdot = _native.load("qdot")
-    return bool(qdot is not None and hasattr(qdot, "narrow") and qdot.narrow())
+    return bool(qdot is not None and hasattr(qdot, "halves") and qdot.halves())
 
 
 def int8_vnni() -> bool:
@@ -476,7 +476,7 @@ def cost_steps(model: nn.Module) -> tuple[tuple[int, int], ...] | None:
     kernel = packed_kernel(model)
     if kernel == "panel_int8" and int8_count(model):
         vnni = int8_vnni()
-        if not vnni and narrow_on() and narrow_count(model) * 2 > int8_count(model):
+        if not vnni and half_panels() and narrow_count(model) * 2 > int8_count(model):
             return COST_STEPS_INT8_NARROW
         return COST_STEPS_INT8[vnni]
     table = COST_STEPS_AVX512 if avx512() else COST_STEPS
