@@ -146,6 +146,36 @@ def test_kernel_refuses_bad_shapes():
         ATTEND.attend(0, 0, 0, 9, 3, 1, 4, 64, 0, 2, 1.0, 0, 1)  # a float mask, no pointer
 
 
+@settings(max_examples=25, deadline=None)
+@given(lq=st.integers(1, 12), extra=st.integers(1, 40), wider=st.integers(0, 9),
+       kind=st.sampled_from([2, 3]), seed=st.integers(0, 2**16))
+def test_strided_queries_and_wider_masks_are_read_in_place(lq, extra, wider, kind, seed):
+    """A query laid out [lq, hq, d] (transformers' projections before their transpose) and a
+    mask with more columns than keys give the bits of their contiguous copies."""
+    hq, hkv, d = 6, 2, 32
+    lk = lq + extra
+    g = torch.Generator().manual_seed(seed)
+    q_rows = torch.randn(lq, hq, d, generator=g)  # [lq, hq, d]
+    k, v = torch.randn(hkv, lk, d, generator=g), torch.randn(hkv, lk, d, generator=g)
+    visible = torch.rand(lq, lk + wider, generator=g) < 0.7
+    visible[torch.arange(lq), torch.arange(lq) + extra] = True
+    wide = (torch.zeros(lq, lk + wider).masked_fill(~visible, float("-inf")) if kind == 2
+            else visible.contiguous().view(torch.uint8))
+    narrow = wide[:, :lk].contiguous()
+    q = q_rows.transpose(0, 1)  # [hq, lq, d] view
+    dense = q.contiguous()
+    got, want = torch.empty(1, lq, hq, d), torch.empty(1, lq, hq, d)
+    ATTEND.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), hq, hkv, lq, lk, d,
+                  wide.data_ptr(), kind, 0.3, got.data_ptr(), 1, wide.stride(0), q.stride(0),
+                  q.stride(1))
+    ATTEND.attend(dense.data_ptr(), k.data_ptr(), v.data_ptr(), hq, hkv, lq, lk, d,
+                  narrow.data_ptr(), kind, 0.3, want.data_ptr(), 1)
+    assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="bad shape"):  # a mask row shorter than the keys
+        ATTEND.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), hq, hkv, lq, lk, d,
+                      wide.data_ptr(), kind, 0.3, got.data_ptr(), 1, lk - 1)
+
+
 def _modes() -> list[int]:
     """The kernel's loop variants this CPU runs (2 needs AVX-512VL)."""
     return list(range(ATTEND.max_tiles() + 1))

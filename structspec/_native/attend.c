@@ -382,7 +382,8 @@ static const wsum_fn WS_NARROW[SC_MAXR + 1] = {NULL, wsn_1, wsn_2, wsn_3, NULL, 
 __attribute__((target("avx2,fma"))) static void attend_tile(
     const float *q, const float *kt, const float *v, const Py_ssize_t *heads,
     const Py_ssize_t *rows, int n, Py_ssize_t lq, Py_ssize_t lk, Py_ssize_t hq, Py_ssize_t d,
-    float scale, int kind, const void *mask, float *s, float *acc, float *out, int mode) {
+    float scale, int kind, const void *mask, Py_ssize_t ldm, Py_ssize_t sqh, Py_ssize_t sqr,
+    float *s, float *acc, float *out, int mode) {
     Py_ssize_t width = ((lk + KB - 1) / KB) * KB, span = lk;
     if (kind == MASK_CAUSAL) { /* keys past the tile's last visible one are masked: skip them */
         Py_ssize_t last = 0;
@@ -393,7 +394,7 @@ __attribute__((target("avx2,fma"))) static void attend_tile(
     const float *qr[TILE];
     float *sr[TILE], *ar[TILE];
     for (int r = 0; r < n; r++) {
-        qr[r] = q + (heads[r] * lq + rows[r]) * d;
+        qr[r] = q + heads[r] * sqh + rows[r] * sqr;
         sr[r] = s + r * width;
         ar[r] = acc + r * d;
     }
@@ -413,8 +414,8 @@ __attribute__((target("avx2,fma"))) static void attend_tile(
     }
     for (int r = 0; r < n; r++) {
         const void *mrow = NULL;
-        if (kind == MASK_FLOAT) mrow = (const float *)mask + rows[r] * lk;
-        else if (kind == MASK_BOOL) mrow = (const uint8_t *)mask + rows[r] * lk;
+        if (kind == MASK_FLOAT) mrow = (const float *)mask + rows[r] * ldm;
+        else if (kind == MASK_BOOL) mrow = (const uint8_t *)mask + rows[r] * ldm;
         softmax_row(sr[r], span, nb, kind, mrow, rows[r] + lk - lq);
     }
     float l[TILE];
@@ -519,17 +520,26 @@ static PyObject *at_tiles(PyObject *self, PyObject *args) {
     return PyLong_FromLong(tiles());
 }
 
-/* attend(q, k, v, hq, hkv, lq, lk, d, mask_ptr, kind, scale, out, threads) */
+/* attend(q, k, v, hq, hkv, lq, lk, d, mask_ptr, kind, scale, out, threads, ldm=lk,
+ *        sqh=lq*d, sqr=d):
+ * ldm, the mask's row stride in elements (>= lk: a mask wider than the keys is read in
+ * place, without copying its first lk columns out); sqh and sqr, the query's head and row
+ * strides (a query laid out [lq, hq, d], as transformers' projections leave it before their
+ * transpose, is read in place) */
 static PyObject *at_attend(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long qp, kp, vp, maskp, outp;
-    Py_ssize_t hq, hkv, lq, lk, d;
+    Py_ssize_t hq, hkv, lq, lk, d, ldm = -1, sqh = -1, sqr = -1;
     int kind, threads;
     float scale;
-    if (!PyArg_ParseTuple(args, "KKKnnnnnKifKi", &qp, &kp, &vp, &hq, &hkv, &lq, &lk, &d,
-                          &maskp, &kind, &scale, &outp, &threads))
+    if (!PyArg_ParseTuple(args, "KKKnnnnnKifKi|nnn", &qp, &kp, &vp, &hq, &hkv, &lq, &lk, &d,
+                          &maskp, &kind, &scale, &outp, &threads, &ldm, &sqh, &sqr))
         return NULL;
+    if (ldm < 0) ldm = lk;
+    if (sqh < 0) sqh = lq * d;
+    if (sqr < 0) sqr = d;
     if (hq <= 0 || hkv <= 0 || hq % hkv != 0 || lq < 0 || lk <= 0 || d <= 0 || d % 8 != 0 ||
+        ldm < lk || (sqh < d && sqr < d) ||
         d > MAX_D || kind < MASK_NONE || kind > MASK_BOOL ||
         ((kind == MASK_FLOAT || kind == MASK_BOOL) && maskp == 0) ||
         (kind == MASK_CAUSAL && lq > lk)) {
@@ -575,7 +585,7 @@ static PyObject *at_attend(PyObject *self, PyObject *args) {
                 rows[r] = pi % lq;
             }
             attend_tile(q, kt + kh * nb * d * KB, v + kh * lk * d, heads, rows, n, lq, lk, hq,
-                        d, scale, kind, (const void *)(uintptr_t)maskp, s,
+                        d, scale, kind, (const void *)(uintptr_t)maskp, ldm, sqh, sqr, s,
                         s + TILE * nb * KB, out, mode);
         }
         free(s);

@@ -125,19 +125,25 @@ def row_exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
                 or attention_mask.shape[1] != 1 or attention_mask.shape[2] != lq
                 or attention_mask.shape[3] < lk):
             return None
-        mask = attention_mask[0, 0, :, :lk]
+        mask = attention_mask[0, 0]  # [q, >= lk]: rows read in place (ldm), not copied
+        if mask.stride(-1) != 1 or mask.stride(0) < lk:
+            mask = mask[:, :lk].contiguous()
         if mask.dtype == torch.bool:
-            kind, mask = _BOOL, mask.contiguous().view(torch.uint8)
+            kind, mask = _BOOL, mask.view(torch.uint8)
         elif mask.dtype == torch.float32:
-            kind, mask = _FLOAT, mask.contiguous()
+            kind = _FLOAT
         else:
             return None
     scale = scaling if scaling is not None else d ** -0.5
-    q, k, v = query[0].contiguous(), key[0].contiguous(), value[0].contiguous()
+    q = query[0]  # [Hq, q, D], read in place where its rows are (the projections' layout)
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    k, v = key[0].contiguous(), value[0].contiguous()
     out = torch.empty(1, lq, hq, d, dtype=torch.float32)
     kernel.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), hq, hkv, lq, lk, d,
                   0 if mask is None else mask.data_ptr(), kind, float(scale), out.data_ptr(),
-                  torch.get_num_threads())
+                  torch.get_num_threads(), lk if mask is None else mask.stride(0),
+                  q.stride(0), q.stride(1))
     return out
 
 
