@@ -7,8 +7,11 @@ float32; cost does not depend on the values), packed by each kernel that runs he
 is the panel kernel with its exactly quantized panels (passes of up to ``QUANT_MAX_ROWS``
 rows read them; the column beside it, ``panel``, keeps the float32 panels only). For each
 number of rows, the fastest of ``--repeats`` sweeps through all 210 layers, kernels
-interleaved. Also checks that every kernel agrees with ``nn.Linear``, and ``panel+q`` with
-``panel`` bit for bit.
+interleaved. ``int8`` is ``"panel_int8"`` (8-bit activations, a ``Generator``'s default);
+on a CPU without AVX512-VNNI ``int8-3row`` is the same layers with qdot's half-panel
+kernels switched off (``qdot.set_halves``: 3-row blocks throughout, as before session 26).
+Also checks that every kernel agrees with ``nn.Linear``, ``panel+q`` with ``panel`` and
+``int8`` with ``int8-3row`` bit for bit.
 
     python benchmarks/linear_kernels.py [--threads T] [--rows 1,2,4,8] [--repeats R] [--json-out F]
 """
@@ -28,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from structspec import _native  # noqa: E402
 from structspec.spec.block_quant import dequantize, quantize_q4_1  # noqa: E402
 from structspec.spec.fastlinear import PackedLinear, available_kernels  # noqa: E402
 
@@ -46,7 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     kernels = available_kernels()
     quant = "panel" in kernels
-    variants = ["plain", *kernels, *(["panel+q"] if quant else [])]
+    # "panel_int8" (8-bit activations, a Generator's default) with qdot's AVX2 half-panel
+    # kernels ("int8") and without ("int8-3row": 3-row blocks throughout; same bits)
+    qdot = _native.load("qdot")
+    int8 = "panel_int8" in available_kernels(approx=True) and hasattr(qdot, "set_halves")
+    int8_ab = int8 and not qdot.vnni()
+    variants = ["plain", *kernels, *(["panel+q"] if quant else []),
+                *(["int8"] if int8 else []), *(["int8-3row"] if int8_ab else [])]
     layers = []
     for k, n in SHAPES * LAYERS:
         lin = nn.Linear(k, n, bias=False).eval()
@@ -57,11 +67,16 @@ def main(argv: list[str] | None = None) -> int:
         if quant:
             mods["panel+q"] = PackedLinear(lin, "panel")
             assert mods["panel+q"].quantized
+        if int8:
+            mods["int8"] = mods["int8-3row"] = PackedLinear(lin, "panel_int8")
+            assert mods["int8"].int8
         layers.append((k, mods))
     rows = [int(r) for r in args.rows.split(",")]
     inputs = {k: torch.randn(max(rows), k) for k in {k for k, _ in SHAPES}}
 
     def sweep(variant: str, m: int) -> None:
+        if int8_ab and variant.startswith("int8"):
+            qdot.set_halves(variant == "int8")
         for k, mods in layers:
             mods[variant](inputs[k][:m])
 
@@ -75,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
                 for m in (1, 2, 3, 5):
                     assert torch.equal(mods["panel+q"](inputs[k][:m]),
                                        mods["panel"](inputs[k][:m])), m
+            if int8_ab:
+                for m in (5, 9):
+                    qdot.set_halves(True)
+                    halves = mods["int8"](inputs[k][:m])
+                    qdot.set_halves(False)
+                    assert torch.equal(halves, mods["int8"](inputs[k][:m])), m
+                qdot.set_halves(True)
         for m in rows:
             best = {v: float("inf") for v in variants}
             for v in variants:
@@ -86,17 +108,22 @@ def main(argv: list[str] | None = None) -> int:
                     best[v] = min(best[v], time.perf_counter() - t0)
             for v in variants:
                 ms[v][m] = round(1000 * best[v], 2)
+    if int8_ab:
+        qdot.set_halves(True)
     print(f"threads={args.threads} load={os.getloadavg()[0]:.2f} "
           f"({LAYERS * len(SHAPES)} linears, ms per sweep)")
     # oneDNN's time over each other kernel's, where oneDNN runs
     compared = [k for k in kernels if k != "onednn"] if "onednn" in kernels else []
     print(f"{'rows':>5} " + " ".join(f"{v:>9}" for v in variants)
           + "".join(f" {'onednn/' + k:>14}" for k in compared)
-          + (f" {'panel+q/panel':>14}" if quant else ""))
+          + (f" {'panel+q/panel':>14}" if quant else "")
+          + (f" {'int8/3row':>10}" if int8_ab else ""))
     for m in rows:
         ratios = "".join(f" {ms['onednn'][m] / ms[k][m]:>14.2f}" for k in compared)
         if quant:
             ratios += f" {ms['panel+q'][m] / ms['panel'][m]:>14.2f}"
+        if int8_ab:
+            ratios += f" {ms['int8'][m] / ms['int8-3row'][m]:>10.2f}"
         print(f"{m:>5} " + " ".join(f"{ms[v][m]:>9.1f}" for v in variants) + ratios)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(
