@@ -35,7 +35,8 @@ processor (``speedup_vs_hf_xgrammar``); ``--no-peers`` skips them.
 
     python benchmarks/speculative.py --task json [--data FILE] [--offset K] [--n 5]
         [--max-new-tokens 160] [--layout system|system-json|request]
-        [--no-pack] [--no-exact-quant] [--no-avx512] [--no-sparse-logits] [--threads T]
+        [--no-pack] [--no-exact-quant] [--no-avx512] [--no-half-panels] [--no-sparse-logits]
+        [--threads T]
         [--repeats R]
         [--draft-model ID] [--no-draft-head] [--no-cost-model] [--no-prefix-cache]
         [--json-out F]
@@ -76,9 +77,11 @@ from structspec.spec.cost import (  # noqa: E402
 from structspec.spec.cpu_paths import use_fast_cpu_paths  # noqa: E402
 from structspec.spec.fastlinear import (  # noqa: E402
     avx512,
+    half_panels,
     packed_kernel,
     quantized_count,
     use_avx512,
+    use_half_panels,
 )
 from structspec.spec.prefix import PrefixCache  # noqa: E402
 
@@ -309,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="run the exactly Q4_1-quantized layers with float32 activations "
                          "(default: 8-bit, kernel panel_int8, as a Generator does; both "
                          "modes alike)")
+    ap.add_argument("--no-half-panels", action="store_true",
+                    help="run the 8-bit kernels' AVX2 passes of more than 3 rows as 3-row "
+                         "blocks, as before session 26 (same outputs; to measure what the "
+                         "half-panel kernels change)")
     ap.add_argument("--no-avx512", action="store_true",
                     help="run the panel kernels' AVX2 versions where the CPU has AVX-512 (same "
                          "outputs; to measure what the AVX-512 kernels change)")
@@ -352,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     quantized = quantized_count(gen.loaded.model)
     if args.no_avx512:
         use_avx512(False)
+    if args.no_half_panels:
+        use_half_panels(False)
     tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, args.layout)
     base_cfg = SpecConfig(enabled=False, sparse_logits=not args.no_sparse_logits)
     draft = None
@@ -476,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         "packed": kernel is not None, "linear_kernel": kernel,
         "exact_quantized_linears": quantized,
         "avx512_kernels": avx512(),
+        "int8_half_panels": half_panels(),
         "sparse_logits": not args.no_sparse_logits,
         "attention": gen.loaded.model.config._attn_implementation,
         "threads": torch.get_num_threads(),

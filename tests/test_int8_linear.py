@@ -354,11 +354,13 @@ def test_fast_cpu_paths_choose_it_and_pack_linears_does_not():
     assert fl.narrow_count(approx) == 1
     assert fl.cost_steps(approx) == (fl.COST_STEPS_INT8[True] if fl.int8_vnni()
                                      else fl.COST_STEPS_INT8_NARROW)
-    before = QDOT.set_halves(False)
+    before = fl.use_half_panels(False)
     try:
+        assert not fl.half_panels()
         assert fl.cost_steps(approx) == fl.COST_STEPS_INT8[fl.int8_vnni()]
     finally:
-        QDOT.set_halves(before)
+        assert fl.use_half_panels(before) is False
+    assert fl.half_panels() == before
     restored = fl.unpack_linears(approx)
     assert type(restored[0]) is nn.Linear
     copied = copy.deepcopy(use_fast_cpu_paths(copy.deepcopy(model)))

@@ -437,6 +437,17 @@ def half_panels() -> bool:
     return bool(qdot is not None and hasattr(qdot, "halves") and qdot.halves())
 
 
+def use_half_panels(on: bool) -> bool:
+    """Run qdot's AVX2 half-panel kernels for passes of more than 3 rows (the default) or its
+    3-row blocks throughout: the same results, other speeds (for tests and A/B runs). Returns
+    the previous state. Process-wide: cost curves measured before no longer describe the
+    kernels."""
+    qdot = _native.load("qdot")
+    if qdot is None or not hasattr(qdot, "set_halves"):
+        return False
+    return bool(qdot.set_halves(on))
+
+
 def int8_vnni() -> bool:
     """Whether ``"panel_int8"`` layers run their AVX512-VNNI kernels (else AVX2 ones)."""
     qdot = _native.load("qdot")
