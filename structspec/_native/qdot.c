@@ -357,25 +357,39 @@ AV_KERNEL(ka_, 1, 0) AV_KERNEL(ka_, 2, 0) AV_KERNEL(ka_, 3, 0)
 AV_KERNEL(kas_, 1, 1) AV_KERNEL(kas_, 2, 1) AV_KERNEL(kas_, 3, 1)
 #define AV_MAXR 3
 
-/* AVX2, passes of more than 3 rows: R rows (1..7) against one panel, one half of 8 columns
- * at a time, one register per row holding a half's integer sums (the float accumulators live
- * in a small array), so one read of a panel serves 7 rows instead of 3 and GCC keeps every
- * sum in a register (with both halves at once it spilled them). Narrow weights (unsigned
- * q <= 16: the default model's 4-bit body): a block's 8 groups of vpmaddubsw pairs add up in
- * int16 without overflow (16 products of at most 16 * 127 each: 32512 < 32767), so vpmaddwd
- * runs once per block instead of once per group. Signed weights (SG, its output layer): as
- * the kernels above, vpmaddwd per group into int32. The integer sums are the same integers,
- * the epilogue the same float steps in the same order: bit for bit the kernels above. */
-#define AN_ROWS7(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6)
+/* AVX2, passes of more than 3 rows: R rows (1..12 with narrow weights, 1..7 signed) against
+ * one panel, one half of 8 columns at a time, one register per row holding a half's integer
+ * sums (the float accumulators live in a small array), so one read of a panel serves up to
+ * 12 rows instead of 3. The activations come block by block, a block's rows one after the
+ * other (xt[b][r][0..31], run_avx2 lays them out): one pointer and constant offsets serve
+ * every row. Narrow weights (unsigned q <= 16: the default model's 4-bit body): a block's 8
+ * groups of vpmaddubsw pairs add up in int16 without overflow (16 products of at most
+ * 16 * 127 each: 32512 < 32767), so vpmaddwd runs once per block instead of once per group.
+ * Signed weights (SG, its output layer): as the kernels above, vpmaddwd per group into
+ * int32. The integer sums are the same integers, the epilogue the same float steps in the
+ * same order: bit for bit the kernels above. */
+#define AN_ROWSN(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11)
+/* acc += vpmaddubsw(w, broadcast of the 4 bytes at p), int16 lanes. In assembly so that the
+ * sums stay in registers: with 12 rows GCC kept a third of them on the stack (each step a
+ * load and a store) however the C was written. */
+#define AN_NARROW_DOT(acc, w, p)                                                           \
+    {                                                                                      \
+        __m256i t_;                                                                        \
+        __asm__("vpbroadcastd %[xm], %[t]\n\t"                                            \
+                "vpmaddubsw %[t], %[wv], %[t]\n\t"                                        \
+                "vpaddw %[t], %[a], %[a]"                                                  \
+                : [a] "+x"(acc), [t] "=&x"(t_)                                             \
+                : [wv] "x"(w), [xm] "m"(*(const int32_t *)(const void *)(p)));             \
+    }
 #define AN_IZERO(r) __m256i i##r = _mm256_setzero_si256();
 #define AN_DOT(r)                                                                          \
     if (NR > r) {                                                                          \
-        __m256i xb = _mm256_set1_epi32(load4(x + (r) * k + g * 4));                        \
+        __m256i xb = _mm256_set1_epi32(load4(x + (r) * QK + g * 4));                       \
         if (SG)                                                                            \
             i##r = _mm256_add_epi32(                                                       \
                 i##r, _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_sign_epi8(xb, w)), ones)); \
         else                                                                               \
-            i##r = _mm256_add_epi16(i##r, _mm256_maddubs_epi16(w, xb));                    \
+            AN_NARROW_DOT(i##r, w, x + (r) * QK + g * 4)                                   \
     }
 #define AN_SCALE(r)                                                                        \
     if (NR > r) {                                                                          \
@@ -389,7 +403,7 @@ AV_KERNEL(kas_, 1, 1) AV_KERNEL(kas_, 2, 1) AV_KERNEL(kas_, 3, 1)
     }
 #define AN_KERNEL(NAME, R, SIGNED)                                                         \
     __attribute__((target("avx2,fma"))) static void NAME##R(                               \
-        const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,                 \
+        const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k, Py_ssize_t xbs, \
         const uint8_t *p0, const float *bias16, float *out, Py_ssize_t ldo,               \
         Py_ssize_t cols, const char *pf, Py_ssize_t pf_step) {                            \
         enum { NR = R, SG = SIGNED };                                                     \
@@ -400,22 +414,22 @@ AV_KERNEL(kas_, 1, 1) AV_KERNEL(kas_, 2, 1) AV_KERNEL(kas_, 3, 1)
         (void)sx;                                                                         \
         for (Py_ssize_t b = 0; b < nb; b++) {                                             \
             const uint8_t *q0 = p0 + b * QBYTES;                                          \
-            const int8_t *x = xq + b * QK;                                                \
+            const int8_t *x = xq + b * xbs;                                               \
             const float *s0 = (const float *)(const void *)(q0 + QK * PANEL);             \
             for (Py_ssize_t o = 0; o < pf_step; o += 64)                                  \
                 _mm_prefetch(pf + b * pf_step + o, _MM_HINT_T1);                          \
             _Pragma("GCC unroll 1") for (int h = 0; h < 2; h++) {                         \
-                AN_ROWS7(AN_IZERO)                                                        \
+                AN_ROWSN(AN_IZERO)                                                        \
                 _Pragma("GCC unroll 1") for (int g = 0; g < QK / 4; g++) {                \
                     __m256i w = _mm256_loadu_si256(                                       \
                         (const __m256i *)(const void *)(q0 + g * 4 * PANEL + h * 32));    \
                     __m256i a = SG ? _mm256_abs_epi8(w) : w;                              \
                     (void)a;                                                              \
-                    AN_ROWS7(AN_DOT)                                                      \
+                    AN_ROWSN(AN_DOT)                                                      \
                 }                                                                         \
                 __m256 d = _mm256_loadu_ps(s0 + h * 8), m = _mm256_loadu_ps(s0 + PANEL + h * 8); \
                 (void)m;                                                                  \
-                AN_ROWS7(AN_SCALE)                                                        \
+                AN_ROWSN(AN_SCALE)                                                        \
             }                                                                             \
         }                                                                                 \
         for (int r = 0; r < NR; r++) {                                                    \
@@ -424,11 +438,11 @@ AV_KERNEL(kas_, 1, 1) AV_KERNEL(kas_, 2, 1) AV_KERNEL(kas_, 3, 1)
             memcpy(out + r * ldo, tmp, (size_t)cols * sizeof(float));                     \
         }                                                                                 \
     }
-AN_KERNEL(kn_, 1, 0) AN_KERNEL(kn_, 2, 0) AN_KERNEL(kn_, 3, 0) AN_KERNEL(kn_, 4, 0)
-AN_KERNEL(kn_, 5, 0) AN_KERNEL(kn_, 6, 0) AN_KERNEL(kn_, 7, 0)
+AN_KERNEL(kn_, 1, 0) AN_KERNEL(kn_, 2, 0) AN_KERNEL(kn_, 3, 0) AN_KERNEL(kn_, 4, 0) AN_KERNEL(kn_, 5, 0) AN_KERNEL(kn_, 6, 0) AN_KERNEL(kn_, 7, 0) AN_KERNEL(kn_, 8, 0) AN_KERNEL(kn_, 9, 0) AN_KERNEL(kn_, 10, 0) AN_KERNEL(kn_, 11, 0) AN_KERNEL(kn_, 12, 0)
 AN_KERNEL(kns_, 1, 1) AN_KERNEL(kns_, 2, 1) AN_KERNEL(kns_, 3, 1) AN_KERNEL(kns_, 4, 1)
 AN_KERNEL(kns_, 5, 1) AN_KERNEL(kns_, 6, 1) AN_KERNEL(kns_, 7, 1)
-#define AN_MAXR 7
+#define AN_MAXR 12
+#define AS_MAXR 7 /* signed */
 #define NARROW_Q 16 /* the largest q the narrow kernels take */
 
 static void group_bias(float *dst, const float *bias, Py_ssize_t c0, Py_ssize_t cols,
@@ -499,19 +513,34 @@ static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
                        const char *, Py_ssize_t);
     static const fa plain[AV_MAXR + 1] = {NULL, ka_1, ka_2, ka_3};
     static const fa signd[AV_MAXR + 1] = {NULL, kas_1, kas_2, kas_3};
-    static const fa narrw[AN_MAXR + 1] = {NULL, kn_1, kn_2, kn_3, kn_4, kn_5, kn_6, kn_7};
-    static const fa hsignd[AN_MAXR + 1] = {NULL, kns_1, kns_2, kns_3, kns_4, kns_5, kns_6,
+    typedef void (*fh)(const int8_t *, const float *, const float *, Py_ssize_t, Py_ssize_t,
+                       const uint8_t *, const float *, float *, Py_ssize_t, Py_ssize_t,
+                       const char *, Py_ssize_t);
+    static const fh narrw[AN_MAXR + 1] = {NULL, kn_1, kn_2, kn_3, kn_4, kn_5, kn_6, kn_7, kn_8, kn_9, kn_10, kn_11, kn_12};
+    static const fh hsignd[AS_MAXR + 1] = {NULL, kns_1, kns_2, kns_3, kns_4, kns_5, kns_6,
                                            kns_7};
     /* passes of up to 3 rows keep the kernels above: their fully unrolled loops are faster
      * there (and such passes wait on the weight stream, not on arithmetic); so do signed
      * passes of more than 7 (two blocks or more: their arithmetic is the same, and the
      * halves' second read of the activations made them slower) */
-    int halves = halves_on && m > AV_MAXR && (narrow || (sgn && m <= AN_MAXR));
-    const fa *table = halves ? (sgn ? hsignd : narrw) : sgn ? signd : plain;
-    Py_ssize_t maxr = halves ? AN_MAXR : AV_MAXR;
+    int halves = halves_on && m > AV_MAXR && (narrow || (sgn && m <= AS_MAXR));
+    const fa *table = sgn ? signd : plain;
+    const fh *htable = sgn ? hsignd : narrw;
+    Py_ssize_t maxr = halves ? (sgn ? AS_MAXR : AN_MAXR) : AV_MAXR;
     Py_ssize_t np = panels_of(n), nb = k / QK, pstride = nb * QBYTES;
     Py_ssize_t blocks = (m + maxr - 1) / maxr;
     int single = halves; /* a one-block pass of these computes enough to prefetch */
+    /* the half-panel kernels read the activations block by block, a block's rows one after
+     * the other (xt[b][r][0..31]): one pointer and constant offsets for all of them */
+    int8_t *xt = NULL;
+    if (halves) {
+        xt = malloc((size_t)(m * k));
+        if (xt == NULL) halves = 0, maxr = AV_MAXR, blocks = (m + maxr - 1) / maxr, single = 0;
+        else
+            for (Py_ssize_t b = 0; b < nb; b++)
+                for (Py_ssize_t r = 0; r < m; r++)
+                    memcpy(xt + (b * m + r) * QK, xq + r * k + b * QK, QK);
+    }
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && np > 1)
     for (Py_ssize_t p = 0; p < np; p++) {
         Py_ssize_t c0 = p * PANEL, cols = n - c0 < PANEL ? n - c0 : PANEL;
@@ -522,11 +551,17 @@ static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
         for (Py_ssize_t blk = 0; blk < blocks; blk++) {
             Py_ssize_t rows = (m - r0) / (blocks - blk), step = 0;
             const char *pf = prefetch_share(next, pstride, blk, blocks, nb, single, &step);
-            table[rows](xq + r0 * k, dx + r0 * nb, sx + r0 * nb, k, packed + p * pstride,
-                        bias16, out + r0 * n + c0, n, cols, pf, step);
+            if (halves)
+                htable[rows](xt + r0 * QK, dx + r0 * nb, sx + r0 * nb, k, m * QK,
+                             packed + p * pstride, bias16, out + r0 * n + c0, n, cols, pf,
+                             step);
+            else
+                table[rows](xq + r0 * k, dx + r0 * nb, sx + r0 * nb, k, packed + p * pstride,
+                            bias16, out + r0 * n + c0, n, cols, pf, step);
             r0 += rows;
         }
     }
+    free(xt);
 }
 #endif /* QD_X86 */
 

@@ -110,9 +110,9 @@ COST_STEPS_AVX512 = {"panel": ((12, 12), (24, 24)),
 COST_STEPS_INT8 = {True: ((6, 6), (12, 12), (18, 18), (24, 24)),
                    False: ((3, 3), (6, 6), (9, 9), (12, 12), (15, 15), (18, 18), (24, 24))}
 #: AVX2 with narrow panels (4-bit weights: the default model's body): passes of more than 3
-#: rows run the half-panel kernels in near-even blocks of at most 7 (the signed output layer
-#: too up to 7 rows, then blocks of 3).
-COST_STEPS_INT8_NARROW = ((3, 3), (7, 7), (14, 14), (21, 21), (24, 24))
+#: rows run the half-panel kernels in near-even blocks of at most 12 (the signed output layer
+#: up to 7 rows, then blocks of 3).
+COST_STEPS_INT8_NARROW = ((3, 3), (7, 7), (12, 12), (24, 24))
 
 
 def _onednn_available() -> bool:
@@ -316,7 +316,7 @@ def _pack_int8(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor
     """``d*q + m`` (as :func:`_recover` found them) as ``qdot``'s integer panels, whether
     they are its signed kind (some q negative, every m zero: GGUF Q8_0, Q4_0) and whether
     they are narrow (unsigned, every q at most ``qdot.narrow_max()``: 4-bit weights such as
-    GGUF Q4_1, which its AVX2 kernels run 7 rows at a time), or None where the weight is
+    GGUF Q4_1, which its AVX2 kernels run 12 rows at a time), or None where the weight is
     neither kind (negative q with offsets) or ``qdot`` is not built."""
     qdot = _native.load("qdot")
     if qdot is None or not qdot.available():
@@ -426,13 +426,13 @@ def int8_count(model: nn.Module) -> int:
 
 def narrow_count(model: nn.Module) -> int:
     """How many of ``model``'s packed linears run on narrow integer panels (every q at most
-    ``qdot.narrow_max()``: 4-bit weights, which qdot's AVX2 kernels run 7 rows at a time)."""
+    ``qdot.narrow_max()``: 4-bit weights, which qdot's AVX2 kernels run 12 rows at a time)."""
     return sum(1 for m in model.modules() if isinstance(m, PackedLinear) and m._narrow)
 
 
 def half_panels() -> bool:
     """Whether qdot's AVX2 kernels run passes of more than 3 rows on half panels, narrow
-    panels 7 rows at a time (``qdot.set_halves``; the same results either way)."""
+    panels 12 rows at a time (``qdot.set_halves``; the same results either way)."""
     qdot = _native.load("qdot")
     return bool(qdot is not None and hasattr(qdot, "halves") and qdot.halves())
 
