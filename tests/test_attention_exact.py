@@ -176,6 +176,37 @@ def test_strided_queries_and_wider_masks_are_read_in_place(lq, extra, wider, kin
                       wide.data_ptr(), kind, 0.3, got.data_ptr(), 1, lk - 1)
 
 
+@pytest.mark.parametrize(("hq", "hkv", "lq"), [(1, 1, 1), (1, 1, 3), (4, 2, 1), (4, 2, 5)])
+def test_queries_and_masks_of_any_layout_give_the_contiguous_bits(hq, hkv, lq):
+    """``row_exact_attention`` reads a query and a mask in place where their rows allow
+    (transposed projections, a mask wider than the keys) and copies them where not (size-1
+    dimensions with odd strides, expanded tensors): the same bits as contiguous inputs."""
+    d, lk = 16, lq + 6
+    g = torch.Generator().manual_seed(hq * 10 + lq)
+    k, v = torch.randn(1, hkv, lk, d, generator=g), torch.randn(1, hkv, lk, d, generator=g)
+    base = torch.randn(1, lq, hq, d, generator=g)
+    mask = torch.zeros(1, 1, lq, lk + 3)
+    mask[..., lq + 2:lq + 4] = float("-inf")
+    dense_q, dense_mask = base.transpose(1, 2).contiguous(), mask[..., :lk].contiguous()
+    with torch.inference_mode():
+        want = row_exact_attention(_Module(), dense_q, k, v, dense_mask, None)
+        # size-1 dimensions may carry any stride: give them odd ones
+        odd_strides = (hq * lq * d, 3 if hq == 1 else lq * d, 7 if lq == 1 else d, 1)
+        queries = [base.transpose(1, 2),  # the projections' layout
+                   dense_q.as_strided(dense_q.shape, odd_strides),
+                   dense_q,
+                   dense_q[..., :1].expand(1, hq, lq, d)]  # stride 0 along d: copied
+        masks = [mask, mask.expand(1, 1, lq, lk + 3), dense_mask,
+                 mask[..., :1].expand(1, 1, lq, lk)]  # stride 0 along the keys: copied
+        for q in queries[:3]:
+            for m in masks[:3]:
+                assert torch.equal(row_exact_attention(_Module(), q, k, v, m, None), want)
+        odd = row_exact_attention(_Module(), queries[3], k, v, masks[3], None)
+        ref = row_exact_attention(_Module(), queries[3].contiguous(), k, v,
+                                  masks[3].contiguous(), None)
+        assert torch.equal(odd, ref)
+
+
 def _modes() -> list[int]:
     """The kernel's loop variants this CPU runs (2 needs AVX-512VL)."""
     return list(range(ATTEND.max_tiles() + 1))

@@ -126,8 +126,9 @@ def row_exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
                 or attention_mask.shape[3] < lk):
             return None
         mask = attention_mask[0, 0]  # [q, >= lk]: rows read in place (ldm), not copied
-        if mask.stride(-1) != 1 or mask.stride(0) < lk:
-            mask = mask[:, :lk].contiguous()
+        ldm = mask.stride(0) if lq > 1 else mask.shape[1]  # (one row's stride is arbitrary)
+        if mask.stride(-1) != 1 or ldm < lk:
+            mask, ldm = mask[:, :lk].contiguous(), lk
         if mask.dtype == torch.bool:
             kind, mask = _BOOL, mask.view(torch.uint8)
         elif mask.dtype == torch.float32:
@@ -136,14 +137,15 @@ def row_exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
             return None
     scale = scaling if scaling is not None else d ** -0.5
     q = query[0]  # [Hq, q, D], read in place where its rows are (the projections' layout)
-    if q.stride(-1) != 1:
-        q = q.contiguous()
+    sqh = q.stride(0) if hq > 1 else lq * d  # (a size-1 dimension's stride is arbitrary)
+    sqr = q.stride(1) if lq > 1 else d
+    if q.stride(-1) != 1 or sqh < d or sqr < d:  # not rows of d floats each
+        q, sqh, sqr = q.contiguous(), lq * d, d
     k, v = key[0].contiguous(), value[0].contiguous()
     out = torch.empty(1, lq, hq, d, dtype=torch.float32)
     kernel.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), hq, hkv, lq, lk, d,
                   0 if mask is None else mask.data_ptr(), kind, float(scale), out.data_ptr(),
-                  torch.get_num_threads(), lk if mask is None else mask.stride(0),
-                  q.stride(0), q.stride(1))
+                  torch.get_num_threads(), lk if mask is None else ldm, sqh, sqr)
     return out
 
 
