@@ -1,0 +1,107 @@
+"""Paired A/B in the decode loop: qdot's AVX2 half-panel kernels against its 3-row blocks.
+
+A benchmark run's median over 10 tasks moves by ±10% on a shared machine, more than a kernel
+change of 5–10%. This script holds everything else fixed: one cost curve (measured once,
+with the half panels) for both variants, so the plan draws the same trees and the two runs
+of a task make the same passes (checked: same tokens, same pass count); each task runs
+with and without the half panels back to back, the order alternating, for ``--rounds``
+rounds after a warm-up round. It reports the total time of each variant and the median of
+the per-task ratios. Speculative decoding, prefill included; the outputs are the same bits
+either way (``tests/test_int8_linear.py``), so only time differs.
+
+    python benchmarks/half_panels_ab.py --task code|json|prose [--n 10] [--offset K]
+        [--rounds 2] [--threads 1] [--json-out F]
+
+On a CPU with AVX512-VNNI the integer kernels do not use half panels: the script says so
+and stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent))
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from speculative import load_tasks  # noqa: E402
+
+from structspec import Generator  # noqa: E402
+from structspec.errors import GenerationError  # noqa: E402
+from structspec.sampling import SamplingParams  # noqa: E402
+from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
+from structspec.spec.cost import measure_cost_curve  # noqa: E402
+from structspec.spec.fastlinear import int8_vnni, narrow_count, use_half_panels  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", choices=["json", "code", "prose"], default="code")
+    ap.add_argument("--n", type=int, default=10)
+    ap.add_argument("--offset", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=2, help="measured rounds (after a warm-up)")
+    ap.add_argument("--max-new-tokens", type=int, default=None,
+                    help="default: 64 for code, 160 otherwise (as the README's runs)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json-out")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    gen = Generator()
+    model = gen.loaded.model
+    if int8_vnni() or not narrow_count(model):
+        print("no AVX2 half panels here (AVX512-VNNI kernels, or no 4-bit layers): nothing to "
+              "compare")
+        return 0
+    tasks = load_tasks(args.task, args.n, gen, offset=args.offset)
+    max_new = args.max_new_tokens or (64 if args.task == "code" else 160)
+    use_half_panels(True)
+    config = SpecConfig(cost_curve=measure_cost_curve(model, budget_seconds=3.0))
+
+    def run(task: dict, halves: bool) -> tuple[float, list[int], int]:
+        use_half_panels(halves)
+        t0 = time.perf_counter()
+        try:
+            out = speculative_decode(model, gen.vocab, task["prompt_ids"], task["constraint"],
+                                     max_new_tokens=max_new, sampling=SamplingParams(),
+                                     config=config, tokenizer=gen.loaded.tokenizer)
+            tokens, passes = out.token_ids, out.stats.forward_passes
+        except GenerationError as exc:  # the length limit: the partial output counts
+            tokens, passes = exc.token_ids, exc.stats.forward_passes  # type: ignore[attr-defined]
+        return time.perf_counter() - t0, tokens, passes
+
+    total = {True: 0.0, False: 0.0}
+    ratios: list[float] = []
+    try:
+        for rnd in range(args.rounds + 1):
+            for i, task in enumerate(tasks):
+                order = (True, False) if (rnd + i) % 2 == 0 else (False, True)
+                res = {halves: run(task, halves) for halves in order}
+                if res[True][1:] != res[False][1:]:
+                    raise SystemExit(f"{task['id']}: the two variants decoded differently")
+                if rnd:  # round 0 warms up
+                    total[True] += res[True][0]
+                    total[False] += res[False][0]
+                    ratios.append(res[True][0] / res[False][0])
+    finally:
+        use_half_panels(True)
+    summary = {"task": args.task, "n": len(tasks), "offset": args.offset,
+               "rounds": args.rounds, "threads": args.threads,
+               "half_panels_s": round(total[True], 3), "three_row_s": round(total[False], 3),
+               "ratio_total": round(total[True] / total[False], 4),
+               "ratio_median": round(statistics.median(ratios), 4), "pairs": len(ratios)}
+    print(f"{args.task}: half panels {total[True]:.2f} s, 3-row blocks {total[False]:.2f} s, "
+          f"ratio {summary['ratio_total']:.3f} (median per task {summary['ratio_median']:.3f}, "
+          f"{len(ratios)} pairs)")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
