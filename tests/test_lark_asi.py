@@ -151,7 +151,8 @@ def test_walks_accept_only_what_v8_accepts(walk_setup, data):
             accepted.append(out.decode())
     # single bytes can still spell the looseness left out of PIECES, the grammar's
     # documented cover-grammar looseness (an object literal takes `{ a = 1 }`), and an early
-    # error it does not check: a private name (`x.#y`) outside a class that declares it
+    # error it does not check (its header: "early errors that are not syntax"): a private
+    # name (`x.#y`) outside a class that declares it
     accepted = [t for t in accepted if not any(x in t for x in ("++", "--", "[", "=>", "#"))
                 and not ("{" in t and _SHORTHAND_DEFAULT.search(t))]
     if not accepted:
