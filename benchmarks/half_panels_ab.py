@@ -22,7 +22,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -30,12 +29,10 @@ sys.path.insert(0, str(ROOT.parent))
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from speculative import load_tasks  # noqa: E402
+from speculative import _run, load_tasks  # noqa: E402
 
 from structspec import Generator  # noqa: E402
-from structspec.errors import GenerationError  # noqa: E402
-from structspec.sampling import SamplingParams  # noqa: E402
-from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
+from structspec.spec import SpecConfig  # noqa: E402
 from structspec.spec.cost import measure_cost_curve  # noqa: E402
 from structspec.spec.fastlinear import int8_vnni, narrow_count, use_half_panels  # noqa: E402
 
@@ -65,15 +62,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(task: dict, halves: bool) -> tuple[float, list[int], int]:
         use_half_panels(halves)
-        t0 = time.perf_counter()
-        try:
-            out = speculative_decode(model, gen.vocab, task["prompt_ids"], task["constraint"],
-                                     max_new_tokens=max_new, sampling=SamplingParams(),
-                                     config=config, tokenizer=gen.loaded.tokenizer)
-            tokens, passes = out.token_ids, out.stats.forward_passes
-        except GenerationError as exc:  # the length limit: the partial output counts
-            tokens, passes = exc.token_ids, exc.stats.forward_passes  # type: ignore[attr-defined]
-        return time.perf_counter() - t0, tokens, passes
+        tokens, stats, seconds, _ = _run(gen, task, config, max_new)
+        return seconds, tokens, stats.forward_passes
 
     total = {True: 0.0, False: 0.0}
     ratios: list[float] = []

@@ -31,9 +31,13 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from structspec import _native  # noqa: E402
 from structspec.spec.block_quant import dequantize, quantize_q4_1  # noqa: E402
-from structspec.spec.fastlinear import PackedLinear, available_kernels  # noqa: E402
+from structspec.spec.fastlinear import (  # noqa: E402
+    PackedLinear,
+    available_kernels,
+    int8_vnni,
+    use_half_panels,
+)
 
 SHAPES = [(576, 576), (576, 192), (576, 192), (576, 576), (576, 1536), (576, 1536), (1536, 576)]
 LAYERS = 30
@@ -52,9 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     quant = "panel" in kernels
     # "panel_int8" (8-bit activations, a Generator's default) with qdot's AVX2 half-panel
     # kernels ("int8") and without ("int8-3row": 3-row blocks throughout; same bits)
-    qdot = _native.load("qdot")
-    int8 = "panel_int8" in available_kernels(approx=True) and hasattr(qdot, "set_halves")
-    int8_ab = int8 and not qdot.vnni()
+    int8 = "panel_int8" in available_kernels(approx=True)
+    int8_ab = int8 and not int8_vnni()
     variants = ["plain", *kernels, *(["panel+q"] if quant else []),
                 *(["int8"] if int8 else []), *(["int8-3row"] if int8_ab else [])]
     layers = []
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def sweep(variant: str, m: int) -> None:
         if int8_ab and variant.startswith("int8"):
-            qdot.set_halves(variant == "int8")
+            use_half_panels(variant == "int8")
         for k, mods in layers:
             mods[variant](inputs[k][:m])
 
@@ -92,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
                                        mods["panel"](inputs[k][:m])), m
             if int8_ab:
                 for m in (5, 9):
-                    qdot.set_halves(True)
+                    use_half_panels(True)
                     halves = mods["int8"](inputs[k][:m])
-                    qdot.set_halves(False)
+                    use_half_panels(False)
                     assert torch.equal(halves, mods["int8"](inputs[k][:m])), m
-                qdot.set_halves(True)
+                use_half_panels(True)
         for m in rows:
             best = {v: float("inf") for v in variants}
             for v in variants:
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             for v in variants:
                 ms[v][m] = round(1000 * best[v], 2)
     if int8_ab:
-        qdot.set_halves(True)
+        use_half_panels(True)
     print(f"threads={args.threads} load={os.getloadavg()[0]:.2f} "
           f"({LAYERS * len(SHAPES)} linears, ms per sweep)")
     # oneDNN's time over each other kernel's, where oneDNN runs

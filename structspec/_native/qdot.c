@@ -384,11 +384,11 @@ AV_KERNEL(kas_, 1, 1) AV_KERNEL(kas_, 2, 1) AV_KERNEL(kas_, 3, 1)
 #define AN_IZERO(r) __m256i i##r = _mm256_setzero_si256();
 #define AN_DOT(r)                                                                          \
     if (NR > r) {                                                                          \
-        __m256i xb = _mm256_set1_epi32(load4(x + (r) * QK + g * 4));                       \
-        if (SG)                                                                            \
+        if (SG) {                                                                          \
+            __m256i xb = _mm256_set1_epi32(load4(x + (r) * QK + g * 4));                   \
             i##r = _mm256_add_epi32(                                                       \
                 i##r, _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_sign_epi8(xb, w)), ones)); \
-        else                                                                               \
+        } else                                                                             \
             AN_NARROW_DOT(i##r, w, x + (r) * QK + g * 4)                                   \
     }
 #define AN_SCALE(r)                                                                        \
@@ -796,7 +796,7 @@ static PyMethodDef METHODS[] = {
      "linear(x_ptr, m, k, packed_ptr, n, bias_ptr or 0, out_ptr, threads, signed=False, "
      "narrow=False): out = x W^T + b with x quantized to 8 bits per block of 32 (signed: "
      "panels from pack_signed; narrow: panels from pack whose every q is at most "
-     "narrow_max(), which the AVX2 kernels then run 6 rows at a time)."},
+     "narrow_max(), which the AVX2 kernels then run 12 rows at a time)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "qdot",
