@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from structspec import _native
 from structspec.spec.fastlinear import (
     COST_STEPS,
     KERNELS,
     PackedLinear,
     available_kernels,
+    int8_vnni,
     pack_linears,
     packed_kernel,
     packing_available,
@@ -177,9 +177,8 @@ def test_linear_kernels_benchmark_runs(tmp_path):
     with torch_threads(torch.get_num_threads()):  # the benchmark sets its own count
         assert bench.main(["--rows", "1,3", "--repeats", "1", "--json-out", str(out)]) == 0
     result = json.loads(out.read_text())
-    qdot = _native.load("qdot")
     int8 = ["int8"] if "panel_int8" in available_kernels(approx=True) else []
-    if int8 and not qdot.vnni():  # the AVX2 half panels against the 3-row blocks
+    if int8 and not int8_vnni():  # the AVX2 half panels against the 3-row blocks
         int8.append("int8-3row")
     assert set(result["ms"]) == {"plain", *HAVE, *(["panel+q"] if "panel" in HAVE else []),
                                  *int8}
