@@ -1,5 +1,10 @@
 """Paired A/B in the decode loop: qdot's AVX2 half-panel kernels against its 3-row blocks.
 
+``--against three-row`` (the default) compares the half panels with the 3-row blocks
+throughout; ``--against session-26`` with the half panels as session 26 ran them (from 4
+rows on; since session 28 they run from 2 rows).
+``--plain`` times decoding with speculation off instead (passes of one node).
+
 A benchmark run's median over 10 tasks moves by ±10% on a shared machine, more than a kernel
 change of 5–10%. This script holds everything else fixed: one cost curve (measured once,
 with the half panels) for both variants, so the plan draws the same trees and the two runs
@@ -10,7 +15,7 @@ the per-task ratios. Speculative decoding, prefill included; the outputs are the
 either way (``tests/test_int8_linear.py``), so only time differs.
 
     python benchmarks/half_panels_ab.py --task code|json|prose [--n 10] [--offset K]
-        [--rounds 2] [--threads 1] [--json-out F]
+        [--rounds 2] [--threads 1] [--against three-row|session-26] [--plain] [--json-out F]
 
 On a CPU with AVX512-VNNI the integer kernels do not use half panels: the script says so
 and stops.
@@ -34,7 +39,12 @@ from speculative import _run, load_tasks  # noqa: E402
 from structspec import Generator  # noqa: E402
 from structspec.spec import SpecConfig  # noqa: E402
 from structspec.spec.cost import measure_cost_curve  # noqa: E402
-from structspec.spec.fastlinear import int8_vnni, narrow_count, use_half_panels  # noqa: E402
+from structspec.spec.fastlinear import (  # noqa: E402
+    int8_vnni,
+    narrow_count,
+    use_half_panels,
+    use_half_panels_from,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=None,
                     help="default: 64 for code, 160 otherwise (as the README's runs)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--against", choices=["three-row", "session-26"], default="three-row",
+                    help="the other variant: 3-row blocks throughout, or the half panels from "
+                         "4 rows on (as before session 28)")
+    ap.add_argument("--plain", action="store_true", help="speculation off (1-node passes)")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -58,10 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     tasks = load_tasks(args.task, args.n, gen, offset=args.offset)
     max_new = args.max_new_tokens or (64 if args.task == "code" else 160)
     use_half_panels(True)
-    config = SpecConfig(cost_curve=measure_cost_curve(model, budget_seconds=3.0))
+    default_from = use_half_panels_from(2, 2)
+    config = (SpecConfig(enabled=False) if args.plain
+              else SpecConfig(cost_curve=measure_cost_curve(model, budget_seconds=3.0)))
 
     def run(task: dict, halves: bool) -> tuple[float, list[int], int]:
-        use_half_panels(halves)
+        if args.against == "three-row":
+            use_half_panels(halves)
+        else:
+            use_half_panels_from(*((2, 2) if halves else (4, 4)))
         tokens, stats, seconds, _ = _run(gen, task, config, max_new)
         return seconds, tokens, stats.forward_passes
 
@@ -80,12 +99,16 @@ def main(argv: list[str] | None = None) -> int:
                     ratios.append(res[True][0] / res[False][0])
     finally:
         use_half_panels(True)
+        if default_from is not None:
+            use_half_panels_from(*default_from)
+    other = "three_row_s" if args.against == "three-row" else "session26_s"
     summary = {"task": args.task, "n": len(tasks), "offset": args.offset,
-               "rounds": args.rounds, "threads": args.threads,
-               "half_panels_s": round(total[True], 3), "three_row_s": round(total[False], 3),
+               "rounds": args.rounds, "threads": args.threads, "against": args.against,
+               "speculation": not args.plain,
+               "half_panels_s": round(total[True], 3), other: round(total[False], 3),
                "ratio_total": round(total[True] / total[False], 4),
                "ratio_median": round(statistics.median(ratios), 4), "pairs": len(ratios)}
-    print(f"{args.task}: half panels {total[True]:.2f} s, 3-row blocks {total[False]:.2f} s, "
+    print(f"{args.task}: half panels {total[True]:.2f} s, {args.against} {total[False]:.2f} s, "
           f"ratio {summary['ratio_total']:.3f} (median per task {summary['ratio_median']:.3f}, "
           f"{len(ratios)} pairs)")
     if args.json_out:

@@ -313,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                          "(default: 8-bit, kernel panel_int8, as a Generator does; both "
                          "modes alike)")
     ap.add_argument("--no-half-panels", action="store_true",
-                    help="run the 8-bit kernels' AVX2 passes of more than 3 rows as 3-row "
-                         "blocks, as before session 26 (same outputs; to measure what the "
+                    help="run the 8-bit kernels' AVX2 passes as 3-row blocks throughout, "
+                         "as before session 26 (same outputs; to measure what the "
                          "half-panel kernels change)")
     ap.add_argument("--no-avx512", action="store_true",
                     help="run the panel kernels' AVX2 versions where the CPU has AVX-512 (same "

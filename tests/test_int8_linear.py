@@ -175,7 +175,7 @@ def test_rows_are_bitwise_independent_of_the_pass_and_the_isa(n, blocks, rows, b
     assert all(torch.equal(outs[0], o) for o in outs[1:])
 
 
-@pytest.mark.parametrize("rows", [4, 5, 7, 8, 11, 12, 13, 14, 24, 25, 37])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 8, 11, 12, 13, 14, 24, 25, 37])
 @pytest.mark.parametrize("qmax", [15, 16])
 def test_narrow_kernels_give_the_wide_kernels_bits_at_their_limit(rows, qmax, halves_off):
     """The narrow AVX2 kernels add a block's products in int16: at their limit (every q the
@@ -206,7 +206,11 @@ def test_narrow_kernels_give_the_wide_kernels_bits_at_their_limit(rows, qmax, ha
 
     wide = run(True)  # halves_off: the 3-row kernels whatever the flag says
     QDOT.set_halves(True)
-    narrow = run(True)
+    before = QDOT.set_halves_from(1, 1)  # a 1-row pass on half panels too
+    try:
+        narrow = run(True)
+    finally:
+        QDOT.set_halves_from(*before)
     assert torch.equal(wide, narrow)
     xb = x.numpy().reshape(rows, nb, BLOCK).astype(np.float32)
     amax = np.abs(xb).max(-1)
@@ -361,6 +365,18 @@ def test_fast_cpu_paths_choose_it_and_pack_linears_does_not():
     finally:
         assert fl.use_half_panels(before) is False
     assert fl.half_panels() == before
+    previous = fl.use_half_panels_from(4, 4)  # the thresholds before session 28
+    try:
+        assert previous == (2, 2)
+        x = torch.randn(3, 64)
+        with torch.inference_mode():
+            legacy = approx[0](x)
+            fl.use_half_panels_from(*previous)
+            assert torch.equal(approx[0](x), legacy)  # the same bits, other kernels
+    finally:
+        fl.use_half_panels_from(*previous)
+    with pytest.raises(ValueError, match=">= 1"):
+        fl.use_half_panels_from(0, 1)
     restored = fl.unpack_linears(approx)
     assert type(restored[0]) is nn.Linear
     copied = copy.deepcopy(use_fast_cpu_paths(copy.deepcopy(model)))

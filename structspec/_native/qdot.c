@@ -93,10 +93,17 @@ static int pack_weight(uint8_t *dst, const int8_t *q, const float *d, const floa
  * timing: results do not depend on it). */
 static int prefetch_next = 1;
 
-/* 1: AVX2 passes of more than 3 rows run the half-panel kernels where they apply (narrow
- * panels: linear(..., narrow=True), every q <= NARROW_Q; signed panels up to 7 rows);
- * set_halves, for tests and A/B timing: results do not depend on it. */
+/* 1: AVX2 passes run the half-panel kernels where they apply (narrow panels:
+ * linear(..., narrow=True), every q <= NARROW_Q; signed panels up to 7 rows) from the sizes
+ * below on; set_halves, for tests and A/B timing: results do not depend on it. */
 static int halves_on = 1;
+/* The smallest passes that run them: 2 rows. A one-block half-panel pass prefetches the next
+ * panel as it computes, which the 3-row kernels' one-block passes do not. On the AVX2 EPYC
+ * of sessions 26-28, a whole pass of the default model over 150 cached tokens (paired, 25
+ * rounds interleaved) took 0.96 / 0.92 of its time at 2 / 3 nodes on 1 thread, 0.98 / 0.98
+ * on 2; a 1-row pass measured the same either way (0.99-1.00) and keeps its unrolled
+ * kernels. set_halves_from, for A/B timing (4, 4: before session 28). */
+static int halves_from_narrow = 2, halves_from_signed = 2;
 
 /* 1: quantize_rows runs quantize_block_avx2 (set_vector_quantize; tests compare both). */
 static int vector_quantize = 1;
@@ -519,11 +526,11 @@ static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
     static const fh narrw[AN_MAXR + 1] = {NULL, kn_1, kn_2, kn_3, kn_4, kn_5, kn_6, kn_7, kn_8, kn_9, kn_10, kn_11, kn_12};
     static const fh hsignd[AS_MAXR + 1] = {NULL, kns_1, kns_2, kns_3, kns_4, kns_5, kns_6,
                                            kns_7};
-    /* passes of up to 3 rows keep the kernels above: their fully unrolled loops are faster
-     * there (and such passes wait on the weight stream, not on arithmetic); so do signed
-     * passes of more than 7 (two blocks or more: their arithmetic is the same, and the
+    /* 1-row passes keep the kernels above (see halves_from_narrow); so do signed
+     * passes of more than 7 rows (two blocks or more: their arithmetic is the same, and the
      * halves' second read of the activations made them slower) */
-    int halves = halves_on && m > AV_MAXR && (narrow || (sgn && m <= AS_MAXR));
+    int halves = halves_on && ((narrow && m >= halves_from_narrow) ||
+                               (sgn && m >= halves_from_signed && m <= AS_MAXR));
     const fa *table = sgn ? signd : plain;
     const fh *htable = sgn ? hsignd : narrw;
     Py_ssize_t maxr = halves ? (sgn ? AS_MAXR : AN_MAXR) : AV_MAXR;
@@ -642,6 +649,20 @@ static PyObject *qd_set_prefetch_next(PyObject *self, PyObject *args) {
 static PyObject *qd_set_halves(PyObject *self, PyObject *args) {
     (void)self;
     return set_switch(args, &halves_on);
+}
+
+static PyObject *qd_set_halves_from(PyObject *self, PyObject *args) {
+    (void)self;
+    int narrow_rows, signed_rows;
+    if (!PyArg_ParseTuple(args, "ii", &narrow_rows, &signed_rows)) return NULL;
+    if (narrow_rows < 1 || signed_rows < 1) {
+        PyErr_SetString(PyExc_ValueError, "set_halves_from: row counts must be >= 1");
+        return NULL;
+    }
+    PyObject *before = Py_BuildValue("(ii)", halves_from_narrow, halves_from_signed);
+    halves_from_narrow = narrow_rows;
+    halves_from_signed = signed_rows;
+    return before;
 }
 
 static PyObject *qd_halves(PyObject *self, PyObject *args) {
@@ -774,9 +795,13 @@ static PyMethodDef METHODS[] = {
      "set_prefetch_next(on): whether passes prefetch the next group's panels "
      "(default on; same results, for timing); returns the previous state."},
     {"set_halves", qd_set_halves, METH_VARARGS,
-     "set_halves(on): whether AVX2 passes of more than 3 rows run the half-panel kernels "
-     "(narrow panels; signed ones up to 7 rows) or the 3-row ones (default on; same results, "
+     "set_halves(on): whether AVX2 passes run the half-panel kernels (narrow panels from 2 "
+     "rows; signed ones from 2 to 7 rows) or the 3-row ones (default on; same results, "
      "for tests and timing); returns the previous state."},
+    {"set_halves_from", qd_set_halves_from, METH_VARARGS,
+     "set_halves_from(narrow_rows, signed_rows) -> (narrow_rows, signed_rows): the smallest "
+     "passes that run the half-panel kernels (default 2, 2; 4, 4 before session 28; same "
+     "results, for timing); returns the previous pair."},
     {"halves", qd_halves, METH_NOARGS,
      "halves(): whether the AVX2 half-panel kernels run (see set_halves)."},
     {"narrow_max", qd_narrow_max, METH_NOARGS,

@@ -306,8 +306,10 @@ def device_cost_curve(model: Any) -> CostCurve:
 #: older method are measured again. 2: medians of per-round ratios (session 14); 3: sizes
 #: either side of the kernel's row blocks (:func:`curve_sizes`, session 15); 4: and 8, 16;
 #: 5: both ends of each flat stretch of the kernel's cost (session 16); 6: and the per-token
-#: rates from a second, longer context (session 24).
-CURVE_METHOD = 6
+#: rates from a second, longer context (session 24); 7: the AVX2 integer kernels' half panels
+#: from 2 rows (session 28: passes of 2-3 nodes got cheaper, curves measured before misprice
+#: them).
+CURVE_METHOD = 7
 
 #: A measured curve is reused from disk for this long (a new process, e.g. each CLI call,
 #: then skips the measurement, ~2-3 s on this CPU); after that it is measured again.

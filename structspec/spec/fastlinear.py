@@ -109,10 +109,10 @@ COST_STEPS_AVX512 = {"panel": ((12, 12), (24, 24)),
 #: (AVX512-VNNI) or 3 (AVX2), near-even.
 COST_STEPS_INT8 = {True: ((6, 6), (12, 12), (18, 18), (24, 24)),
                    False: ((3, 3), (6, 6), (9, 9), (12, 12), (15, 15), (18, 18), (24, 24))}
-#: AVX2 with narrow panels (4-bit weights: the default model's body): passes of more than 3
-#: rows run the half-panel kernels in near-even blocks of at most 12 (the signed output layer
-#: up to 7 rows, then blocks of 3).
-COST_STEPS_INT8_NARROW = ((3, 3), (7, 7), (12, 12), (24, 24))
+#: AVX2 with narrow panels (4-bit weights: the default model's body): passes of 2 rows or more
+#: run the half-panel kernels in near-even blocks of at most 12 (the signed output layer from
+#: 2 to 7 rows, then blocks of 3).
+COST_STEPS_INT8_NARROW = ((7, 7), (12, 12), (24, 24))
 
 
 def _onednn_available() -> bool:
@@ -431,21 +431,36 @@ def narrow_count(model: nn.Module) -> int:
 
 
 def half_panels() -> bool:
-    """Whether qdot's AVX2 kernels run passes of more than 3 rows on half panels, narrow
-    panels 12 rows at a time (``qdot.set_halves``; the same results either way)."""
+    """Whether qdot's AVX2 kernels run passes of 2 rows or more on half panels (narrow panels
+    12 rows at a time, signed ones up to 7 rows: ``qdot.set_halves``; the same results either
+    way)."""
     qdot = _native.load("qdot")
     return bool(qdot is not None and hasattr(qdot, "halves") and qdot.halves())
 
 
 def use_half_panels(on: bool) -> bool:
-    """Run qdot's AVX2 half-panel kernels for passes of more than 3 rows (the default) or its
-    3-row blocks throughout: the same results, other speeds (for tests and A/B runs). Returns
+    """Run qdot's AVX2 half-panel kernels where they apply (the default; see
+    :func:`use_half_panels_from`) or its 3-row blocks throughout: the same results, other
+    speeds (for tests and A/B runs). Returns
     the previous state. Process-wide: cost curves measured before no longer describe the
     kernels."""
     qdot = _native.load("qdot")
     if qdot is None or not hasattr(qdot, "set_halves"):
         return False
     return bool(qdot.set_halves(on))
+
+
+def use_half_panels_from(narrow_rows: int, signed_rows: int) -> tuple[int, int] | None:
+    """The smallest AVX2 passes that run the half-panel kernels: ``narrow_rows`` for narrow
+    (4-bit) panels, ``signed_rows`` for signed (8-bit) ones; the default ``(2, 2)`` (a
+    one-block half-panel pass prefetches the next panel as it computes, the 3-row kernels'
+    one-block passes do not: passes of 2-3 nodes 2-8% cheaper), ``(4, 4)`` before session 28.
+    The same results, other speeds (for A/B runs). Returns the previous pair, or ``None``
+    where qdot is not built. Process-wide, like :func:`use_half_panels`."""
+    qdot = _native.load("qdot")
+    if qdot is None or not hasattr(qdot, "set_halves_from"):
+        return None
+    return tuple(qdot.set_halves_from(int(narrow_rows), int(signed_rows)))
 
 
 def int8_vnni() -> bool:
