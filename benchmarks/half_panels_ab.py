@@ -4,6 +4,9 @@
 throughout; ``--against session-26`` with the half panels as session 26 ran them (from 4
 rows on; since session 28 they run from 2 rows).
 ``--plain`` times decoding with speculation off instead (passes of one node).
+``--passes 1,2,3,4`` times single verification passes of those sizes instead (chains over
+``--prefix`` cached tokens, the variants interleaved, ``--rounds`` rounds; the median per-round
+ratio per size): the kernels' effect on a whole pass, without the decode loop's noise.
 
 A benchmark run's median over 10 tasks moves by ±10% on a shared machine, more than a kernel
 change of 5–10%. This script holds everything else fixed: one cost curve (measured once,
@@ -16,6 +19,8 @@ either way (``tests/test_int8_linear.py``), so only time differs.
 
     python benchmarks/half_panels_ab.py --task code|json|prose [--n 10] [--offset K]
         [--rounds 2] [--threads 1] [--against three-row|session-26] [--plain] [--json-out F]
+    python benchmarks/half_panels_ab.py --passes 1,2,3,4 [--prefix 150] [--rounds 25]
+        [--threads 1] [--against ...] [--json-out F]
 
 On a CPU with AVX512-VNNI the integer kernels do not use half panels: the script says so
 and stops.
@@ -60,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="the other variant: 3-row blocks throughout, or the half panels from "
                          "4 rows on (as before session 28)")
     ap.add_argument("--plain", action="store_true", help="speculation off (1-node passes)")
+    ap.add_argument("--passes", default=None,
+                    help="comma-separated pass sizes: time single passes instead of decoding")
+    ap.add_argument("--prefix", type=int, default=150,
+                    help="with --passes: tokens in the KV cache before each pass")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -69,18 +78,32 @@ def main(argv: list[str] | None = None) -> int:
         print("no AVX2 half panels here (AVX512-VNNI kernels, or no 4-bit layers): nothing to "
               "compare")
         return 0
-    tasks = load_tasks(args.task, args.n, gen, offset=args.offset)
-    max_new = args.max_new_tokens or (64 if args.task == "code" else 160)
     use_half_panels(True)
     default_from = use_half_panels_from(2, 2)
-    config = (SpecConfig(enabled=False) if args.plain
-              else SpecConfig(cost_curve=measure_cost_curve(model, budget_seconds=3.0)))
 
-    def run(task: dict, halves: bool) -> tuple[float, list[int], int]:
+    def choose(halves: bool) -> None:
         if args.against == "three-row":
             use_half_panels(halves)
         else:
             use_half_panels_from(*((2, 2) if halves else (4, 4)))
+
+    if args.passes:
+        try:
+            summary = _passes(gen, [int(q) for q in args.passes.split(",")], args, choose)
+        finally:
+            use_half_panels(True)
+            if default_from is not None:
+                use_half_panels_from(*default_from)
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(summary, indent=1))
+        return 0
+    tasks = load_tasks(args.task, args.n, gen, offset=args.offset)
+    max_new = args.max_new_tokens or (64 if args.task == "code" else 160)
+    config = (SpecConfig(enabled=False) if args.plain
+              else SpecConfig(cost_curve=measure_cost_curve(model, budget_seconds=3.0)))
+
+    def run(task: dict, halves: bool) -> tuple[float, list[int], int]:
+        choose(halves)
         tokens, stats, seconds, _ = _run(gen, task, config, max_new)
         return seconds, tokens, stats.forward_passes
 
@@ -114,6 +137,58 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary, indent=1))
     return 0
+
+
+_CODE = ('def mean(values):\n    """The arithmetic mean of a non-empty list."""\n'
+         '    return sum(values) / len(values)\n\n')
+
+
+def _passes(gen: Generator, sizes: list[int], args: argparse.Namespace, choose) -> dict:
+    """Paired timing of single verification passes (chains of each size over ``args.prefix``
+    cached tokens), both variants interleaved, the order alternating by round."""
+    import time
+
+    from transformers import DynamicCache
+
+    from structspec.spec.tree import chain
+    from structspec.spec.verify import rollback, verify_tree
+
+    model = gen.loaded.model
+    ids = gen.loaded.tokenizer.encode(_CODE * 40, add_special_tokens=False)
+    past = min(args.prefix, len(ids) - max(sizes))
+    new = ids[past:past + max(sizes)]
+    times = {(q, h): [] for q in sizes for h in (True, False)}
+    with torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        model(input_ids=torch.tensor([ids[:past]]), cache=cache, use_cache=True,
+              logits_to_keep=1)
+        out: dict[bool, torch.Tensor] = {}
+        for rnd in range(args.rounds + 1):
+            for q in sizes:
+                for halves in ((True, False) if rnd % 2 else (False, True)):
+                    choose(halves)
+                    tree = chain(new[:q], [None] * q)
+                    t0 = time.perf_counter()
+                    out[halves] = verify_tree(model, cache, tree, past)
+                    elapsed = time.perf_counter() - t0
+                    rollback(cache, past)
+                    if rnd:  # round 0 warms up
+                        times[(q, halves)].append(elapsed)
+                if not torch.equal(out[True], out[False]):
+                    raise SystemExit(f"a pass of {q} nodes gave other logits")
+    rows = {}
+    print(f"passes over {past} cached tokens, {args.threads} thread(s), {args.rounds} rounds; "
+          f"half panels against {args.against}")
+    for q in sizes:
+        ratio = statistics.median(a / b for a, b in zip(times[(q, True)], times[(q, False)],
+                                                        strict=True))
+        rows[str(q)] = {"half_panels_ms": round(1e3 * statistics.median(times[(q, True)]), 2),
+                        "other_ms": round(1e3 * statistics.median(times[(q, False)]), 2),
+                        "ratio_median": round(ratio, 4)}
+        print(f"{q:>3} nodes: half panels {rows[str(q)]['half_panels_ms']:.2f} ms, "
+              f"{args.against} {rows[str(q)]['other_ms']:.2f} ms, median ratio {ratio:.3f}")
+    return {"passes": rows, "prefix": past, "rounds": args.rounds, "threads": args.threads,
+            "against": args.against}
 
 
 if __name__ == "__main__":

@@ -137,3 +137,30 @@ def test_the_sparse_logits_benchmark_runs(tmp_path, shared_data):
         sys.path.remove(str(path.parent))
     result = json.loads(out.read_text())
     assert result["identical"] and [r["mode"] for r in result["rows"]] == ["plain", "speculative"]
+
+
+def test_the_half_panels_ab_benchmark_runs_passes(tmp_path):
+    """``benchmarks/half_panels_ab.py --passes`` (one round): the script checks that both
+    variants give the same logits; on a CPU without the AVX2 half panels it says so."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from structspec.spec.fastlinear import half_panels
+
+    before = half_panels()
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "half_panels_ab.py"
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("half_panels_ab_bench", path)
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+        out = tmp_path / "ab.json"
+        assert bench.main(["--passes", "1,3", "--rounds", "1", "--prefix", "40",
+                           "--against", "session-26", "--json-out", str(out)]) == 0
+    finally:
+        sys.path.remove(str(path.parent))
+    assert half_panels() == before  # restored
+    if out.exists():
+        result = json.loads(out.read_text())
+        assert set(result["passes"]) == {"1", "3"} and result["prefix"] == 40
