@@ -93,25 +93,31 @@ def test_the_default_model_as_its_own_draft_model(gen, shared_data):
     assert accepted >= 0.8 * proposed > 0
 
 
-def test_the_speculative_benchmark_runs_and_repeats_compare_like_with_like(tmp_path):
-    """``benchmarks/speculative.py`` end to end on two short prose requests, each timed
-    twice per mode: outputs identical, and the report complete."""
+def _run_benchmark(script: str, argv: list[str]) -> int:
+    """Run ``benchmarks/<script>``'s ``main(argv)`` in this process (the benchmarks' folder on
+    ``sys.path`` meanwhile, for the scripts that import each other)."""
     import importlib.util
     import sys
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "speculative.py"
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / script
     sys.path.insert(0, str(path.parent))
     try:
-        spec = importlib.util.spec_from_file_location("speculative_bench", path)
+        spec = importlib.util.spec_from_file_location(f"{path.stem}_bench", path)
         bench = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(bench)
-        out = tmp_path / "prose.json"
-        assert bench.main(["--task", "prose", "--n", "2", "--max-new-tokens", "6",
-                           "--no-peers", "--repeats", "2", "--no-cost-model",
-                           "--json-out", str(out)]) == 0
+        return bench.main(argv)
     finally:
         sys.path.remove(str(path.parent))
+
+
+def test_the_speculative_benchmark_runs_and_repeats_compare_like_with_like(tmp_path):
+    """``benchmarks/speculative.py`` end to end on two short prose requests, each timed
+    twice per mode: outputs identical, and the report complete."""
+    out = tmp_path / "prose.json"
+    assert _run_benchmark("speculative.py", [
+        "--task", "prose", "--n", "2", "--max-new-tokens", "6", "--no-peers", "--repeats", "2",
+        "--no-cost-model", "--json-out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["summary"]["identical"] == 2
     assert all(row["passes"] >= 1 and row["new_tokens"] >= 1 for row in result["rows"])
@@ -120,21 +126,10 @@ def test_the_speculative_benchmark_runs_and_repeats_compare_like_with_like(tmp_p
 def test_the_sparse_logits_benchmark_runs(tmp_path, shared_data):
     """``benchmarks/sparse_logits.py`` on one short JSON request, one round per setting:
     outputs identical with sparse logits on and off, plain and speculative."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "sparse_logits.py"
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("sparse_logits_bench", path)
-        bench = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench)
-        out = tmp_path / "sparse.json"
-        assert bench.main(["--task", "json", "--n", "1", "--rounds", "1",
-                           "--max-new-tokens", "8", "--json-out", str(out)]) == 0
-    finally:
-        sys.path.remove(str(path.parent))
+    out = tmp_path / "sparse.json"
+    assert _run_benchmark("sparse_logits.py", [
+        "--task", "json", "--n", "1", "--rounds", "1", "--max-new-tokens", "8",
+        "--json-out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["identical"] and [r["mode"] for r in result["rows"]] == ["plain", "speculative"]
 
@@ -142,24 +137,13 @@ def test_the_sparse_logits_benchmark_runs(tmp_path, shared_data):
 def test_the_half_panels_ab_benchmark_runs_passes(tmp_path):
     """``benchmarks/half_panels_ab.py --passes`` (one round): the script checks that both
     variants give the same logits; on a CPU without the AVX2 half panels it says so."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
     from structspec.spec.fastlinear import half_panels
 
     before = half_panels()
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "half_panels_ab.py"
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("half_panels_ab_bench", path)
-        bench = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench)
-        out = tmp_path / "ab.json"
-        assert bench.main(["--passes", "1,3", "--rounds", "1", "--prefix", "40",
-                           "--against", "session-26", "--json-out", str(out)]) == 0
-    finally:
-        sys.path.remove(str(path.parent))
+    out = tmp_path / "ab.json"
+    assert _run_benchmark("half_panels_ab.py", [
+        "--passes", "1,3", "--rounds", "1", "--prefix", "40", "--against", "session-26",
+        "--json-out", str(out)]) == 0
     assert half_panels() == before  # restored
     if out.exists():
         result = json.loads(out.read_text())
