@@ -32,6 +32,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -40,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 from speculative import _run, load_tasks  # noqa: E402
+from transformers import DynamicCache  # noqa: E402
 
 from structspec import Generator  # noqa: E402
 from structspec.spec import SpecConfig  # noqa: E402
@@ -50,6 +52,11 @@ from structspec.spec.fastlinear import (  # noqa: E402
     use_half_panels,
     use_half_panels_from,
 )
+from structspec.spec.tree import chain  # noqa: E402
+from structspec.spec.verify import rollback, verify_tree  # noqa: E402
+
+#: The thresholds before session 28: half panels from 4 rows on (``--against session-26``).
+SESSION_26 = (4, 4)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,34 +80,42 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     gen = Generator()
-    model = gen.loaded.model
-    if int8_vnni() or not narrow_count(model):
+    if int8_vnni() or not narrow_count(gen.loaded.model):
         print("no AVX2 half panels here (AVX512-VNNI kernels, or no 4-bit layers): nothing to "
               "compare")
         return 0
     use_half_panels(True)
-    default_from = use_half_panels_from(2, 2)
+    current = use_half_panels_from(*SESSION_26)  # the library's thresholds, read
+    if current is None:
+        print("qdot was built without set_halves_from: rebuild it (setup.py build_ext --inplace)")
+        return 1
+    use_half_panels_from(*current)
 
     def choose(halves: bool) -> None:
         if args.against == "three-row":
             use_half_panels(halves)
         else:
-            use_half_panels_from(*((2, 2) if halves else (4, 4)))
+            use_half_panels_from(*(current if halves else SESSION_26))
 
-    if args.passes:
-        try:
-            summary = _passes(gen, [int(q) for q in args.passes.split(",")], args, choose)
-        finally:
-            use_half_panels(True)
-            if default_from is not None:
-                use_half_panels_from(*default_from)
-        if args.json_out:
-            Path(args.json_out).write_text(json.dumps(summary, indent=1))
-        return 0
+    try:
+        summary = (_passes(gen, [int(q) for q in args.passes.split(",")], args, choose)
+                   if args.passes else _decode(gen, args, choose))
+    finally:
+        use_half_panels(True)
+        use_half_panels_from(*current)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(summary, indent=1))
+    return 0
+
+
+def _decode(gen: Generator, args: argparse.Namespace, choose) -> dict:
+    """Paired decoding of the tasks, each with and without the half panels back to back, the
+    order alternating; both runs of a task must decode the same tokens in as many passes."""
     tasks = load_tasks(args.task, args.n, gen, offset=args.offset)
     max_new = args.max_new_tokens or (64 if args.task == "code" else 160)
     config = (SpecConfig(enabled=False) if args.plain
-              else SpecConfig(cost_curve=measure_cost_curve(model, budget_seconds=3.0)))
+              else SpecConfig(cost_curve=measure_cost_curve(gen.loaded.model,
+                                                            budget_seconds=3.0)))
 
     def run(task: dict, halves: bool) -> tuple[float, list[int], int]:
         choose(halves)
@@ -109,21 +124,16 @@ def main(argv: list[str] | None = None) -> int:
 
     total = {True: 0.0, False: 0.0}
     ratios: list[float] = []
-    try:
-        for rnd in range(args.rounds + 1):
-            for i, task in enumerate(tasks):
-                order = (True, False) if (rnd + i) % 2 == 0 else (False, True)
-                res = {halves: run(task, halves) for halves in order}
-                if res[True][1:] != res[False][1:]:
-                    raise SystemExit(f"{task['id']}: the two variants decoded differently")
-                if rnd:  # round 0 warms up
-                    total[True] += res[True][0]
-                    total[False] += res[False][0]
-                    ratios.append(res[True][0] / res[False][0])
-    finally:
-        use_half_panels(True)
-        if default_from is not None:
-            use_half_panels_from(*default_from)
+    for rnd in range(args.rounds + 1):
+        for i, task in enumerate(tasks):
+            order = (True, False) if (rnd + i) % 2 == 0 else (False, True)
+            res = {halves: run(task, halves) for halves in order}
+            if res[True][1:] != res[False][1:]:
+                raise SystemExit(f"{task['id']}: the two variants decoded differently")
+            if rnd:  # round 0 warms up
+                total[True] += res[True][0]
+                total[False] += res[False][0]
+                ratios.append(res[True][0] / res[False][0])
     other = "three_row_s" if args.against == "three-row" else "session26_s"
     summary = {"task": args.task, "n": len(tasks), "offset": args.offset,
                "rounds": args.rounds, "threads": args.threads, "against": args.against,
@@ -134,9 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.task}: half panels {total[True]:.2f} s, {args.against} {total[False]:.2f} s, "
           f"ratio {summary['ratio_total']:.3f} (median per task {summary['ratio_median']:.3f}, "
           f"{len(ratios)} pairs)")
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(summary, indent=1))
-    return 0
+    return summary
 
 
 _CODE = ('def mean(values):\n    """The arithmetic mean of a non-empty list."""\n'
@@ -146,13 +154,6 @@ _CODE = ('def mean(values):\n    """The arithmetic mean of a non-empty list."""\
 def _passes(gen: Generator, sizes: list[int], args: argparse.Namespace, choose) -> dict:
     """Paired timing of single verification passes (chains of each size over ``args.prefix``
     cached tokens), both variants interleaved, the order alternating by round."""
-    import time
-
-    from transformers import DynamicCache
-
-    from structspec.spec.tree import chain
-    from structspec.spec.verify import rollback, verify_tree
-
     model = gen.loaded.model
     ids = gen.loaded.tokenizer.encode(_CODE * 40, add_special_tokens=False)
     past = min(args.prefix, len(ids) - max(sizes))

@@ -441,9 +441,8 @@ def half_panels() -> bool:
 def use_half_panels(on: bool) -> bool:
     """Run qdot's AVX2 half-panel kernels where they apply (the default; see
     :func:`use_half_panels_from`) or its 3-row blocks throughout: the same results, other
-    speeds (for tests and A/B runs). Returns
-    the previous state. Process-wide: cost curves measured before no longer describe the
-    kernels."""
+    speeds (for tests and A/B runs). Returns the previous state. Process-wide: cost curves
+    measured before no longer describe the kernels."""
     qdot = _native.load("qdot")
     if qdot is None or not hasattr(qdot, "set_halves"):
         return False
