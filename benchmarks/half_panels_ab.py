@@ -59,6 +59,18 @@ from structspec.spec.verify import rollback, verify_tree  # noqa: E402
 SESSION_26 = (4, 4)
 
 
+def _sizes(text: str) -> list[int]:
+    """``--passes``: positive pass sizes, comma-separated."""
+    try:
+        sizes = [int(q) for q in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"want positive integers separated by commas, got "
+                                         f"{text!r}")
+    return sizes
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", choices=["json", "code", "prose"], default="code")
@@ -72,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the other variant: 3-row blocks throughout, or the half panels from "
                          "4 rows on (as before session 28)")
     ap.add_argument("--plain", action="store_true", help="speculation off (1-node passes)")
-    ap.add_argument("--passes", default=None,
+    ap.add_argument("--passes", type=_sizes, default=None,
                     help="comma-separated pass sizes: time single passes instead of decoding")
     ap.add_argument("--prefix", type=int, default=150,
                     help="with --passes: tokens in the KV cache before each pass")
@@ -98,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             use_half_panels_from(*(current if halves else SESSION_26))
 
     try:
-        summary = (_passes(gen, [int(q) for q in args.passes.split(",")], args, choose)
+        summary = (_passes(gen, args.passes, args, choose)
                    if args.passes else _decode(gen, args, choose))
     finally:
         use_half_panels(True)

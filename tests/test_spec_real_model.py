@@ -148,3 +148,11 @@ def test_the_half_panels_ab_benchmark_runs_passes(tmp_path):
     if out.exists():
         result = json.loads(out.read_text())
         assert set(result["passes"]) == {"1", "3"} and result["prefix"] == 40
+
+
+@pytest.mark.parametrize("sizes", ["0,2", "two", ""])
+def test_the_half_panels_ab_benchmark_refuses_bad_pass_sizes(sizes, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _run_benchmark("half_panels_ab.py", ["--passes", sizes])
+    assert exc.value.code == 2
+    assert "--passes" in capsys.readouterr().err
