@@ -71,6 +71,7 @@ from structspec.sampling import SamplingParams  # noqa: E402
 from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
 from structspec.spec.cost import (  # noqa: E402
     AcceptanceModel,
+    CostCurve,
     device_cost_curve,
     measure_cost_curve,
 )
@@ -202,6 +203,26 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
         tasks.append({"id": f"{kind}_{i}", "constraint": free_text(gen.vocab),
                       "prompt_ids": gen.prompt_ids(prompt)})
     return tasks
+
+
+def loop_pass_costs(log: list[tuple[int, int, float]], curve: CostCurve
+                    ) -> dict[int, list[float]]:
+    """``{tree nodes: [passes, median ms, median of time / the curve's price, that median
+    relative to one node's]}`` over verification passes timed inside the decode loop
+    (``SpecStats.pass_log``; plain runs give the one-node passes). The start-up curve is
+    measured on back-to-back passes; in the loop, drafting and the walk run between
+    passes, and large trees cost more there than the curve says (docs/performance.md,
+    sessions 28-29)."""
+    by: dict[int, list[tuple[float, float]]] = {}
+    for nodes, context, seconds in log:
+        by.setdefault(nodes, []).append((seconds, seconds / curve.at(context)(nodes)))
+    one = statistics.median(r for _, r in by[1]) if 1 in by else None
+    out = {}
+    for q, v in sorted(by.items()):
+        ratio = statistics.median(r for _, r in v)
+        out[q] = [len(v), round(1000 * statistics.median(s for s, _ in v), 2), round(ratio, 3),
+                  round(ratio / one, 3) if one else None]
+    return out
 
 
 def _run(gen: Generator, task: dict, config: SpecConfig, max_new: int,
@@ -411,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     if peers is not None:
         peers.run(tasks[0], 4)
     rows = []
+    logs: list[tuple[int, int, float]] = []  # every measured run's passes in the loop
     for task in tasks:
         prefill = _prefill_seconds(gen.loaded.model, task["prompt_ids"], prefixes=base_pc)
         # Every repeat starts from the acceptance statistics as they were before the task
@@ -430,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     s_runs.append(_run(gen, task, spec_cfg, args.max_new_tokens,
                                        shared if r == 0 else copy.deepcopy(before), spec_pc))
+        logs.extend(p for run in (*b_runs, *s_runs) if run[1] is not None
+                    for p in run[1].pass_log)
         b_ids, b_stats, _, b_ok = b_runs[0]
         s_ids, s_stats, _, _ = s_runs[0]
         b_sec = min(r[2] for r in b_runs)  # the least disturbed run (shared machines)
@@ -512,6 +536,10 @@ def main(argv: list[str] | None = None) -> int:
     if spec_cfg.cost_model:
         result["cost_curve"] = {**curve.as_dict(), "measure_seconds": round(curve_s, 3),
                                 "cached": args.cached_curve}
+        result["loop_pass_costs"] = loop_pass_costs(logs, curve)
+        print("passes in the decode loop (nodes: passes, median ms, median ms / the curve's "
+              "price at their context, relative to one node's):",
+              {q: v for q, v in result["loop_pass_costs"].items()})
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1))
     return 0 if summary["identical"] == len(rows) else 1

@@ -434,3 +434,30 @@ def test_measured_curves_are_kept_on_disk(monkeypatch, tmp_path, tiny_model):
     assert len(calls) == 1 and second == first
     assert (tmp_path / "cost_curves.json").exists()
     cost._CURVES.pop(model, None)
+
+
+def test_the_benchmark_holds_loop_passes_against_the_curve():
+    """``benchmarks/speculative.py``'s ``loop_pass_costs``: passes timed in the decode loop,
+    per tree size, against the start-up curve's price at each pass's context."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "speculative.py"
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("speculative_bench_costs", path)
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(path.parent))
+    curve = CostCurve((1, 8), (0.020, 0.030), context=100, per_token=(1e-4, 0.0))
+    log = [(1, 100, 0.022), (1, 100, 0.018), (1, 200, 0.021), (8, 200, 0.048), (8, 100, 0.036)]
+    out = bench.loop_pass_costs(log, curve)
+    assert list(out) == [1, 8]
+    assert out[1][:2] == [3, 21.0]  # passes, median ms
+    # time / price: 1 node 1.1, 0.9, 0.7 (a 30-ms price at 200 cached tokens) -> 0.9
+    assert out[1][2] == pytest.approx(0.9) and out[1][3] == pytest.approx(1.0)
+    # 8 nodes: 48 / 40 = 1.2 and 36 / 30 = 1.2 -> 1.2, i.e. 1.333 relative to one node's
+    assert out[8][2] == pytest.approx(1.2) and out[8][3] == pytest.approx(1.333, abs=1e-3)
+    assert bench.loop_pass_costs([(8, 100, 0.03)], curve) == {8: [1, 30.0, 1.0, None]}

@@ -114,6 +114,14 @@ def test_speculation_saves_passes_and_stats_add_up(tiny, name):
     assert all(a <= p for p, a in s.per_drafter.values())
     d = s.as_dict()
     assert d["tokens_per_pass"] > 1 and "acceptance_per_drafter" in d
+    # Every pass after the prefill is timed, with its tree size and the cache it read.
+    assert len(s.pass_log) == s.forward_passes - 1
+    contexts = [ctx for _, ctx, _ in s.pass_log]
+    assert contexts == sorted(set(contexts)) and contexts[0] >= len(prompt)
+    assert all(nodes >= 1 and sec > 0 for nodes, _, sec in s.pass_log)
+    by = d["pass_ms_by_nodes"]
+    assert sum(n for n, _ in by.values()) == len(s.pass_log)
+    assert set(by) == {nodes for nodes, _, _ in s.pass_log}
 
 
 def test_disabled_speculation_is_plain_decoding(tiny):

@@ -29,6 +29,7 @@ expected tokens per second given the device's measured cost curve
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -304,6 +305,10 @@ class SpecStats(DecodeStats):
             nothing else (see :func:`certain_tokens`); the next pass computes their KV.
         memory_pressure_steps: steps whose budget was halved under memory pressure.
         cost_curve: the device cost curve the plan used (ms and relative), if any.
+        pass_log: ``(tree nodes, cached tokens before the pass, seconds)`` of each
+            verification pass but the first (which also prefills the prompt): what passes
+            cost inside the decode loop, to hold against the cost curve measured at start-up
+            (``benchmarks/speculative.py`` prints both).
     """
 
     steps: int = 0
@@ -321,6 +326,7 @@ class SpecStats(DecodeStats):
     certain_tokens: int = 0
     memory_pressure_steps: int = 0
     cost_curve: dict[str, Any] | None = None
+    pass_log: list[tuple[int, int, float]] = field(default_factory=list)
 
     @property
     def mean_accepted_length(self) -> float:
@@ -353,6 +359,13 @@ class SpecStats(DecodeStats):
         return {"draft": round(self.draft_seconds, 4), "verify": round(self.verify_seconds, 4),
                 "mask": round(self.mask_seconds, 4), "other": round(max(0.0, other), 4)}
 
+    def pass_ms_by_nodes(self) -> dict[int, list[float]]:
+        """``{tree nodes: [passes, median milliseconds]}`` over :attr:`pass_log`."""
+        by: dict[int, list[float]] = defaultdict(list)
+        for nodes, _, seconds in self.pass_log:
+            by[nodes].append(seconds)
+        return {q: [len(v), round(1000 * statistics.median(v), 3)] for q, v in sorted(by.items())}
+
     def as_dict(self) -> dict[str, Any]:  # type: ignore[override]
         """The stats as a plain dict (for JSON output)."""
         out: dict[str, Any] = dict(super().as_dict())
@@ -379,6 +392,7 @@ class SpecStats(DecodeStats):
             "certain_tokens": self.certain_tokens,
             "memory_pressure_steps": self.memory_pressure_steps,
             "cost_curve": self.cost_curve,
+            "pass_ms_by_nodes": self.pass_ms_by_nodes(),
         })
         return out
 
@@ -551,8 +565,11 @@ def speculative_decode(
             t1 = time.perf_counter()
             plan = (None if sparse is None  # (no mask computed here that costs much)
                     else sparse.plan([cheap_allowed(constraint, st) for st in tree.states]))
+            tv = time.perf_counter()
             logits = verify_tree(model, cache, tree, past_len, prefix,
                                  rows=None if plan is None else plan.full)  # [q or f, V]
+            if not first:
+                stats.pass_log.append((len(tree), past_len, time.perf_counter() - tv))
             hidden = captured[-1][0, -len(tree):] if captured else None  # [q, H]
             hidden_mid = captured_mid[-1][0, -len(tree):] if captured_mid else None  # [q, H]
             captured.clear()
