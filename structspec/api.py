@@ -37,6 +37,7 @@ from structspec.spec import SpecConfig, UnsupportedModelError, speculative_decod
 from structspec.spec.cost import AcceptanceModel
 from structspec.spec.cpu_paths import use_fast_cpu_paths
 from structspec.spec.prefix import PrefixCache
+from structspec.spec.totals import StatsTotals
 from structspec.vocab import Vocabulary
 
 #: Opens the system message when a schema is shown and no ``system`` is given. The schema
@@ -174,6 +175,9 @@ class Generator:
         self._acceptance: dict[str, AcceptanceModel] = {}
         self._acceptance_lock = threading.Lock()
         self._prefixes = PrefixCache()  # the chat header's KV, shared by both decode paths
+        #: Cumulative statistics over this Generator's requests (``totals.as_dict()``;
+        #: ``totals.reset()`` starts again).
+        self.totals = StatsTotals()
 
     # -- building blocks ------------------------------------------------------------------
 
@@ -394,32 +398,45 @@ class Generator:
             raise ValueError("prompt tokenizes to nothing")
 
         attempts = 0
-        while True:
-            attempts += 1
-            with self._lock:
-                out = self._decode(ids, constraint, max_new_tokens, sampling, spec)
-            text = self.vocab.decode_text(out.token_ids)
-            if json_constraint is None:
-                return Result(text, text, out.token_ids, out.stats, attempts)
-            problem = _validation_problem(json_constraint, text)
-            if problem is None:
-                value = json.loads(text)
-                if model_cls is not None:
-                    value = model_cls.model_validate(value)
-                return Result(value, text, out.token_ids, out.stats, attempts)
-            if json_constraint.exact:  # a constraint bug: never hide it behind a retry
-                raise GenerationError(f"internal error: output failed validation: {problem}",
-                                      text, out.token_ids)
-            if attempts > max_retries:
-                raise GenerationError(
-                    f"output failed validation after {attempts} attempts: {problem}",
-                    text, out.token_ids,
+        done = False
+        try:
+            while True:
+                attempts += 1
+                with self._lock:
+                    try:
+                        out = self._decode(ids, constraint, max_new_tokens, sampling, spec)
+                    except GenerationError as exc:  # what the failed attempt cost counts too
+                        self.totals.add(exc.stats if isinstance(exc.stats, DecodeStats)
+                                        else None)
+                        raise
+                self.totals.add(out.stats)
+                text = self.vocab.decode_text(out.token_ids)
+                if json_constraint is None:
+                    done = True
+                    return Result(text, text, out.token_ids, out.stats, attempts)
+                problem = _validation_problem(json_constraint, text)
+                if problem is None:
+                    value = json.loads(text)
+                    if model_cls is not None:
+                        value = model_cls.model_validate(value)
+                    done = True
+                    return Result(value, text, out.token_ids, out.stats, attempts)
+                self.totals.validation_failed()
+                if json_constraint.exact:  # a constraint bug: never hide it behind a retry
+                    raise GenerationError(f"internal error: output failed validation: "
+                                          f"{problem}", text, out.token_ids)
+                if attempts > max_retries:
+                    raise GenerationError(
+                        f"output failed validation after {attempts} attempts: {problem}",
+                        text, out.token_ids,
+                    )
+                # Retry by sampling: a greedy retry would only repeat the same output.
+                sampling = SamplingParams(
+                    temperature=sampling.temperature or 0.7, top_k=top_k, top_p=top_p,
+                    seed=None if seed is None else seed + attempts,
                 )
-            # Retry by sampling: a greedy retry would only repeat the same output.
-            sampling = SamplingParams(
-                temperature=sampling.temperature or 0.7, top_k=top_k, top_p=top_p,
-                seed=None if seed is None else seed + attempts,
-            )
+        finally:
+            self.totals.finish(done)
 
     def _decode(self, ids: list[int], constraint: Constraint, max_new_tokens: int,
                 sampling: SamplingParams, spec: SpecConfig) -> Any:

@@ -303,7 +303,9 @@ def _generate(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     if args.stats:
-        print(json.dumps({"attempts": result.attempts, **s.as_dict()}), file=sys.stderr)
+        # "totals": every attempt of the request (a lenient schema's retries included)
+        print(json.dumps({"attempts": result.attempts, **s.as_dict(),
+                          "totals": generator.totals.as_dict()}), file=sys.stderr)
     _flush_compile_cache()
     return 0
 

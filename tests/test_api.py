@@ -154,3 +154,42 @@ def test_acceptance_statistics_carry_over_between_requests(gen):
     second = gen._acceptance["JsonSchemaConstraint"]
     assert second is not first  # each request works on its own copy
     assert sum(p for p, _ in second.counts.values()) + second.chain[0] > 0 and seen > 0
+
+
+def test_totals_add_up_over_requests(tiny_model):
+    """``Generator.totals``: every attempt's decode and every request counted, speculative
+    figures apart, validation failures and failed requests included."""
+    import copy
+    import warnings
+
+    from structspec.models import LoadedModel
+
+    own = LoadedModel(copy.deepcopy(tiny_model.model), tiny_model.tokenizer, tiny_model.name,
+                      tiny_model.eos_token_ids)
+    gen = Generator(own)
+    a = gen.run("Make an object.", schema=SCHEMA, temperature=1.0, seed=0, max_new_tokens=200)
+    b = gen.run("Digits:", regex=r"[0-9]{3}", speculative=False)
+    t = gen.totals.as_dict()
+    assert (t["requests"], t["failed_requests"], t["decodes"]) == (2, 0, 2)
+    assert t["new_tokens"] == a.stats.new_tokens + b.stats.new_tokens
+    assert t["forward_passes"] == a.stats.forward_passes + b.stats.forward_passes
+    spec = t["speculative"]
+    assert spec["decodes"] == 1 and spec["new_tokens"] == a.stats.new_tokens
+    assert spec["draft_nodes"] == a.stats.draft_nodes
+    assert spec["per_drafter"] == {k: list(v) for k, v in sorted(a.stats.per_drafter.items())}
+    assert spec["mean_accepted_length"] == pytest.approx(a.stats.mean_accepted_length, abs=1e-3)
+
+    # The back-reference is dropped in lenient mode, and it needs two characters where the
+    # length allows one: each attempt fails validation.
+    never = {"type": "string", "maxLength": 1, "pattern": "^(a)\\1$"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(GenerationError, match="3 attempts"):
+            gen.run("Two ones.", schema=never, lenient=True, max_retries=2, seed=0)
+    with pytest.raises(GenerationError, match="max_new_tokens"):  # too short to finish
+        gen.run("Make an object.", schema=SCHEMA, max_new_tokens=2)
+    t = gen.totals.as_dict()
+    assert (t["requests"], t["failed_requests"], t["decodes"]) == (4, 2, 6)
+    assert t["validation_failures"] == 3
+    gen.totals.reset()
+    assert gen.totals.as_dict()["requests"] == 0 and "speculative" not in gen.totals.as_dict()

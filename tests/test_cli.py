@@ -164,10 +164,14 @@ def test_grammar_output_goes_to_stdout_exactly(capsys, tmp_path, tiny_model_dir)
     grammar = tmp_path / "let.lark"
     grammar.write_text(LET)
     code, out, err = _run(capsys, "generate", "--grammar", str(grammar), "--prompt", "Bind.",
-                          "--model", str(tiny_model_dir), "--max-new-tokens", "20")
+                          "--model", str(tiny_model_dir), "--max-new-tokens", "20", "--stats")
     assert code == 0, err
     lark.Lark(LET, parser="lalr").parse(out)  # exactly the text: no newline added
     assert "tokens/s" in err
+    stats = json.loads(err.strip().splitlines()[-1])  # --stats: the last line of stderr
+    assert stats["attempts"] == 1 and stats["time_split"]
+    assert stats["totals"]["requests"] == stats["totals"]["decodes"] == 1
+    assert stats["totals"]["new_tokens"] == stats["new_tokens"]
 
 
 def test_fill_in_the_middle_from_files(capsys, tmp_path, tiny_model_dir):

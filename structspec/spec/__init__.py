@@ -8,6 +8,7 @@
 - :mod:`~structspec.spec.schedule`: adaptive speculation budget;
 - :mod:`~structspec.spec.cost`: the device cost curve and tree sizing by expected tokens/s;
 - :mod:`~structspec.spec.decode`: :func:`speculative_decode` and :class:`SpecConfig`;
+- :mod:`~structspec.spec.totals`: :class:`StatsTotals`, the statistics of many requests;
 - :mod:`~structspec.spec.fastlinear`: packed linears (our AVX2 panel kernel, or oneDNN) that
   make multi-row passes cheap on CPU;
 - :mod:`~structspec.spec.block_quant`: the exact block quantization of weights dequantized
@@ -25,6 +26,7 @@ from structspec.spec.cpu_paths import use_fast_cpu_paths
 from structspec.spec.decode import SpecConfig, SpecStats, speculative_decode
 from structspec.spec.draft_model import DraftModel, DraftModelMismatchError
 from structspec.spec.fastlinear import pack_linears, packing_available, unpack_linears
+from structspec.spec.totals import StatsTotals
 from structspec.spec.tree import DraftTree, TreeBuilder, tree_attention
 from structspec.spec.verify import UnsupportedModelError, keep_path, verify_tree
 
@@ -35,6 +37,7 @@ __all__ = [
     "DraftTree",
     "SpecConfig",
     "SpecStats",
+    "StatsTotals",
     "TreeBuilder",
     "UnsupportedModelError",
     "keep_path",
