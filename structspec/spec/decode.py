@@ -569,6 +569,8 @@ def speculative_decode(
             logits = verify_tree(model, cache, tree, past_len, prefix,
                                  rows=None if plan is None else plan.full)  # [q or f, V]
             if not first:
+                if device.type == "cuda":  # the pass's own time, not its launch (the walk
+                    torch.cuda.synchronize(device)  # below would wait for it anyway)
                 stats.pass_log.append((len(tree), past_len, time.perf_counter() - tv))
             hidden = captured[-1][0, -len(tree):] if captured else None  # [q, H]
             hidden_mid = captured_mid[-1][0, -len(tree):] if captured_mid else None  # [q, H]
