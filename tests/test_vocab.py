@@ -625,3 +625,9 @@ def test_vocabulary_is_hashable_value():
     assert hash(a) == hash(b)
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.kind = "byte_level"  # type: ignore[misc]
+
+
+def test_ids_for_lists_every_duplicate_in_id_order():
+    vocab = Vocabulary.from_tokens(["a", "b", "a", "<eos>", "a", "b"], eos_token_ids=[3])
+    assert vocab.ids_for(b"a") == (0, 2, 4) and vocab.ids_for(b"b") == (1, 5)
+    assert vocab.ids_for(b"") == () and vocab.ids_for(b"c") == ()
