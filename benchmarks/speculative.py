@@ -539,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         result["loop_pass_costs"] = loop_pass_costs(logs, curve)
         print("passes in the decode loop (nodes: passes, median ms, median ms / the curve's "
               "price at their context, relative to one node's):",
-              {q: v for q, v in result["loop_pass_costs"].items()})
+              result["loop_pass_costs"])
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1))
     return 0 if summary["identical"] == len(rows) else 1

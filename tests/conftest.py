@@ -14,6 +14,24 @@ import pytest
 from structspec.vocab import Vocabulary
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(script: str):
+    """The module ``benchmarks/<script>``, loaded from its file (the benchmarks' folder on
+    ``sys.path`` meanwhile, for the scripts that import each other)."""
+    import importlib.util
+    import sys
+
+    path = BENCHMARKS / script
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(f"{path.stem}_bench", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(path.parent))
 
 # Thousands of schemas are compiled by the tests: keep them off the user's disk cache (the
 # cache's own tests point it at a temporary directory).

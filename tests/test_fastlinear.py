@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import torch_threads
+from conftest import load_benchmark, torch_threads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -165,14 +165,9 @@ def test_packed_model_deep_copies(kernel):
 
 def test_linear_kernels_benchmark_runs(tmp_path):
     """``benchmarks/linear_kernels.py`` (a smoke run: two pass sizes, one sweep each)."""
-    import importlib.util
     import json
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "linear_kernels.py"
-    spec = importlib.util.spec_from_file_location("linear_kernels_bench", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("linear_kernels.py")
     out = tmp_path / "lk.json"
     with torch_threads(torch.get_num_threads()):  # the benchmark sets its own count
         assert bench.main(["--rows", "1,3", "--repeats", "1", "--json-out", str(out)]) == 0
@@ -189,18 +184,13 @@ def test_linear_kernels_benchmark_runs(tmp_path):
 def test_kernel_ab_benchmark_runs(tmp_path):
     """``benchmarks/kernel_ab.py`` (a smoke run: the built module against the working tree's
     source compiled by the script, two pass sizes, one round; the script checks the bits)."""
-    import importlib.util
     import json
-    from pathlib import Path
 
     from structspec import _native
 
     if shutil.which(os.environ.get("CC", "gcc")) is None:
         pytest.skip("no C compiler to build the kernel with")
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_ab.py"
-    spec = importlib.util.spec_from_file_location("kernel_ab_bench", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("kernel_ab.py")
     out = tmp_path / "ab.json"
     built = _native.load("smallgemm").__file__
     assert bench.main(["--old-so", built, "--rows", "1,7", "--rounds", "1", "--no-head",

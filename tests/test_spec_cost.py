@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import load_benchmark
 
 from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
@@ -439,18 +440,7 @@ def test_measured_curves_are_kept_on_disk(monkeypatch, tmp_path, tiny_model):
 def test_the_benchmark_holds_loop_passes_against_the_curve():
     """``benchmarks/speculative.py``'s ``loop_pass_costs``: passes timed in the decode loop,
     per tree size, against the start-up curve's price at each pass's context."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "speculative.py"
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("speculative_bench_costs", path)
-        bench = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench)
-    finally:
-        sys.path.remove(str(path.parent))
+    bench = load_benchmark("speculative.py")
     curve = CostCurve((1, 8), (0.020, 0.030), context=100, per_token=(1e-4, 0.0))
     log = [(1, 100, 0.022), (1, 100, 0.018), (1, 200, 0.021), (8, 200, 0.048), (8, 100, 0.036)]
     out = bench.loop_pass_costs(log, curve)

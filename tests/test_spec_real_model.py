@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from conftest import load_benchmark
 
 pytestmark = pytest.mark.real_model
 
@@ -94,21 +95,8 @@ def test_the_default_model_as_its_own_draft_model(gen, shared_data):
 
 
 def _run_benchmark(script: str, argv: list[str]) -> int:
-    """Run ``benchmarks/<script>``'s ``main(argv)`` in this process (the benchmarks' folder on
-    ``sys.path`` meanwhile, for the scripts that import each other)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / script
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec = importlib.util.spec_from_file_location(f"{path.stem}_bench", path)
-        bench = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench)
-        return bench.main(argv)
-    finally:
-        sys.path.remove(str(path.parent))
+    """Run ``benchmarks/<script>``'s ``main(argv)`` in this process."""
+    return load_benchmark(script).main(argv)
 
 
 def test_the_speculative_benchmark_runs_and_repeats_compare_like_with_like(tmp_path):
