@@ -99,8 +99,7 @@ class StatsTotals:
                 "failed_requests": self.failed_requests,
                 "decodes": self.decodes,
                 "validation_failures": self.validation_failures,
-                **{name: round(s[name], 4) if isinstance(s[name], float) else s[name]
-                   for name in _SUMMED},
+                **_rounded(s),
                 "tokens_per_pass": _ratio(s["new_tokens"], s["forward_passes"]),
                 "tokens_per_second": _ratio(s["new_tokens"], decode_s, 2),
             }
@@ -110,8 +109,7 @@ class StatsTotals:
                          - p["mask_seconds"])
                 out["speculative"] = {
                     "decodes": self.speculative_decodes,
-                    **{name: round(p[name], 4) if isinstance(p[name], float) else p[name]
-                       for name in _SPEC_SUMMED},
+                    **_rounded(p),
                     "acceptance_rate": _ratio(p["accepted_tokens"], p["draft_nodes"]),
                     "mean_accepted_length": _ratio(p["new_tokens"], p["steps"]),
                     "per_drafter": {k: list(v) for k, v in sorted(self.per_drafter.items())},
@@ -124,6 +122,11 @@ class StatsTotals:
                                    "other": round(max(0.0, other), 4)},
                 }
             return out
+
+
+def _rounded(sums: dict[str, float]) -> dict[str, float]:
+    """``sums`` with the seconds rounded for output (counts stay integers)."""
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in sums.items()}
 
 
 def _ratio(num: float, den: float, digits: int = 4) -> float:
