@@ -33,12 +33,20 @@ users would run instead on the same (packed) model, end to end per generated tok
 Face ``generate`` unconstrained (``speedup_vs_hf``) and, for JSON, with xgrammar's logits
 processor (``speedup_vs_hf_xgrammar``); ``--no-peers`` skips them.
 
+``--temperature T`` (with ``--top-k``, ``--top-p``, ``--seed``) samples instead, in both
+modes and for the peers (``do_sample``): speculative sampling keeps the distribution of
+plain constrained sampling (multi-draft rejection sampling, checked by
+``tests/test_spec_accept.py``), not the samples, so outputs are not compared; every rate is
+per generated token of each mode's own output (task ``i`` seeds both modes with
+``seed + i``), and the summary says how many outputs of each mode were complete.
+
     python benchmarks/speculative.py --task json [--data FILE] [--offset K] [--n 5]
         [--max-new-tokens 160] [--layout system|system-json|request]
         [--no-pack] [--no-exact-quant] [--no-avx512] [--no-half-panels] [--no-sparse-logits]
         [--threads T]
         [--repeats R]
         [--draft-model ID] [--no-draft-head] [--no-cost-model] [--no-prefix-cache]
+        [--temperature T [--top-k K] [--top-p P] [--seed S]]
         [--json-out F]
 
 On a CPU shared with other work, ``--threads 1`` gives stable timings: oneDNN/OpenMP with
@@ -54,6 +62,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -226,13 +235,15 @@ def loop_pass_costs(log: list[tuple[int, int, float]], curve: CostCurve
 
 
 def _run(gen: Generator, task: dict, config: SpecConfig, max_new: int,
-         acceptance: AcceptanceModel | None = None, prefixes: PrefixCache | None = None):
-    """(token ids, stats, seconds); a GenerationError's partial output counts too."""
+         acceptance: AcceptanceModel | None = None, prefixes: PrefixCache | None = None,
+         sampling: SamplingParams | None = None):
+    """(token ids, stats, seconds, complete); a GenerationError's partial output counts
+    too. ``sampling``: greedy when ``None``."""
     t0 = time.perf_counter()
     try:
         out = speculative_decode(gen.loaded.model, gen.vocab, task["prompt_ids"],
                                  task["constraint"], max_new_tokens=max_new,
-                                 sampling=SamplingParams(), config=config,
+                                 sampling=sampling or SamplingParams(), config=config,
                                  tokenizer=gen.loaded.tokenizer, acceptance=acceptance,
                                  prefix_cache=prefixes)
         return out.token_ids, out.stats, time.perf_counter() - t0, True
@@ -242,10 +253,12 @@ def _run(gen: Generator, task: dict, config: SpecConfig, max_new: int,
 
 class _Peers:
     """What users would run instead, on the same (packed) model: Hugging Face ``generate``
-    unconstrained, and with xgrammar's logits processor for the task's JSON Schema."""
+    unconstrained, and with xgrammar's logits processor for the task's JSON Schema; greedy,
+    or sampling as ``sampling`` says."""
 
-    def __init__(self, gen: Generator) -> None:
+    def __init__(self, gen: Generator, sampling: SamplingParams | None = None) -> None:
         self.gen = gen
+        self.sampling = sampling if sampling is not None and not sampling.greedy else None
         self.compiler = None
         try:
             import xgrammar as xgr
@@ -260,16 +273,26 @@ class _Peers:
         from transformers import LogitsProcessorList
 
         model = self.gen.loaded.model
+        sampled: dict = {"do_sample": False}
+        if self.sampling is not None:
+            p = self.sampling
+            sampled = {"do_sample": True, "temperature": p.temperature,
+                       "top_k": p.top_k or 0, "top_p": p.top_p or 1.0}
+            if p.seed is not None:
+                torch.manual_seed(p.seed)
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(torch.tensor([ids], device=model.device), max_new_tokens=n,
-                                 do_sample=False,
                                  logits_processor=LogitsProcessorList(processors or []),
-                                 pad_token_id=self.gen.loaded.tokenizer.eos_token_id)
+                                 pad_token_id=self.gen.loaded.tokenizer.eos_token_id,
+                                 **sampled)
         return out.shape[1] - len(ids), time.perf_counter() - t0
 
-    def run(self, task: dict, n: int) -> dict[str, float]:
-        """Seconds and tokens of each peer for ``n`` new tokens at most."""
+    def run(self, task: dict, n: int, seed: int | None = None) -> dict[str, float]:
+        """Seconds and tokens of each peer for ``n`` new tokens at most (sampling: from
+        ``seed``)."""
+        if self.sampling is not None:
+            self.sampling = replace(self.sampling, seed=seed)
         out: dict[str, float] = {}
         tok, sec = self._generate(task["prompt_ids"], n, None)
         out.update(hf_tokens=tok, hf_s=round(sec, 3))
@@ -367,8 +390,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", help="torch device (cuda: bfloat16 weights)")
     ap.add_argument("--no-peers", action="store_true",
                     help="skip Hugging Face generate (plain, and with xgrammar for JSON)")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sample at this temperature in both modes (default 0: greedy, and "
+                         "the outputs must be identical)")
+    ap.add_argument("--top-k", type=int, default=None, help="sampling: keep the k likeliest")
+    ap.add_argument("--top-p", type=float, default=None, help="sampling: nucleus mass")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="sampling: task i seeds both modes (and the peers) with seed + i")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
+    try:
+        sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k,
+                                  top_p=args.top_p, seed=args.seed)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if sampling.greedy and (args.top_k is not None or args.top_p is not None):
+        ap.error("--top-k and --top-p need --temperature > 0 (greedy decoding ignores them)")
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -410,7 +447,11 @@ def main(argv: list[str] | None = None) -> int:
           f"avx512={avx512()} attention={gen.loaded.model.config._attn_implementation} "
           f"threads={torch.get_num_threads()} "
           f"load={os.getloadavg()[0]:.2f} task={args.task} n={len(tasks)}")
-    peers = None if args.no_peers else _Peers(gen)
+    peers = None if args.no_peers else _Peers(gen, sampling)
+
+    def sampling_of(index: int) -> SamplingParams | None:
+        """Task ``index``'s sampling (the same seed for both modes and every repeat)."""
+        return None if sampling.greedy else replace(sampling, seed=args.seed + index)
     shared = None if args.fresh_acceptance else AcceptanceModel()
     # Warm-up: per-process tables, then one whole request per mode, so that one-time work
     # (vocabulary indexes, the token trie) is not billed to the first tasks measured.
@@ -425,15 +466,17 @@ def main(argv: list[str] | None = None) -> int:
         token_trie(gen.vocab)
     except ImportError:  # pragma: no cover - another automata layout
         pass
-    _run(gen, tasks[-1], base_cfg, 8, None, base_pc)
-    _run(gen, tasks[-1], spec_cfg, 8, None, spec_pc)
-    _run(gen, tasks[0], base_cfg, args.max_new_tokens, None, base_pc)
-    _run(gen, tasks[0], spec_cfg, args.max_new_tokens, shared, spec_pc)
+    _run(gen, tasks[-1], base_cfg, 8, None, base_pc, sampling_of(0))
+    _run(gen, tasks[-1], spec_cfg, 8, None, spec_pc, sampling_of(0))
+    _run(gen, tasks[0], base_cfg, args.max_new_tokens, None, base_pc, sampling_of(0))
+    _run(gen, tasks[0], spec_cfg, args.max_new_tokens, shared, spec_pc, sampling_of(0))
     if peers is not None:
-        peers.run(tasks[0], 4)
+        peers.run(tasks[0], 4, args.seed)
     rows = []
+    decoded: list[tuple[int, float, int, float]] = []  # (tokens, decode s) plain, speculative
     logs: list[tuple[int, int, float]] = []  # every measured run's passes in the loop
-    for task in tasks:
+    for index, task in enumerate(tasks):
+        samp = sampling_of(index)
         prefill = _prefill_seconds(gen.loaded.model, task["prompt_ids"], prefixes=base_pc)
         # Every repeat starts from the acceptance statistics as they were before the task
         # (a repeat that had learned this very output's splits would be faster than any
@@ -448,27 +491,35 @@ def main(argv: list[str] | None = None) -> int:
             for mode in (("base", "spec") if r % 2 == 0 else ("spec", "base")):
                 if mode == "base":
                     b_runs.append(_run(gen, task, base_cfg, args.max_new_tokens, None,
-                                       base_pc))
+                                       base_pc, samp))
                 else:
                     s_runs.append(_run(gen, task, spec_cfg, args.max_new_tokens,
-                                       shared if r == 0 else copy.deepcopy(before), spec_pc))
+                                       shared if r == 0 else copy.deepcopy(before), spec_pc,
+                                       samp))
         logs.extend(p for run in (*b_runs, *s_runs) if run[1] is not None
                     for p in run[1].pass_log)
         b_ids, b_stats, _, b_ok = b_runs[0]
-        s_ids, s_stats, _, _ = s_runs[0]
-        b_sec = min(r[2] for r in b_runs)  # the least disturbed run (shared machines)
-        s_sec = min(r[2] for r in s_runs)
-        n_tok = len(b_ids)
+        s_ids, s_stats, _, s_ok = s_runs[0]
+        # The least disturbed run per mode (shared machines), per token of its own output
+        # (greedy repeats, and sampling ones from one seed, give the same tokens).
+        b_sec = min(r[2] / max(1, len(r[0])) for r in b_runs) * max(1, len(b_ids))
+        s_sec = min(r[2] / max(1, len(r[0])) for r in s_runs) * max(1, len(s_ids))
+        n_tok, s_tok = len(b_ids), len(s_ids)
         # Decode time: end to end minus the prompt's prefill (at least one pass's worth).
         floor = prefill / max(1, len(task["prompt_ids"]))
         b_dec, s_dec = max(b_sec - prefill, floor), max(s_sec - prefill, floor)
+        b_rate, s_rate = max(n_tok, 1) / b_dec, max(s_tok, 1) / s_dec  # decode tokens/s
+        decoded.append((max(n_tok, 1), b_dec, max(s_tok, 1), s_dec))
         row = {
             "id": task["id"], "prompt_tokens": len(task["prompt_ids"]), "new_tokens": n_tok,
-            "complete": b_ok, "identical": b_ids == s_ids,
+            "speculative_tokens": s_tok, "complete": b_ok, "speculative_complete": s_ok,
+            # sampling: the same distribution, not the same samples
+            "identical": b_ids == s_ids if samp is None else None,
             "prefill_s": round(prefill, 3),
             "baseline_s": round(b_sec, 3), "speculative_s": round(s_sec, 3),
-            "baseline_tok_s": round(n_tok / b_dec, 2), "speculative_tok_s": round(n_tok / s_dec, 2),
-            "speedup": round(b_dec / s_dec, 3), "speedup_e2e": round(b_sec / s_sec, 3),
+            "baseline_tok_s": round(b_rate, 2), "speculative_tok_s": round(s_rate, 2),
+            "speedup": round(s_rate / b_rate, 3),
+            "speedup_e2e": round((max(s_tok, 1) / s_sec) / (max(n_tok, 1) / b_sec), 3),
         }
         if s_stats is not None:
             row.update({
@@ -492,11 +543,11 @@ def main(argv: list[str] | None = None) -> int:
                 "time_split": s_stats.time_split(),
             })
         if peers is not None:  # the same number of new tokens, end to end
-            row.update(peers.run(task, max(n_tok, 1)))
+            row.update(peers.run(task, max(n_tok, 1), None if samp is None else samp.seed))
             for name in ("hf", "hf_xgrammar"):
                 if f"{name}_s" in row:
                     per_tok = row[f"{name}_s"] / max(row[f"{name}_tokens"], 1)
-                    row[f"speedup_vs_{name}"] = round(per_tok * n_tok / s_sec, 3)
+                    row[f"speedup_vs_{name}"] = round(per_tok * max(s_tok, 1) / s_sec, 3)
         rows.append(row)
         print(f"{row['id']:<28} tok={n_tok:>4} ident={row['identical']!s:<5} "
               f"base={row['baseline_tok_s']:>6.1f} tok/s spec={row['speculative_tok_s']:>6.1f} "
@@ -519,13 +570,19 @@ def main(argv: list[str] | None = None) -> int:
         "prefix_cache": not args.no_prefix_cache,
         "prefix_reused_tokens": {"baseline": base_pc.reused_tokens if base_pc else 0,
                                  "speculative": spec_pc.reused_tokens if spec_pc else 0},
-        "identical": sum(r["identical"] for r in rows),
+        "sampling": None if sampling.greedy else {
+            "temperature": sampling.temperature, "top_k": sampling.top_k,
+            "top_p": sampling.top_p, "seed": args.seed},
+        "identical": sum(r["identical"] for r in rows) if sampling.greedy else None,
+        "complete": {"baseline": sum(r["complete"] for r in rows),
+                     "speculative": sum(r["speculative_complete"] for r in rows)},
         "speedup_median": round(statistics.median(r["speedup"] for r in rows), 3),
         "speedup_e2e_median": round(statistics.median(r["speedup_e2e"] for r in rows), 3),
         "tokens_per_pass_mean": round(
             statistics.mean(r.get("tokens_per_pass", 1) for r in rows), 3),
-        "speedup_total": round(sum(r["baseline_s"] - r["prefill_s"] for r in rows)
-                               / sum(r["speculative_s"] - r["prefill_s"] for r in rows), 3),
+        # all tasks' decode tokens per second, speculative over plain
+        "speedup_total": round(sum(t[2] for t in decoded) / sum(t[3] for t in decoded)
+                               / (sum(t[0] for t in decoded) / sum(t[1] for t in decoded)), 3),
     }
     for name in ("hf", "hf_xgrammar"):  # end to end, per generated token
         vals = [r[f"speedup_vs_{name}"] for r in rows if f"speedup_vs_{name}" in r]
@@ -542,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
               result["loop_pass_costs"])
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1))
-    return 0 if summary["identical"] == len(rows) else 1
+    return 0 if not sampling.greedy or summary["identical"] == len(rows) else 1
 
 
 if __name__ == "__main__":

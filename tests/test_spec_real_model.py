@@ -111,6 +111,35 @@ def test_the_speculative_benchmark_runs_and_repeats_compare_like_with_like(tmp_p
     assert all(row["passes"] >= 1 and row["new_tokens"] >= 1 for row in result["rows"])
 
 
+def test_the_speculative_benchmark_samples(tmp_path):
+    """``--temperature``: both modes sample from the task's seed; rates are per token of
+    each mode's own output, outputs are not compared (the same distribution, not the same
+    samples), and the run succeeds."""
+    out = tmp_path / "sampled.json"
+    assert _run_benchmark("speculative.py", [
+        "--task", "prose", "--n", "2", "--max-new-tokens", "6", "--no-peers",
+        "--no-cost-model", "--temperature", "0.8", "--top-p", "0.95", "--seed", "3",
+        "--json-out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    summary = result["summary"]
+    assert summary["sampling"] == {"temperature": 0.8, "top_k": None, "top_p": 0.95, "seed": 3}
+    assert summary["identical"] is None and summary["complete"]["speculative"] == 2
+    for row in result["rows"]:
+        assert row["identical"] is None and 1 <= row["speculative_tokens"] <= 6
+        assert row["speedup"] > 0 and row["speedup_e2e"] > 0
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--top-p", "0.9"], "need --temperature > 0"),
+    (["--temperature", "-1"], "temperature must be >= 0"),
+    (["--temperature", "1", "--top-p", "1.5"], "top_p must be in (0, 1]")])
+def test_the_speculative_benchmark_refuses_bad_sampling(argv, says, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _run_benchmark("speculative.py", ["--task", "prose", *argv])
+    assert exc.value.code == 2
+    assert says in capsys.readouterr().err.splitlines()[-1]
+
+
 def test_the_sparse_logits_benchmark_runs(tmp_path, shared_data):
     """``benchmarks/sparse_logits.py`` on one short JSON request, one round per setting:
     outputs identical with sparse logits on and off, plain and speculative."""
