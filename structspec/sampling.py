@@ -54,13 +54,39 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         scores = scores.masked_fill(scores < kth, float("-inf"))
     probs = torch.softmax(scores, dim=-1)  # [V]
     if params.top_p is not None and params.top_p < 1:
-        sorted_probs, order = torch.sort(probs, descending=True)
-        cumulative = torch.cumsum(sorted_probs, dim=-1)
-        drop_sorted = cumulative - sorted_probs >= params.top_p  # keeps the first always
-        drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
-        probs = probs.masked_fill(drop, 0.0)
+        probs = probs.masked_fill(~nucleus(probs, params.top_p), 0.0)
         probs = probs / probs.sum()
     return probs
+
+
+def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The ids top-p sampling keeps, as a bool mask ``[V]``: the likeliest ids, most likely
+    first (equal probabilities in id order), as long as the probability of those before them
+    is below ``top_p`` — so the most likely id always, and the first id at which the running
+    sum reaches ``top_p``.
+
+    Sorting the whole distribution took ~4.6 ms per token on one CPU thread over a 49k-token
+    vocabulary (~17% of a small model's decoding step), so only the likely ids are sorted:
+    first those of probability at least ``(1 - top_p) / 64`` (a few hundred at most), which
+    settles it when they weigh clearly more than ``top_p`` (every id after them is then
+    dropped); else those of at least ``(1 - top_p) / 2V``, which all the others together
+    cannot outweigh (under ``(1 - top_p) / 2``), or the whole distribution where that is
+    more than an eighth of it. Each way keeps exactly the ids a sort of the whole
+    distribution would (``tests/test_decode.py``).
+    """
+    n = probs.numel()
+    for floor in ((1.0 - top_p) / 64, (1.0 - top_p) / (2 * n)):
+        ids = torch.nonzero(probs >= floor).flatten()  # [C] ascending ids
+        if ids.numel() > n // 8:  # a flat distribution: gathering first would cost more
+            ids = torch.arange(n, device=probs.device)
+        values, order = torch.sort(probs[ids], descending=True, stable=True)  # [C]
+        cumulative = torch.cumsum(values, dim=-1)  # [C]
+        # the margin dwarfs the float32 rounding of the sums (the second floor has its own)
+        if ids.numel() == n or (ids.numel() and float(cumulative[-1]) >= top_p + 1e-4):
+            break
+    keep = torch.zeros_like(probs, dtype=torch.bool)  # [V]
+    keep[ids[order[cumulative - values < top_p]]] = True
+    return keep
 
 
 def make_generator(

@@ -7,12 +7,14 @@ import re
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
 from structspec.errors import GenerationError
 from structspec.masks import apply_mask, mask_to_bool
-from structspec.sampling import SamplingParams, probabilities
+from structspec.sampling import SamplingParams, nucleus, probabilities
 from structspec.vocab import Vocabulary
 
 PATTERN = r'\{"id":[0-9]{1,3},"tag":"(red|green|blue)"\}'
@@ -107,6 +109,48 @@ def test_bad_decode_arguments(tiny, constraint):
 def test_bad_sampling_parameters_name_the_argument(kwargs, name):
     with pytest.raises(ValueError, match=name):
         SamplingParams(**kwargs)
+
+
+def _nucleus_by_full_sort(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The rule over the whole distribution, sorted (ties in id order)."""
+    values, order = torch.sort(probs, descending=True, stable=True)
+    keep = torch.zeros_like(probs, dtype=torch.bool)
+    keep[order[torch.cumsum(values, dim=-1) - values < top_p]] = True
+    return keep
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=st.integers(1, 400), spikes=st.lists(st.tuples(st.integers(0, 399),
+                                                            st.integers(0, 40)), max_size=12),
+       base=st.sampled_from([0, 1, 3]), masked=st.integers(0, 399),
+       temperature=st.sampled_from([0.3, 0.7, 1.0, 2.0]),
+       top_p=st.sampled_from([0.01, 0.3, 0.5, 0.8, 0.9, 0.95, 0.99, 0.999]), seed=st.integers(0, 9))
+def test_nucleus_keeps_what_a_full_sort_keeps(size, spikes, base, masked, temperature, top_p,
+                                              seed):
+    """Peaked and flat distributions, ties (integer logits), masked ids: the nucleus found
+    among the likely ids only is the one the whole sorted distribution gives."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randint(-base, base + 1, (size,), generator=gen).float()
+    for at, height in spikes:
+        logits[at % size] += height / 4
+    logits[torch.arange(size) % 7 == masked % 7] = float("-inf")
+    if torch.isinf(logits).all():
+        logits[0] = 0.0
+    probs = torch.softmax(logits / temperature, dim=-1)
+    keep = nucleus(probs, top_p)
+    assert torch.equal(keep, _nucleus_by_full_sort(probs, top_p))
+    assert keep[torch.argmax(probs)] and float(probs[keep].sum()) >= min(top_p, 1.0) - 1e-5
+    dropped_best = probs[~keep].max() if (~keep).any() else torch.tensor(0.0)
+    assert float(dropped_best) <= float(probs[keep].min())  # a prefix of the sorted order
+
+
+def test_nucleus_of_the_default_vocabulary_size_both_ways():
+    """A 49k-id distribution, peaked (few candidates) and flat (all sorted)."""
+    gen = torch.Generator().manual_seed(0)
+    for scale in (8.0, 3.0, 0.2):
+        probs = torch.softmax(torch.randn(49152, generator=gen) * scale, dim=-1)
+        for top_p in (0.5, 0.9, 0.95):
+            assert torch.equal(nucleus(probs, top_p), _nucleus_by_full_sort(probs, top_p))
 
 
 def test_top_k_and_top_p_filter_and_keep_the_best():
