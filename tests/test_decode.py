@@ -14,7 +14,7 @@ from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
 from structspec.errors import GenerationError
 from structspec.masks import apply_mask, mask_to_bool
-from structspec.sampling import SamplingParams, nucleus, probabilities
+from structspec.sampling import SamplingParams, nucleus, probabilities, sample
 from structspec.vocab import Vocabulary
 
 PATTERN = r'\{"id":[0-9]{1,3},"tag":"(red|green|blue)"\}'
@@ -151,6 +151,21 @@ def test_nucleus_of_the_default_vocabulary_size_both_ways():
         probs = torch.softmax(torch.randn(49152, generator=gen) * scale, dim=-1)
         for top_p in (0.5, 0.9, 0.95):
             assert torch.equal(nucleus(probs, top_p), _nucleus_by_full_sort(probs, top_p))
+
+
+def test_sample_draws_with_the_given_probabilities_and_never_a_zero():
+    """Inverse-CDF draws: unnormalized weights, zeros inside and at both ends."""
+    probs = torch.tensor([0.0, 2.0, 0.0, 1.0, 0.5, 0.0, 0.5, 0.0])  # total 4
+    gen = torch.Generator().manual_seed(11)
+    n = 20000
+    counts = torch.zeros(8)
+    for _ in range(n):
+        counts[sample(probs, gen)] += 1
+    assert counts[probs == 0].sum() == 0
+    expected = (probs / probs.sum() * n)[probs > 0]
+    chi2 = float((((counts[probs > 0] - expected) ** 2) / expected).sum())
+    assert chi2 < 25.0, (chi2, counts)  # 3 degrees of freedom: P(X > 25) < 2e-5
+    assert sample(torch.tensor([0.0, 0.0, 3.0]), gen) == 2
 
 
 def test_top_k_and_top_p_filter_and_keep_the_best():

@@ -32,7 +32,7 @@ import torch
 
 from structspec.automata.base import Constraint, State, TokenMask
 from structspec.masks import apply_mask, mask_to_bool
-from structspec.sampling import SamplingParams, probabilities
+from structspec.sampling import SamplingParams, probabilities, sample
 from structspec.spec.tree import DraftTree
 
 Outcome = Literal["bonus", "eos", "complete", "limit", "dead"]
@@ -66,22 +66,45 @@ def multi_draft_sample(
 
     Pure apart from drawing from ``generator``.
     """
+    if draft_probs is None:
+        return _point_drafts_sample(p, drafts, generator)
     residual = p.float().clone()  # [V]
     for i, x in enumerate(drafts):
-        qx = 1.0 if draft_probs is None else float(draft_probs[i, x])
+        qx = float(draft_probs[i, x])
         rx = float(residual[x])
         u = float(torch.rand((), generator=generator, device=p.device))
         if qx > 0 and u * qx < rx:  # u < r(x)/q(x): accept (always when r(x) >= q(x))
             return int(x), i
-        if draft_probs is None:
-            residual[x] = 0.0
-        else:
-            residual = torch.clamp(residual - draft_probs[i].float(), min=0.0)  # [V]
+        residual = torch.clamp(residual - draft_probs[i].float(), min=0.0)  # [V]
         total = float(residual.sum())
         if total <= 1e-12:  # r ≤ q everywhere means r == q: acceptance was certain
             return int(x), i
         residual /= total
-    return int(torch.multinomial(residual, 1, generator=generator)), None
+    return sample(residual, generator), None
+
+
+def _point_drafts_sample(p: torch.Tensor, drafts: Sequence[int],
+                         generator: torch.Generator | None) -> tuple[int, int | None]:
+    """:func:`multi_draft_sample` for deterministic drafts, in scalars: the residual after
+    rejecting ``x_1..x_{i-1}`` is ``p`` without them, renormalized, so ``x_i`` is accepted
+    with probability ``p(x_i) / (total - p(x_1) - ... - p(x_{i-1}))`` (0 for a repeated
+    draft), and only a bonus token needs the vector (one ``[V]`` pass instead of three per
+    draft: ~0.1 ms instead of ~1 ms per node on a 49k-token vocabulary)."""
+    total = float(p.sum())
+    left = total
+    rejected: list[int] = []
+    for i, x in enumerate(drafts):
+        px = 0.0 if x in rejected else float(p[x])
+        u = float(torch.rand((), generator=generator, device=p.device))
+        if u * left < px:  # u < p(x) / left
+            return int(x), i
+        rejected.append(x)
+        left -= px
+        if left <= 1e-12 * total:  # every id is a rejected draft: acceptance was certain
+            return int(x), i
+    residual = p.float().clone()  # [V]
+    residual[rejected] = 0.0
+    return sample(residual, generator), None
 
 
 def typical_choice(p: torch.Tensor, drafts: Sequence[int], threshold: float) -> int | None:
@@ -216,7 +239,7 @@ def _choose(
             token = int(torch.argmax(row))
         else:
             p = probabilities(row, sampling)  # [V]
-            token = int(torch.multinomial(p, 1, generator=generator))
+            token = sample(p, generator)
         # A token that happens to be drafted is taken as that child (its KV is computed).
         return token, drafts.index(token) if token in drafts else None
     if sampling.greedy:
