@@ -269,13 +269,13 @@ class _Peers:
         except Exception as exc:  # optional peer
             print(f"xgrammar unavailable: {exc}")
 
-    def _generate(self, ids: list[int], n: int, processors: list | None) -> tuple[int, float]:
+    def _generate(self, ids: list[int], n: int, processors: list | None,
+                  p: SamplingParams | None) -> tuple[int, float]:
         from transformers import LogitsProcessorList
 
         model = self.gen.loaded.model
         sampled: dict = {"do_sample": False}
-        if self.sampling is not None:
-            p = self.sampling
+        if p is not None:
             sampled = {"do_sample": True, "temperature": p.temperature,
                        "top_k": p.top_k or 0, "top_p": p.top_p or 1.0}
             if p.seed is not None:
@@ -291,10 +291,9 @@ class _Peers:
     def run(self, task: dict, n: int, seed: int | None = None) -> dict[str, float]:
         """Seconds and tokens of each peer for ``n`` new tokens at most (sampling: from
         ``seed``)."""
-        if self.sampling is not None:
-            self.sampling = replace(self.sampling, seed=seed)
+        p = None if self.sampling is None else replace(self.sampling, seed=seed)
         out: dict[str, float] = {}
-        tok, sec = self._generate(task["prompt_ids"], n, None)
+        tok, sec = self._generate(task["prompt_ids"], n, None, p)
         out.update(hf_tokens=tok, hf_s=round(sec, 3))
         if self.compiler is not None and "schema" in task:
             import xgrammar as xgr
@@ -303,7 +302,7 @@ class _Peers:
                 compiled = self.compiler.compile_json_schema(json.dumps(task["schema"]),
                                                              any_whitespace=False)
                 tok, sec = self._generate(task["prompt_ids"], n,
-                                          [xgr.contrib.hf.LogitsProcessor(compiled)])
+                                          [xgr.contrib.hf.LogitsProcessor(compiled)], p)
                 out.update(hf_xgrammar_tokens=tok, hf_xgrammar_s=round(sec, 3))
             except Exception as exc:  # a schema xgrammar refuses
                 out["hf_xgrammar_error"] = f"{type(exc).__name__}: {exc}"[:200]
