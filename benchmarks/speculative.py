@@ -74,6 +74,7 @@ from bfcl_accuracy import LAYOUTS, prompt_ids  # noqa: E402  (beside this script
 
 import structspec  # noqa: E402
 from structspec.api import Generator  # noqa: E402
+from structspec.automata.lark_compile import STOPS  # noqa: E402
 from structspec.engine import free_text  # noqa: E402
 from structspec.errors import GenerationError  # noqa: E402
 from structspec.sampling import SamplingParams  # noqa: E402
@@ -159,7 +160,7 @@ def _prompt_of(row: dict, path: Path) -> str:
 
 
 def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
-               offset: int = 0, layout: str = "system") -> list[dict]:
+               offset: int = 0, layout: str = "system", stop: str = "eof") -> list[dict]:
     """``[{"id", "prompt_ids", "constraint"}]`` for ``kind``.
 
     ``layout`` (JSON): ``"system"`` shows the schema as ``Generator.prompt_ids`` does, in the
@@ -198,7 +199,7 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
                 continue
             seen.add(function)
             prompt = _prompt_of(row, code_path)
-            view = python.with_suffix(b"", prefix=prompt)  # constrained from here
+            view = python.with_suffix(b"", prefix=prompt, stop=stop)  # constrained from here
             tasks.append({"id": str(row.get("task_id", f"code_{index}")), "constraint": view,
                           "prompt_ids": gen.prompt_ids(prompt, chat=False)})
             if len(tasks) >= n:
@@ -341,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layout", choices=LAYOUTS, default="system",
                     help="JSON: the schema in the system message as a typed template (as "
                          "Generator.prompt_ids) or as JSON Schema, or after the request")
+    ap.add_argument("--stop", choices=STOPS, default="eof",
+                    help="code: where an output may end (Generator.run's stop): eof, or the "
+                         "end of the line, statement or block holding the cursor")
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--no-pack", action="store_true",
@@ -418,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         use_avx512(False)
     if args.no_half_panels:
         use_half_panels(False)
-    tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, args.layout)
+    tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, args.layout,
+                       args.stop)
     base_cfg = SpecConfig(enabled=False, sparse_logits=not args.no_sparse_logits)
     draft = None
     if args.draft_model:

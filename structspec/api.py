@@ -20,6 +20,7 @@ import copy
 import json
 import os
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,7 @@ class Generator:
         self._lock = threading.Lock()
         self._acceptance: dict[str, AcceptanceModel] = {}
         self._acceptance_lock = threading.Lock()
+        self._warned_unsupported = False
         self._prefixes = PrefixCache()  # the chat header's KV, shared by both decode paths
         #: Cumulative statistics over this Generator's requests (``totals.as_dict()``;
         #: ``totals.reset()`` starts again).
@@ -455,8 +457,11 @@ class Generator:
                     tokenizer=self.loaded.tokenizer, acceptance=acceptance,
                     prefix_cache=self._prefixes,
                 )
-            except UnsupportedModelError:
-                pass
+            except UnsupportedModelError as exc:
+                if not self._warned_unsupported:  # once per Generator: every call falls back
+                    self._warned_unsupported = True
+                    warnings.warn(f"{exc} Decoding without speculation.", RuntimeWarning,
+                                  stacklevel=3)
             finally:
                 with self._acceptance_lock:
                     self._acceptance[kind] = acceptance

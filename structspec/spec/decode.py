@@ -82,6 +82,7 @@ from structspec.spec.verify import (
     UnsupportedModelError,
     check_tree_support,
     keep_path,
+    probe_tree_support,
     verify_tree,
 )
 from structspec.vocab import Vocabulary
@@ -464,6 +465,7 @@ def speculative_decode(
     cache = DynamicCache(config=model.config)
     if config.enabled:
         check_tree_support(model, cache)
+        probe_tree_support(model)
     past_len = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
     prefix = list(prompt_ids[past_len:-1])  # prefilled in the first verification pass
 

@@ -40,7 +40,12 @@ from structspec.errors import VocabularyError
 from structspec.masks import mask_to_bool
 from structspec.spec.drafters import register_drafter
 from structspec.spec.tree import TreeBuilder
-from structspec.spec.verify import check_tree_support, keep_path, rollback
+from structspec.spec.verify import (
+    check_tree_support,
+    keep_path,
+    probe_tree_support,
+    rollback,
+)
 from structspec.vocab import Vocabulary
 
 SOURCE = "draft_model"
@@ -203,6 +208,7 @@ class DraftModelDrafter:
 
             self.cache = DynamicCache(config=model.config)
             check_tree_support(model, self.cache)
+            probe_tree_support(model)
             self._model = model
             self.prefix, self.nodes = [], []
         common = 0

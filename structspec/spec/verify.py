@@ -14,6 +14,7 @@ under eager attention); ``position_ids`` must be ``past + depth``.
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -62,6 +63,77 @@ def check_tree_support(model: Any, cache: Any | None = None) -> None:
                     f"cache layer {i} is a {type(layer).__name__}; tree verification needs "
                     f"plain DynamicLayer layers"
                 )
+
+
+# Per model: the attention implementation it was probed with, and the refusal (``None``:
+# passed). A repacked model, or one switched to another implementation, is probed again.
+_PROBED: weakref.WeakKeyDictionary[Any, tuple[str, str | None]] = weakref.WeakKeyDictionary()
+
+
+def probe_tree_support(model: Any) -> None:
+    """Refuse a model whose forward does not honour a tree pass; probed once per model.
+
+    The configuration says which attention implementation runs, not whether the model
+    passes a 4D mask and ``position_ids`` through to it: ALiBi models build their biases
+    from a 2D mask (BLOOM raises), and a model that ignored either would verify drafts
+    against the wrong context — silently lossy. So a three-node tree (a root, two sibling
+    children) runs on top of a two-token cache, and the second child's logits must be those
+    of the same path run causally without the first child.
+
+    Raises:
+        UnsupportedModelError: the tree pass raised (the model's error is chained the first
+            time), or the branch's logits differ from the causal ones by more than rounding.
+    """
+    impl = str(getattr(getattr(model, "config", None), "_attn_implementation", None))
+    known = _PROBED.get(model)
+    if known is not None and known[0] == impl:
+        if known[1] is not None:
+            raise UnsupportedModelError(known[1])
+        return
+    try:
+        _probe(model)
+    except UnsupportedModelError as exc:
+        _PROBED[model] = (impl, str(exc))
+        raise
+    _PROBED[model] = (impl, None)
+
+
+def _probe(model: Any) -> None:
+    """One probe of :func:`probe_tree_support`, uncached."""
+    from transformers import DynamicCache
+
+    size = int(model.get_input_embeddings().weight.shape[0])
+    past = [1000 % size, 2000 % size]
+    root, first, second = 3000 % size, 4000 % size, 5000 % size
+    device = model.device
+    tree = DraftTree((root, first, second), (-1, 0, 0), (0, 1, 1), (None,) * 3, ("probe",) * 3)
+    try:
+        with torch.inference_mode():
+            reference = model(input_ids=torch.tensor([[*past, root, second]], device=device),
+                              use_cache=False).logits[0, -1].float()  # [V]
+            cache = DynamicCache(config=model.config)
+            model(input_ids=torch.tensor([past], device=device), cache=cache, use_cache=True)
+            branch = verify_tree(model, cache, tree, len(past))[2].float()  # [V]
+    except Exception as exc:
+        raise UnsupportedModelError(
+            f"speculative decoding needs a model that takes a custom 4D attention mask and "
+            f"position ids; {type(model).__name__} failed a tree pass ({type(exc).__name__}: "
+            f"{exc}). Disable speculation for it."
+        ) from exc
+    # Rounding: one tree pass against one causal pass of other shapes (half precision
+    # differs by up to ~1% of the logits' scale, TF32 less; the default model on this CPU:
+    # 0); an ignored mask or ignored positions move them by ~7% of it (the default model:
+    # 1.8-2.2 of 27).
+    half = model.dtype in (torch.float16, torch.bfloat16)
+    tolerance = (2e-2 if half else 5e-3) * max(1.0, float(reference.abs().max()))
+    diff = float((branch - reference).abs().max())
+    if not diff <= tolerance:
+        raise UnsupportedModelError(
+            f"speculative decoding needs a model that honours a custom 4D attention mask and "
+            f"position ids; {type(model).__name__} does not (a branch's logits differ from "
+            f"the same path run causally by {diff:.3g}, over the rounding bound "
+            f"{tolerance:.3g}). Disable speculation for it."
+        )
 
 
 def cache_length(cache: Any) -> int:
