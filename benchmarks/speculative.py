@@ -561,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "task": args.task, "data": args.data, "offset": args.offset, "n": len(rows),
         "layout": args.layout if args.task == "json" else None,
+        "stop": args.stop if args.task == "code" else None,
         "packed": kernel is not None, "linear_kernel": kernel,
         "exact_quantized_linears": quantized,
         "avx512_kernels": avx512(),

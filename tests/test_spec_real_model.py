@@ -129,6 +129,19 @@ def test_the_speculative_benchmark_samples(tmp_path):
         assert row["speedup"] > 0 and row["speedup_e2e"] > 0
 
 
+def test_the_speculative_benchmark_stops_code_where_asked(tmp_path, shared_data):
+    """``--stop line``: code tasks are constrained to end at a line end where the code
+    parses (an editor's one-line completion); both modes agree on output and completeness."""
+    out = tmp_path / "code.json"
+    assert _run_benchmark("speculative.py", [
+        "--task", "code", "--n", "1", "--max-new-tokens", "40", "--no-peers",
+        "--no-cost-model", "--stop", "line", "--json-out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["summary"]["stop"] == "line" and result["summary"]["identical"] == 1
+    complete = result["summary"]["complete"]
+    assert complete["baseline"] == complete["speculative"]
+
+
 @pytest.mark.parametrize(("argv", "says"), [
     (["--top-p", "0.9"], "need --temperature > 0"),
     (["--temperature", "-1"], "temperature must be >= 0"),
