@@ -142,3 +142,46 @@ def test_generator_falls_back_to_plain_decoding_and_says_so(smollm_tokenizer):
     plain = gen.run("Say something.", regex="[a-z]{1,6}", chat=False, max_new_tokens=8,
                     speculative=False)
     assert first.text == again.text == plain.text
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3", "mistral"])
+def test_sliding_window_models_speculate_while_the_request_fits(family, smollm_tokenizer,
+                                                              smollm_vocab):
+    sizes = dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **SMALL)
+    names = {"gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+             "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+             "mistral": ("MistralConfig", "MistralForCausalLM")}[family]
+    model = family_model(family, smollm_tokenizer, spec=(*names, sizes), sliding_window=128,
+                         **({} if family == "mistral" else {"head_dim": 8}))
+    prompt = smollm_tokenizer.encode(PROMPT, add_special_tokens=False)
+    schema = structspec.compile_json_schema(SCHEMA, smollm_vocab)
+    plain = run_decode(decode, model, smollm_vocab, prompt, schema, max_new_tokens=24,
+                       sampling=SamplingParams())
+    spec = run_decode(speculative_decode, model, smollm_vocab, prompt, schema,
+                      max_new_tokens=24, sampling=SamplingParams(), tokenizer=smollm_tokenizer,
+                      config=SpecConfig(max_nodes=8, draft_length=8))
+    assert spec[:3] == plain[:3]
+    # A request that could outgrow the window is refused, naming the window.
+    with pytest.raises(UnsupportedModelError, match="window 128 tokens"):
+        speculative_decode(model, smollm_vocab, prompt, schema, max_new_tokens=200,
+                           sampling=SamplingParams(), tokenizer=smollm_tokenizer)
+
+
+def test_prefix_cache_skips_layers_whose_window_dropped_keys(smollm_tokenizer):
+    from transformers import DynamicCache
+
+    from structspec.spec.prefix import PrefixCache
+
+    sizes = dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **SMALL)
+    model = family_model("mistral", smollm_tokenizer,
+                         spec=("MistralConfig", "MistralForCausalLM", sizes), sliding_window=16)
+    prefixes = PrefixCache()
+    # Two prompts sharing their first 10 tokens, each longer than the window: a sliding
+    # layer then holds the last 15 tokens, not the shared 10.
+    for start in (200, 300):
+        prompt = list(range(100, 110)) + list(range(start, start + 20))
+        cache = DynamicCache(config=model.config)
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True)
+        prefixes.learn(prompt, cache)
+    assert len(prefixes) == 0

@@ -201,7 +201,7 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] | None = None,
     ids = [(17 + 31 * i) % vocab for i in range(max(contexts) + max(sizes))]
     caches = {}
     for ctx in list(contexts):
-        caches[ctx] = DynamicCache(config=config)
+        caches[ctx] = DynamicCache()  # full layers, as tree passes have (verify.tree_cache)
         try:
             model(input_ids=torch.tensor([ids[:ctx]], device=device), cache=caches[ctx],
                   use_cache=True, logits_to_keep=1)

@@ -83,6 +83,7 @@ from structspec.spec.verify import (
     check_tree_support,
     keep_path,
     probe_tree_support,
+    tree_cache,
     verify_tree,
 )
 from structspec.vocab import Vocabulary
@@ -462,10 +463,15 @@ def speculative_decode(
     eos = frozenset(vocab.eos_token_ids)
     start = time.perf_counter()
 
-    cache = DynamicCache(config=model.config)
     if config.enabled:
+        # The most the cache holds at once: the prompt, the output, and a pass's tree.
+        widest = max(config.budgets(True)[0], config.budgets(False)[0])
+        cache = tree_cache(model, len(prompt_ids) + max_new_tokens + 1 + config.draft_length
+                           + widest)
         check_tree_support(model, cache)
         probe_tree_support(model)
+    else:
+        cache = DynamicCache(config=model.config)
     past_len = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
     prefix = list(prompt_ids[past_len:-1])  # prefilled in the first verification pass
 

@@ -101,6 +101,8 @@ class PrefixCache:
             keys = getattr(layer, "keys", None)
             if keys is None or keys.dim() < 2 or keys.shape[-2] < n:
                 return  # not a cache this prompt filled: store nothing
+            if getattr(layer, "cumulative_length", keys.shape[-2]) != keys.shape[-2]:
+                return  # a sliding window dropped the oldest keys: they are not the prefix's
             layers.append((keys[..., :n, :].clone(), layer.values[..., :n, :].clone()))
         with self._lock:
             self._entries[key[:n]] = layers

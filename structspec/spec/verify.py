@@ -111,7 +111,7 @@ def _probe(model: Any) -> None:
         with torch.inference_mode():
             reference = model(input_ids=torch.tensor([[*past, root, second]], device=device),
                               use_cache=False).logits[0, -1].float()  # [V]
-            cache = DynamicCache(config=model.config)
+            cache = DynamicCache()  # full layers: the probe fits any window
             model(input_ids=torch.tensor([past], device=device), cache=cache, use_cache=True)
             branch = verify_tree(model, cache, tree, len(past))[2].float()  # [V]
     except Exception as exc:
@@ -134,6 +134,36 @@ def _probe(model: Any) -> None:
             f"the same path run causally by {diff:.3g}, over the rounding bound "
             f"{tolerance:.3g}). Disable speculation for it."
         )
+
+
+def tree_cache(model: Any, tokens: int | None = None) -> Any:
+    """An empty ``DynamicCache`` for ``model`` whose layers tree passes can compact.
+
+    Sliding-window layers drop keys as they go, which :func:`keep_path` cannot undo; but a
+    window at least as long as the whole request masks nothing, so where the request's
+    ``tokens`` (prompt, output and the largest tree at once) fit in every window, the
+    cache has full layers instead and the tree mask is the exact mask (Gemma 2/3, Mistral
+    with its window: identical outputs while the request fits).
+
+    Raises:
+        UnsupportedModelError: the model has sliding-window layers and ``tokens`` is
+            ``None`` or longer than the window (the message names both).
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    cache = DynamicCache(config=model.config)
+    if not any(isinstance(layer, DynamicSlidingWindowLayer) for layer in cache.layers):
+        return cache
+    window = int(getattr(model.config, "sliding_window", 0) or 0)
+    if tokens is None or window <= 0 or tokens > window:
+        need = "" if tokens is None else f"; this request needs up to {tokens}"
+        raise UnsupportedModelError(
+            f"speculative decoding on {type(model).__name__}: its sliding-window layers "
+            f"(window {window or 'unknown'} tokens) drop keys that a tree pass's compaction "
+            f"needs{need}. Shorten the request to fit the window, or disable speculation."
+        )
+    return DynamicCache()  # full layers, created as the first pass fills them
 
 
 def cache_length(cache: Any) -> int:
