@@ -118,8 +118,9 @@ class _Dropping(torch.nn.Module):
         return self.inner(**kwargs)
 
 
-def test_a_model_that_ignores_the_tree_mask_is_refused(smollm_tokenizer):
-    model = tiny_llama(smollm_tokenizer)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_model_that_ignores_the_tree_mask_is_refused(smollm_tokenizer, dtype):
+    model = tiny_llama(smollm_tokenizer).to(dtype)
     probe_tree_support(_Dropping(model, ()))  # passing everything through: accepted
     with pytest.raises(UnsupportedModelError, match="differ from the same path run causally"):
         probe_tree_support(_Dropping(model, ("attention_mask",)))
