@@ -138,7 +138,7 @@ def test_generator_falls_back_to_plain_decoding_and_says_so(smollm_tokenizer):
     with pytest.warns(RuntimeWarning, match="Decoding without speculation"):
         first = gen.run("Say something.", regex="[a-z]{1,6}", chat=False, max_new_tokens=8)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # once per Generator
+        warnings.filterwarnings("error", "speculative decoding")  # once per Generator
         again = gen.run("Say something.", regex="[a-z]{1,6}", chat=False, max_new_tokens=8)
     plain = gen.run("Say something.", regex="[a-z]{1,6}", chat=False, max_new_tokens=8,
                     speculative=False)
@@ -186,3 +186,28 @@ def test_prefix_cache_skips_layers_whose_window_dropped_keys(smollm_tokenizer):
             model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True)
         prefixes.learn(prompt, cache)
     assert len(prefixes) == 0
+
+
+@pytest.mark.parametrize("family", ["gpt2", "falcon", "qwen2"])
+def test_generator_packs_and_speculates_other_families(family, smollm_tokenizer):
+    """A ``Generator`` packs the model's linears and switches its attention to structspec's
+    kernel (``pack=True``): on these families too, the outputs are those of the unpacked
+    model, with speculation and without."""
+    import copy
+
+    from structspec.api import Generator
+    from structspec.models import LoadedModel
+
+    model = family_model(family, smollm_tokenizer)
+    outputs = []
+    for pack in (False, True):
+        loaded = LoadedModel(copy.deepcopy(model), smollm_tokenizer, family,
+                             frozenset({smollm_tokenizer.eos_token_id}))
+        gen = Generator(loaded, pack=pack)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", "speculative decoding")  # no fallback
+            for speculative in (False, True):
+                result = gen.run("Make an object.", schema=SCHEMA, max_new_tokens=40,
+                                 speculative=speculative)
+                outputs.append(result.token_ids)
+    assert all(ids == outputs[0] for ids in outputs)
