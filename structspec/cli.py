@@ -161,7 +161,14 @@ def _spec_config(args: argparse.Namespace) -> tuple[Any, int | None]:
             raise _UsageError(f"--config: cannot read {args.config!r}: {exc}") from exc
         except yaml.YAMLError as exc:
             raise _UsageError(f"--config: {args.config!r} is not valid YAML: {exc}") from exc
-        section = (data or {}).get("speculative_decoding", {}) if isinstance(data, dict) else None
+        if data is not None and not isinstance(data, dict):
+            raise _UsageError(f"--config: {args.config!r} must be a mapping with a "
+                              f"`speculative_decoding` section, not a {type(data).__name__}")
+        unknown = sorted(str(k) for k in (data or {}) if k != "speculative_decoding")
+        if unknown:  # a misspelt section would otherwise be ignored without a word
+            raise _UsageError(f"--config: unknown section {', '.join(unknown)} (known: "
+                              f"speculative_decoding)")
+        section = (data or {}).get("speculative_decoding", {})
         if not isinstance(section, dict):
             raise _UsageError("--config: `speculative_decoding` must be a mapping")
         for key, value in section.items():

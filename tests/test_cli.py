@@ -79,7 +79,13 @@ def test_generate_prints_json_alone_on_stdout(capsys, smollm_tokenizer):
      ("speculative_decoding: {\n", "not valid YAML"),
      ("speculative_decoding:\n  draft_model: 3\n", "draft_model must be"),
      ("speculative_decoding:\n  corpus: 3\n", "corpus must be"),
-     ("speculative_decoding:\n  corpus: no/such/corpus.npz\n", "corpus.npz")],
+     ("speculative_decoding:\n  corpus: no/such/corpus.npz\n", "corpus.npz"),
+     ("speculative_decoding:\n  enabled: maybe\n", "enabled must be true or false"),
+     ("speculative_decoding:\n  draft_length: true\n", "draft_length must be"),
+     ("speculative_decoding:\n  validation_threshold: high\n",
+      "validation_threshold must be a number"),
+     ("speculative_decodnig:\n  enabled: false\n", "unknown section speculative_decodnig"),
+     ("- speculative_decoding\n", "must be a mapping")],
 )
 def test_bad_speculation_config_is_exit_2(capsys, tmp_path, config, needle):
     path = tmp_path / "spec.yaml"

@@ -207,6 +207,14 @@ def test_bad_arguments(tiny):
         SpecConfig(validation_threshold=1.5)
     with pytest.raises(ValueError, match="unknown drafters"):
         SpecConfig(drafters=("nope",))
+    with pytest.raises(ValueError, match="drafters must be a sequence"):
+        SpecConfig(drafters="lookup")
+    with pytest.raises(ValueError, match="enabled must be true or false"):
+        SpecConfig(enabled="no")
+    with pytest.raises(ValueError, match="min_acceptance must be a number"):
+        SpecConfig(min_acceptance="0.5")
+    with pytest.raises(ValueError, match="max_nodes must be a non-negative integer"):
+        SpecConfig(max_nodes=True)
 
 
 @pytest.mark.parametrize("threshold", [None, 0.09])

@@ -213,6 +213,19 @@ class SpecConfig:
     sparse_logits: bool = True
 
     def __post_init__(self) -> None:
+        for name in ("enabled", "adaptive", "forced", "cost_model", "sparse_logits"):
+            if not isinstance(getattr(self, name), bool):  # "no" or "maybe" from a file
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("validation_threshold", "min_acceptance", "memory_threshold",
+                     "draft_head_min_prob", "draft_head_first_min_prob", "corpus_min_share"):
+            value = getattr(self, name)
+            if value is None and name in ("validation_threshold", "memory_threshold"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{name} must be a number, got {value!r}")
+        if isinstance(self.drafters, str) or not all(isinstance(d, str) for d in self.drafters):
+            raise ValueError(f"drafters must be a sequence of drafter names, got "
+                             f"{self.drafters!r}")
         for name in ("draft_length", "num_speculations", "max_nodes", "window", "probe_every",
                      "lookup_max_n", "topk", "alternatives_max", "values_max", "nested_rounds",
                      "draft_model_topk", "draft_model_branch_levels", "draft_head_topk",
@@ -220,7 +233,7 @@ class SpecConfig:
             value = getattr(self, name)
             if value is None and name in ("num_speculations", "max_nodes"):
                 continue
-            if not isinstance(value, int) or value < 0:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
         if self.draft_model is not None and not isinstance(self.draft_model, str | DraftModel):
             # Wrap once, so the tokenizer check is memoized across requests.
