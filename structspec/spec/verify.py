@@ -98,8 +98,9 @@ def probe_tree_support(model: Any) -> None:
     _PROBED[model] = (impl, None)
 
 
-def _probe(model: Any) -> None:
-    """One probe of :func:`probe_tree_support`, uncached."""
+def _probe(model: Any) -> tuple[float, float]:
+    """One probe of :func:`probe_tree_support`, uncached: ``(difference, bound)``, raising
+    where the difference exceeds the bound (``scripts/device_check.sh`` prints both)."""
     from transformers import DynamicCache
 
     size = int(model.get_input_embeddings().weight.shape[0])
@@ -142,6 +143,7 @@ def _probe(model: Any) -> None:
             f"the same path run causally by {diff:.3g}, over the rounding bound "
             f"{tolerance:.3g}). Disable speculation for it."
         )
+    return diff, tolerance
 
 
 def tree_cache(model: Any, tokens: int | None = None) -> Any:
