@@ -211,3 +211,59 @@ def test_generator_packs_and_speculates_other_families(family, smollm_tokenizer)
                                  speculative=speculative)
                 outputs.append(result.token_ids)
     assert all(ids == outputs[0] for ids in outputs)
+
+
+def test_rescaled_rotary_positions_bound_the_request(smollm_tokenizer, smollm_vocab):
+    """Dynamic rotary scaling picks its frequencies from a pass's longest position past the
+    pretraining length: within it speculation is exact, beyond it refused."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from structspec.spec.verify import position_bound
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(smollm_tokenizer), hidden_size=32, intermediate_size=64,
+                         num_key_value_heads=2, max_position_embeddings=120,
+                         rope_scaling={"rope_type": "dynamic", "factor": 2.0},
+                         eos_token_id=smollm_tokenizer.eos_token_id, bos_token_id=1, **SMALL)
+    model = LlamaForCausalLM(config).eval()
+    assert position_bound(model) == (120, "dynamic")
+    prompt = smollm_tokenizer.encode(PROMPT, add_special_tokens=False)
+    schema = structspec.compile_json_schema(SCHEMA, smollm_vocab)
+    short = SpecConfig(max_nodes=8, num_speculations=4, draft_length=8)
+    plain = run_decode(decode, model, smollm_vocab, prompt, schema, max_new_tokens=24,
+                       sampling=SamplingParams())
+    spec = run_decode(speculative_decode, model, smollm_vocab, prompt, schema,
+                      max_new_tokens=24, sampling=SamplingParams(), tokenizer=smollm_tokenizer,
+                      config=short)
+    assert spec[:3] == plain[:3]
+    with pytest.raises(UnsupportedModelError, match="beyond 120 tokens"):
+        speculative_decode(model, smollm_vocab, prompt, schema, max_new_tokens=100,
+                           sampling=SamplingParams(), tokenizer=smollm_tokenizer, config=short)
+
+
+@pytest.mark.parametrize(("params", "bound"), [
+    ({"rope_type": "default", "rope_theta": 1e4}, None),
+    ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, None),
+    ({"rope_type": "longrope", "original_max_position_embeddings": 4096}, (4096, "longrope")),
+    ({"full_attention": {"rope_type": "dynamic"}, "sliding_attention": {"rope_type": "default"}},
+     (300, "dynamic"))])
+def test_position_bound_reads_the_rope_parameters(params, bound):
+    from types import SimpleNamespace
+
+    from structspec.spec.verify import check_positions, position_bound
+
+    model = SimpleNamespace(config=SimpleNamespace(rope_parameters=params,
+                                                   max_position_embeddings=300))
+    assert position_bound(model) == bound
+    if bound is None:
+        check_positions(model, 10, 10**6)
+        return
+    limit, kind = bound
+    check_positions(model, 10, limit)  # within the pretraining length: exact
+    with pytest.raises(UnsupportedModelError, match=f"beyond {limit} tokens"):
+        check_positions(model, 10, limit + 1)  # crossing it
+    if kind == "longrope":  # wholly beyond it: the long frequencies throughout
+        check_positions(model, limit + 1, 10**6)
+    else:  # dynamic scaling rescales at every longer pass
+        with pytest.raises(UnsupportedModelError):
+            check_positions(model, limit + 1, 10**6)

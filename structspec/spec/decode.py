@@ -80,6 +80,7 @@ from structspec.spec.sparse_logits import SparseLogits
 from structspec.spec.tree import DraftTree, TreeBuilder
 from structspec.spec.verify import (
     UnsupportedModelError,
+    check_positions,
     check_tree_support,
     keep_path,
     probe_tree_support,
@@ -479,8 +480,9 @@ def speculative_decode(
     if config.enabled:
         # The most the cache holds at once: the prompt, the output, and a pass's tree.
         widest = max(config.budgets(True)[0], config.budgets(False)[0])
-        cache = tree_cache(model, len(prompt_ids) + max_new_tokens + 1 + config.draft_length
-                           + widest)
+        most = len(prompt_ids) + max_new_tokens + 1 + config.draft_length + widest
+        cache = tree_cache(model, most)
+        check_positions(model, len(prompt_ids), most)
         check_tree_support(model, cache)
         probe_tree_support(model)
     else:

@@ -176,6 +176,54 @@ def tree_cache(model: Any, tokens: int | None = None) -> Any:
     return DynamicCache()  # full layers, created as the first pass fills them
 
 
+def position_bound(model: Any) -> tuple[int, str] | None:
+    """``(tokens, rope type)``: up to ``tokens`` tokens, ``model`` encodes a position the
+    same whatever else its pass holds; ``None``: always. Dynamic and LongRoPE rotary
+    embeddings choose their frequencies from the largest position in the forward call once
+    it passes the pretraining length, so a tree pass (whose deepest node sets them) would
+    encode a node unlike the one-token step that plain decoding runs."""
+    config = getattr(model, "config", None)
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    if not isinstance(params, dict):
+        return None
+    # One set of parameters, or one per layer type (Gemma 3: sliding and full attention).
+    sets = list(params.values()) if all(isinstance(v, dict) for v in params.values()) \
+        else [params]
+    bounds = []
+    for p in sets:
+        kind = str(p.get("rope_type", p.get("type", "")))
+        if "dynamic" in kind:
+            bounds.append((int(getattr(config, "max_position_embeddings", 0) or 0), kind))
+        elif kind == "longrope":
+            bounds.append((int(p.get("original_max_position_embeddings")
+                               or getattr(config, "original_max_position_embeddings", 0) or 0),
+                           kind))
+    return min(bounds) if bounds else None
+
+
+def check_positions(model: Any, prompt_tokens: int, tokens: int) -> None:
+    """Refuse a request (a prompt of ``prompt_tokens``, at most ``tokens`` in all) whose
+    positions a tree pass would encode unlike plain decoding (:func:`position_bound`): one
+    that crosses the bound, or for dynamic scaling (which rescales at every longer pass)
+    one that passes it at all. LongRoPE wholly beyond the bound is constant, so exact.
+
+    Raises:
+        UnsupportedModelError: naming the bound and the request's length.
+    """
+    found = position_bound(model)
+    if found is None:
+        return
+    bound, kind = found
+    if tokens <= bound or (kind == "longrope" and prompt_tokens > bound):
+        return
+    raise UnsupportedModelError(
+        f"speculative decoding on {type(model).__name__}: its {kind} rotary embeddings "
+        f"rescale positions beyond {bound} tokens by the longest position in a pass, so a "
+        f"tree pass would encode them unlike a one-token step; this request may reach "
+        f"{tokens} tokens. Shorten it, or disable speculation."
+    )
+
+
 def cache_length(cache: Any) -> int:
     """Tokens held by the cache (``0`` for an empty one)."""
     return int(cache.get_seq_length())
