@@ -85,7 +85,8 @@ def test_generate_prints_json_alone_on_stdout(capsys, smollm_tokenizer):
      ("speculative_decoding:\n  validation_threshold: high\n",
       "validation_threshold must be a number"),
      ("speculative_decodnig:\n  enabled: false\n", "unknown section speculative_decodnig"),
-     ("- speculative_decoding\n", "must be a mapping")],
+     ("- speculative_decoding\n", "must be a mapping"),
+     ("speculative_decoding:\n  draft_head: no/such/head.pt\n", "draft_head: no such file")],
 )
 def test_bad_speculation_config_is_exit_2(capsys, tmp_path, config, needle):
     path = tmp_path / "spec.yaml"

@@ -33,6 +33,7 @@ import statistics
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -248,6 +249,11 @@ class SpecConfig:
                                                                          "__fspath__")):
             raise ValueError(f"draft_head must be 'auto', False, a path or a DraftHead, got "
                              f"{self.draft_head!r}")
+        if (self.draft_head not in ("auto", True, False, None)
+                and not isinstance(self.draft_head, DraftHead)
+                and not Path(self.draft_head).expanduser().is_file()):
+            # Checked here, before a model loads, rather than at the first request.
+            raise ValueError(f"draft_head: no such file {str(self.draft_head)!r}")
         if not (self.corpus in (False, None) or isinstance(self.corpus, str | TokenCorpus)
                 or hasattr(self.corpus, "__fspath__")):
             raise ValueError(f"corpus must be None, a path or a TokenCorpus, got "
