@@ -267,3 +267,30 @@ def test_position_bound_reads_the_rope_parameters(params, bound):
     else:  # dynamic scaling rescales at every longer pass
         with pytest.raises(UnsupportedModelError):
             check_positions(model, limit + 1, 10**6)
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "linear", "factor": 2.0},
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 64},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}])
+def test_static_rotary_scalings_speculate_exactly(rope, smollm_tokenizer, smollm_vocab):
+    """Scalings fixed at load time (linear, Llama 3, YaRN) encode a position the same in any
+    pass, past their original length too: no bound, identical outputs."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from structspec.spec.verify import position_bound
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(smollm_tokenizer), hidden_size=32, intermediate_size=64,
+                         num_key_value_heads=2, max_position_embeddings=256, rope_scaling=rope,
+                         eos_token_id=smollm_tokenizer.eos_token_id, bos_token_id=1, **SMALL)
+    model = LlamaForCausalLM(config).eval()
+    assert position_bound(model) is None
+    prompt = smollm_tokenizer.encode(PROMPT * 2, add_special_tokens=False)  # past 64 tokens
+    schema = structspec.compile_json_schema(SCHEMA, smollm_vocab)
+    plain = run_decode(decode, model, smollm_vocab, prompt, schema, max_new_tokens=32,
+                       sampling=SamplingParams())
+    spec = run_decode(speculative_decode, model, smollm_vocab, prompt, schema,
+                      max_new_tokens=32, sampling=SamplingParams(), tokenizer=smollm_tokenizer)
+    assert spec[:3] == plain[:3]
