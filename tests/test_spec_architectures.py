@@ -41,6 +41,13 @@ FAMILIES = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM",
               dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, head_dim=8,
                    **SMALL)),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM",
+              dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, head_dim=8,
+                   **SMALL)),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM",
+                 dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **SMALL)),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM",
+              dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **SMALL)),
 }
 
 SCHEMA = {
