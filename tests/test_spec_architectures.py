@@ -301,3 +301,26 @@ def test_static_rotary_scalings_speculate_exactly(rope, smollm_tokenizer, smollm
     spec = run_decode(speculative_decode, model, smollm_vocab, prompt, schema,
                       max_new_tokens=32, sampling=SamplingParams(), tokenizer=smollm_tokenizer)
     assert spec[:3] == plain[:3]
+
+
+def test_a_sliding_window_draft_model_drafts_past_its_window(smollm_tokenizer, smollm_vocab):
+    """A draft model's cache has full layers: a sliding-window draft model (Gemma 3 drafting
+    for a bigger Gemma 3) keeps drafting past its window, and only the target's own window
+    bounds the request."""
+    from structspec.spec.draft_model import DraftModel
+
+    sizes = dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, head_dim=8,
+                 **SMALL)
+    spec = ("Gemma3TextConfig", "Gemma3ForCausalLM", sizes)
+    target = family_model("gemma3", smollm_tokenizer, spec=spec, sliding_window=512)
+    draft = family_model("gemma3", smollm_tokenizer, spec=spec, sliding_window=8)
+    prompt = smollm_tokenizer.encode(PROMPT, add_special_tokens=False)
+    config = SpecConfig(draft_model=DraftModel(draft, smollm_tokenizer),
+                        drafters=("draft_model",), max_nodes=8, draft_length=8)
+    plain = run_decode(decode, target, smollm_vocab, prompt, free_text(smollm_vocab),
+                       max_new_tokens=24, sampling=SamplingParams())
+    out = run_decode(speculative_decode, target, smollm_vocab, prompt,
+                     free_text(smollm_vocab), max_new_tokens=24, sampling=SamplingParams(),
+                     tokenizer=smollm_tokenizer, config=config)
+    assert out[:3] == plain[:3]
+    assert out[3] is None or out[3].stats.draft_model_passes > 0

@@ -206,7 +206,10 @@ class DraftModelDrafter:
         if self.cache is None or self._model is not model:
             from transformers import DynamicCache
 
-            self.cache = DynamicCache(config=model.config)
+            # Full layers even for a sliding-window model: its tree passes compact the cache,
+            # which a window's dropped keys would break; past its window it then sees more
+            # than it was trained on, which only changes its guesses, never the output.
+            self.cache = DynamicCache()
             check_tree_support(model, self.cache)
             probe_tree_support(model)
             self._model = model
