@@ -60,7 +60,9 @@ PROMPT = 'Give me {"name": "Bob", "ok": true} and again {"name": "Bob", "ok": tr
 
 
 def family_model(name: str, tokenizer, **extra):
-    """A tiny random model of family ``name`` for ``tokenizer`` (seeded)."""
+    """A tiny random model (seed 0) of family ``name`` for ``tokenizer``: one of
+    ``FAMILIES``, or any with ``spec=(config class, model class, sizes)``; the other
+    keywords go to its config."""
     config_cls, model_cls, sizes = FAMILIES[name] if name in FAMILIES else extra.pop("spec")
     torch.manual_seed(0)
     config = getattr(transformers, config_cls)(
