@@ -9,6 +9,12 @@ layer by layer (a partial forward leaves layers with different lengths).
 Verified for transformers 5.24 (see DESIGN.md): the cache keyword is ``cache=``; a custom 4D
 mask is passed through as is, so it must be additive float (a bool mask is silently wrong
 under eager attention); ``position_ids`` must be ``past + depth``.
+
+Which models qualify: :func:`check_tree_support` reads the configuration (attention
+implementation, cache layers), :func:`probe_tree_support` runs one small tree pass per model
+against the same path run causally (a model may take the mask and ignore it), and
+:func:`tree_cache` / :func:`check_positions` bound the requests that sliding windows and
+position-dependent rotary scaling leave exact.
 """
 
 from __future__ import annotations
