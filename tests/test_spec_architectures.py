@@ -49,6 +49,18 @@ FAMILIES = {
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM",
               dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **SMALL)),
 }
+# Families whose tests set more (a sliding window) or expect a refusal (BLOOM).
+OTHERS = {
+    "bloom": ("BloomConfig", "BloomForCausalLM", dict(hidden_size=32, n_layer=2, n_head=4)),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, head_dim=8,
+                    **SMALL)),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+               dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, head_dim=8,
+                    **SMALL)),
+    "mistral": ("MistralConfig", "MistralForCausalLM",
+                dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **SMALL)),
+}
 
 SCHEMA = {
     "type": "object",
@@ -60,10 +72,9 @@ PROMPT = 'Give me {"name": "Bob", "ok": true} and again {"name": "Bob", "ok": tr
 
 
 def family_model(name: str, tokenizer, **extra):
-    """A tiny random model (seed 0) of family ``name`` for ``tokenizer``: one of
-    ``FAMILIES``, or any with ``spec=(config class, model class, sizes)``; the other
-    keywords go to its config."""
-    config_cls, model_cls, sizes = FAMILIES[name] if name in FAMILIES else extra.pop("spec")
+    """A tiny random model (seed 0) of family ``name`` (in ``FAMILIES`` or ``OTHERS``) for
+    ``tokenizer``; ``extra`` goes to its config."""
+    config_cls, model_cls, sizes = {**FAMILIES, **OTHERS}[name]
     torch.manual_seed(0)
     config = getattr(transformers, config_cls)(
         vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id, bos_token_id=1,
@@ -89,9 +100,7 @@ def test_speculative_greedy_equals_plain_greedy(family, smollm_tokenizer, smollm
 
 def test_alibi_model_is_refused_with_the_models_error(smollm_tokenizer, smollm_vocab):
     # BLOOM builds its ALiBi biases from a 2D mask: a 4D tree mask makes it raise.
-    model = family_model("bloom", smollm_tokenizer,
-                         spec=("BloomConfig", "BloomForCausalLM",
-                               dict(hidden_size=32, n_layer=2, n_head=4)))
+    model = family_model("bloom", smollm_tokenizer)
     prompt = smollm_tokenizer.encode(PROMPT, add_special_tokens=False)
     for _ in range(2):  # the second refusal comes from the probe's memo
         with pytest.raises(UnsupportedModelError, match="BloomForCausalLM failed a tree pass"):
@@ -139,9 +148,7 @@ def test_generator_falls_back_to_plain_decoding_and_says_so(smollm_tokenizer):
     from structspec.api import Generator
     from structspec.models import LoadedModel
 
-    model = family_model("bloom", smollm_tokenizer,
-                         spec=("BloomConfig", "BloomForCausalLM",
-                               dict(hidden_size=32, n_layer=2, n_head=4)))
+    model = family_model("bloom", smollm_tokenizer)
     gen = Generator(LoadedModel(model, smollm_tokenizer, "tiny-bloom",
                                 frozenset({smollm_tokenizer.eos_token_id})), pack=False)
     with pytest.warns(RuntimeWarning, match="Decoding without speculation"):
@@ -157,12 +164,7 @@ def test_generator_falls_back_to_plain_decoding_and_says_so(smollm_tokenizer):
 @pytest.mark.parametrize("family", ["gemma2", "gemma3", "mistral"])
 def test_sliding_window_models_speculate_while_the_request_fits(family, smollm_tokenizer,
                                                               smollm_vocab):
-    sizes = dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **SMALL)
-    names = {"gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
-             "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
-             "mistral": ("MistralConfig", "MistralForCausalLM")}[family]
-    model = family_model(family, smollm_tokenizer, spec=(*names, sizes), sliding_window=128,
-                         **({} if family == "mistral" else {"head_dim": 8}))
+    model = family_model(family, smollm_tokenizer, sliding_window=128)
     prompt = smollm_tokenizer.encode(PROMPT, add_special_tokens=False)
     schema = structspec.compile_json_schema(SCHEMA, smollm_vocab)
     plain = run_decode(decode, model, smollm_vocab, prompt, schema, max_new_tokens=24,
@@ -182,9 +184,7 @@ def test_prefix_cache_skips_layers_whose_window_dropped_keys(smollm_tokenizer):
 
     from structspec.spec.prefix import PrefixCache
 
-    sizes = dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **SMALL)
-    model = family_model("mistral", smollm_tokenizer,
-                         spec=("MistralConfig", "MistralForCausalLM", sizes), sliding_window=16)
+    model = family_model("mistral", smollm_tokenizer, sliding_window=16)
     prefixes = PrefixCache()
     # Two prompts sharing their first 10 tokens, each longer than the window: a sliding
     # layer then holds the last 15 tokens, not the shared 10.
@@ -311,11 +311,8 @@ def test_a_sliding_window_draft_model_drafts_past_its_window(smollm_tokenizer, s
     bounds the request."""
     from structspec.spec.draft_model import DraftModel
 
-    sizes = dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, head_dim=8,
-                 **SMALL)
-    spec = ("Gemma3TextConfig", "Gemma3ForCausalLM", sizes)
-    target = family_model("gemma3", smollm_tokenizer, spec=spec, sliding_window=512)
-    draft = family_model("gemma3", smollm_tokenizer, spec=spec, sliding_window=8)
+    target = family_model("gemma3", smollm_tokenizer, sliding_window=512)
+    draft = family_model("gemma3", smollm_tokenizer, sliding_window=8)
     prompt = smollm_tokenizer.encode(PROMPT, add_special_tokens=False)
     config = SpecConfig(draft_model=DraftModel(draft, smollm_tokenizer),
                         drafters=("draft_model",), max_nodes=8, draft_length=8)

@@ -244,16 +244,16 @@ class SpecConfig:
             object.__setattr__(self, "drafters", (DRAFT_MODEL, *self.drafters))
         if self.draft_model is None and DRAFT_MODEL in self.drafters:
             raise ValueError("the draft_model drafter needs SpecConfig(draft_model=...)")
-        if not (self.draft_head in ("auto", True, False, None)
-                or isinstance(self.draft_head, str | DraftHead) or hasattr(self.draft_head,
-                                                                         "__fspath__")):
+        if self.draft_head in ("auto", True, False, None) or isinstance(self.draft_head,
+                                                                          DraftHead):
+            pass
+        elif isinstance(self.draft_head, str) or hasattr(self.draft_head, "__fspath__"):
+            if not Path(self.draft_head).expanduser().is_file():
+                # Checked here, before a model loads, rather than at the first request.
+                raise ValueError(f"draft_head: no such file {str(self.draft_head)!r}")
+        else:
             raise ValueError(f"draft_head must be 'auto', False, a path or a DraftHead, got "
                              f"{self.draft_head!r}")
-        if (self.draft_head not in ("auto", True, False, None)
-                and not isinstance(self.draft_head, DraftHead)
-                and not Path(self.draft_head).expanduser().is_file()):
-            # Checked here, before a model loads, rather than at the first request.
-            raise ValueError(f"draft_head: no such file {str(self.draft_head)!r}")
         if not (self.corpus in (False, None) or isinstance(self.corpus, str | TokenCorpus)
                 or hasattr(self.corpus, "__fspath__")):
             raise ValueError(f"corpus must be None, a path or a TokenCorpus, got "
