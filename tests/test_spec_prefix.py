@@ -8,6 +8,7 @@ import torch
 
 from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
+from structspec.hf_compat import cache_kwargs
 from structspec.sampling import SamplingParams
 from structspec.spec import speculative_decode
 from structspec.spec.prefix import PrefixCache, common_prefix
@@ -67,14 +68,14 @@ def test_restore_fills_the_cache_exactly(tiny):
     with torch.inference_mode():
         for ids in (a, b):
             cache = DynamicCache(config=model.config)
-            model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
+            model(input_ids=torch.tensor([ids]), **cache_kwargs(model, cache), use_cache=True)
             prefixes.learn(ids, cache)
         n = common_prefix(a, b)
         cache = DynamicCache(config=model.config)
         assert prefixes.restore(b, cache) == n
         assert cache.get_seq_length() == n
         full = DynamicCache(config=model.config)
-        model(input_ids=torch.tensor([b]), cache=full, use_cache=True)
+        model(input_ids=torch.tensor([b]), **cache_kwargs(model, full), use_cache=True)
         for got, want in zip(cache.layers, full.layers, strict=True):
             torch.testing.assert_close(got.keys, want.keys[..., :n, :], atol=1e-5, rtol=1e-4)
     assert prefixes.restore(b[:n], DynamicCache(config=model.config)) == 0  # needs a last token

@@ -11,6 +11,7 @@ from conftest import random_tree
 
 from structspec.automata.regex import compile_regex
 from structspec.engine import free_text
+from structspec.hf_compat import cache_kwargs
 from structspec.spec.attention import use_grouped_sdpa
 from structspec.spec.fastlinear import pack_linears, packing_available, unpack_linears
 from structspec.spec.tree import DraftTree, TreeBuilder, chain, tree_attention
@@ -47,7 +48,8 @@ def _prefill(model, ids):
 
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():
-        model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=torch.tensor([ids]), **cache_kwargs(model, cache),
+              use_cache=True, logits_to_keep=1)
     return cache
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from structspec.hf_compat import cache_kwargs
 from structspec.spec.tree import DraftTree, chain
 from structspec.spec.verify import rollback, verify_tree
 
@@ -203,7 +204,8 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] | None = None,
     for ctx in list(contexts):
         caches[ctx] = DynamicCache()  # full layers, as tree passes have (verify.tree_cache)
         try:
-            model(input_ids=torch.tensor([ids[:ctx]], device=device), cache=caches[ctx],
+            model(input_ids=torch.tensor([ids[:ctx]], device=device),
+                  **cache_kwargs(model, caches[ctx]),
                   use_cache=True, logits_to_keep=1)
         except (RuntimeError, IndexError, ValueError):
             if ctx == prefix_len:

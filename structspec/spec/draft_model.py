@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from structspec.errors import VocabularyError
+from structspec.hf_compat import cache_kwargs
 from structspec.masks import mask_to_bool
 from structspec.spec.drafters import register_drafter
 from structspec.spec.tree import TreeBuilder
@@ -236,7 +237,7 @@ class DraftModelDrafter:
         self.nodes = []
         feed = sequence[common:]
         ids = torch.tensor([feed], dtype=torch.long, device=model.device)  # [1, n]
-        logits = model(input_ids=ids, cache=self.cache, use_cache=True,
+        logits = model(input_ids=ids, **cache_kwargs(model, self.cache), use_cache=True,
                        logits_to_keep=len(sequence) - need_from).logits
         self.forward_passes += 1
         self.prefix = list(sequence)
@@ -269,7 +270,7 @@ class DraftModelDrafter:
         positions = torch.tensor([[base - 1 + d for d in depths]], dtype=torch.long)  # [1, m]
         ids = torch.tensor([tokens], dtype=torch.long, device=model.device)  # [1, m]
         try:
-            out = model(input_ids=ids, cache=self.cache, use_cache=True,
+            out = model(input_ids=ids, **cache_kwargs(model, self.cache), use_cache=True,
                         attention_mask=mask.to(model.device),
                         position_ids=positions.to(model.device))
         except BaseException:

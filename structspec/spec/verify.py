@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from structspec.errors import StructSpecError
+from structspec.hf_compat import cache_kwargs
 from structspec.spec.attention import IMPLEMENTATION
 from structspec.spec.tree import DraftTree, tree_attention
 
@@ -123,7 +124,8 @@ def _probe(model: Any) -> tuple[float, float]:
             reference = last([*past, root, second])
             unmasked = last([*past, root, first, second])  # what an ignored mask gives
             cache = DynamicCache()  # full layers: the probe fits any window
-            model(input_ids=torch.tensor([past], device=device), cache=cache, use_cache=True)
+            model(input_ids=torch.tensor([past], device=device), **cache_kwargs(model, cache),
+                  use_cache=True)
             branch = verify_tree(model, cache, tree, len(past))[2].float()  # [V]
     except Exception as exc:
         raise UnsupportedModelError(
@@ -289,8 +291,8 @@ def verify_tree(
     if rows is not None:
         keep = torch.tensor([len(prefix) + r for r in rows], dtype=torch.long, device=device)
     try:
-        out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=keep,
-                    **kwargs)
+        out = model(input_ids=input_ids, **cache_kwargs(model, cache), use_cache=True,
+                    logits_to_keep=keep, **kwargs)
     except BaseException:
         rollback(cache, past_len)
         raise
