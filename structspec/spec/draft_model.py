@@ -46,6 +46,7 @@ from structspec.spec.verify import (
     keep_path,
     probe_tree_support,
     rollback,
+    tree_pass_attention,
 )
 from structspec.vocab import Vocabulary
 
@@ -270,9 +271,10 @@ class DraftModelDrafter:
         positions = torch.tensor([[base - 1 + d for d in depths]], dtype=torch.long)  # [1, m]
         ids = torch.tensor([tokens], dtype=torch.long, device=model.device)  # [1, m]
         try:
-            out = model(input_ids=ids, **cache_kwargs(model, self.cache), use_cache=True,
-                        attention_mask=mask.to(model.device),
-                        position_ids=positions.to(model.device))
+            with tree_pass_attention(model.device):
+                out = model(input_ids=ids, **cache_kwargs(model, self.cache), use_cache=True,
+                            attention_mask=mask.to(model.device),
+                            position_ids=positions.to(model.device))
         except BaseException:
             rollback(self.cache, past)
             raise

@@ -6,9 +6,11 @@ before the tree's root. It appends the key/values of all ``q`` tree nodes; after
 exactly the committed sequence again. If the forward raises midway, the cache is cropped back
 layer by layer (a partial forward leaves layers with different lengths).
 
-Verified for transformers 5.24 (see DESIGN.md): the cache keyword is ``cache=``; a custom 4D
-mask is passed through as is, so it must be additive float (a bool mask is silently wrong
-under eager attention); ``position_ids`` must be ``past + depth``.
+Verified for transformers 5.17 and 5.24–5.25 (see DESIGN.md): the cache goes under the
+keyword the model takes (:mod:`structspec.hf_compat`); a custom 4D mask is passed through as
+is, so it must be additive float (a bool mask is silently wrong under eager attention);
+``position_ids`` must be ``past + depth``. On CUDA a tree pass keeps PyTorch's attention off
+cuDNN (:func:`tree_pass_attention`).
 
 Which models qualify: :func:`check_tree_support` reads the configuration (attention
 implementation, cache layers), :func:`probe_tree_support` runs one small tree pass per model
@@ -19,6 +21,7 @@ position-dependent rotary scaling leave exact.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import weakref
 from collections.abc import Sequence
@@ -30,6 +33,29 @@ from structspec.errors import StructSpecError
 from structspec.hf_compat import cache_kwargs
 from structspec.spec.attention import IMPLEMENTATION
 from structspec.spec.tree import DraftTree, tree_attention
+
+
+def tree_pass_attention(device: torch.device | str) -> contextlib.AbstractContextManager:
+    """Where a tree pass runs: on CUDA, PyTorch's fused attention restricted to the backends
+    the process has enabled other than cuDNN's; elsewhere, as is.
+
+    cuDNN attention builds an execution graph for every new (query, key) shape, and a tree
+    pass is always a new shape (the key length grows each step, the node count varies): on an
+    H200 in bfloat16 every pass of a few nodes cost ~60 ms instead of ~21 ms (GPU check,
+    session 32; float32 never takes cuDNN). The memory-efficient kernel takes the additive
+    tree mask with no per-shape setup. A process that enabled cuDNN alone keeps it.
+    """
+    if torch.device(device).type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    cuda = torch.backends.cuda
+    keep = [backend for backend, on in ((SDPBackend.FLASH_ATTENTION, cuda.flash_sdp_enabled()),
+                                        (SDPBackend.EFFICIENT_ATTENTION,
+                                         cuda.mem_efficient_sdp_enabled()),
+                                        (SDPBackend.MATH, cuda.math_sdp_enabled())) if on]
+    return sdpa_kernel(keep) if keep else contextlib.nullcontext()
+
 
 # Attention implementations known to honour a custom 4D additive mask.
 TREE_ATTENTION_IMPLEMENTATIONS = frozenset({"eager", "sdpa", IMPLEMENTATION})
@@ -291,8 +317,9 @@ def verify_tree(
     if rows is not None:
         keep = torch.tensor([len(prefix) + r for r in rows], dtype=torch.long, device=device)
     try:
-        out = model(input_ids=input_ids, **cache_kwargs(model, cache), use_cache=True,
-                    logits_to_keep=keep, **kwargs)
+        with tree_pass_attention(device):
+            out = model(input_ids=input_ids, **cache_kwargs(model, cache), use_cache=True,
+                        logits_to_keep=keep, **kwargs)
     except BaseException:
         rollback(cache, past_len)
         raise
