@@ -42,12 +42,7 @@ def _keyword_of(cls: type) -> str:
     return _default_keyword()
 
 
-def cache_keyword(model: Any) -> str:
-    """``"cache"`` or ``"past_key_values"``: the keyword ``model``'s ``forward`` takes its KV
-    cache under (per model class, memoized)."""
-    return _keyword_of(type(model))
-
-
 def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
-    """``{keyword: cache}`` for ``model(**...)``, whichever release is installed."""
+    """``{keyword: cache}`` for ``model(**...)``: ``cache`` or ``past_key_values``, whichever
+    ``model``'s ``forward`` names (per model class, memoized)."""
     return {_keyword_of(type(model)): cache}

@@ -43,7 +43,9 @@ def tree_pass_attention(device: torch.device | str) -> contextlib.AbstractContex
     pass is always a new shape (the key length grows each step, the node count varies): on an
     H200 in bfloat16 every pass of a few nodes cost ~60 ms instead of ~21 ms (GPU check,
     session 32; float32 never takes cuDNN). The memory-efficient kernel takes the additive
-    tree mask with no per-shape setup. A process that enabled cuDNN alone keeps it.
+    tree mask with no per-shape setup. A process that enabled cuDNN alone keeps it. (PyTorch
+    keeps these switches process-wide: another thread's attention during the pass sees them
+    too; a Generator runs one pass at a time.)
     """
     if torch.device(device).type != "cuda":
         return contextlib.nullcontext()
