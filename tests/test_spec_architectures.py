@@ -24,43 +24,32 @@ from structspec.spec.verify import probe_tree_support
 transformers = pytest.importorskip("transformers")
 
 SMALL = dict(num_hidden_layers=2, num_attention_heads=4)
+# The usual grouped-query sizes, and with an explicit head size.
+GQA = dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **SMALL)
+GQA_HEAD8 = dict(GQA, head_dim=8)
 # family: (config class, model class, sizes). Each family builds its attention, positions
 # and cache handling its own way (rotary, learned absolute positions, partial rotary,
 # parallel blocks, q/k norms).
 FAMILIES = {
-    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM",
-              dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **SMALL)),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", GQA),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(n_embd=32, n_layer=2, n_head=4)),
     "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM",
                  dict(hidden_size=32, intermediate_size=64, **SMALL)),
-    "phi3": ("Phi3Config", "Phi3ForCausalLM",
-             dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, pad_token_id=0,
-                  **SMALL)),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(GQA, pad_token_id=0)),
     "opt": ("OPTConfig", "OPTForCausalLM",
             dict(hidden_size=32, ffn_dim=64, word_embed_proj_dim=32, **SMALL)),
     "falcon": ("FalconConfig", "FalconForCausalLM", dict(hidden_size=32, **SMALL)),
-    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM",
-              dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, head_dim=8,
-                   **SMALL)),
-    "gemma": ("GemmaConfig", "GemmaForCausalLM",
-              dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, head_dim=8,
-                   **SMALL)),
-    "stablelm": ("StableLmConfig", "StableLmForCausalLM",
-                 dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **SMALL)),
-    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM",
-              dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **SMALL)),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", GQA_HEAD8),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", GQA_HEAD8),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", GQA),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", GQA),
 }
 # Families whose tests set more (a sliding window) or expect a refusal (BLOOM).
 OTHERS = {
     "bloom": ("BloomConfig", "BloomForCausalLM", dict(hidden_size=32, n_layer=2, n_head=4)),
-    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
-               dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, head_dim=8,
-                    **SMALL)),
-    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
-               dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, head_dim=8,
-                    **SMALL)),
-    "mistral": ("MistralConfig", "MistralForCausalLM",
-                dict(hidden_size=32, intermediate_size=64, num_key_value_heads=2, **SMALL)),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", GQA_HEAD8),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", GQA_HEAD8),
+    "mistral": ("MistralConfig", "MistralForCausalLM", GQA),
 }
 
 SCHEMA = {
