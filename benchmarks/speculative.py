@@ -14,7 +14,8 @@ Tasks:
   out from them — ``--offset 5`` runs only those).
 
 Speculation uses the learned draft head shipped for the default model
-(:mod:`structspec.spec.draft_head`) unless ``--no-draft-head``.
+(:mod:`structspec.spec.draft_head`) unless ``--no-draft-head`` (or another head file:
+``--draft-head FILE``).
 
 Per task, greedy: ``baseline`` (speculation off: one token per pass, the same loop) and
 ``speculative`` (default ``SpecConfig``), after a warm-up of one whole request per mode. Each
@@ -45,7 +46,8 @@ per generated token of each mode's own output (task ``i`` seeds both modes with
         [--no-pack] [--no-exact-quant] [--no-avx512] [--no-half-panels] [--no-sparse-logits]
         [--threads T]
         [--repeats R]
-        [--draft-model ID] [--no-draft-head] [--no-cost-model] [--no-prefix-cache]
+        [--draft-model ID] [--no-draft-head | --draft-head FILE] [--no-cost-model]
+        [--no-prefix-cache]
         [--temperature T [--top-k K] [--top-p P] [--seed S]]
         [--json-out F]
 
@@ -381,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-draft-head", action="store_true",
                     help="switch the learned draft head off (default: the head shipped for "
                          "the model, when one matches)")
+    ap.add_argument("--draft-head", default=None, metavar="FILE",
+                    help="draft with this head file (scripts/train_draft_head.py) instead of "
+                         "the one shipped for the model")
     ap.add_argument("--no-cost-model", action="store_true",
                     help="keep every drafted node (no tree sizing from the cost curve)")
     ap.add_argument("--cached-curve", action="store_true",
@@ -452,7 +457,8 @@ def main(argv: list[str] | None = None) -> int:
                           drafters=tuple(d for d in args.drafters.split(",") if d),
                           draft_model=draft, cost_model=not args.no_cost_model,
                           cost_curve=curve,
-                          draft_head=False if args.no_draft_head else "auto",
+                          draft_head=(False if args.no_draft_head
+                                      else args.draft_head or "auto"),
                           sparse_logits=not args.no_sparse_logits)
     print(f"model={gen.loaded.name} {gen.loaded.model.dtype} on {gen.loaded.model.device} "
           f"linears={kernel} exact-quantized={quantized} "

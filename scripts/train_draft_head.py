@@ -587,7 +587,7 @@ def _load_shards(shards: list[Path]):
 def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int, batch: int,
           unroll: int, lr: float, feature_weight: float, holdout: float,
           minutes: float | None = None, init: Path | None = None,
-          mid_layer: int | None = None) -> None:
+          mid_layer: int | None = None, blocks: int = 1) -> None:
     """Fit the head on the shards; write ``out``; print held-out acceptance per depth.
     ``mid_layer``: the head's first state also reads that layer's outputs (the shards'
     ``mid``, made by ``data --mid-layer`` with the same layer)."""
@@ -616,6 +616,7 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     if init is not None:  # start from (or, with --steps 0, just evaluate) a head file
         blob = torch.load(init, map_location="cpu", weights_only=True)
         hidden_dim = blob["hidden_dim"]
+        blocks = max(blocks, int(blob.get("blocks", 1)))  # new blocks start as the identity
         # The head's weights do not depend on its vocabulary (its logits are the target's
         # lm_head rows): keep the file's tokens, add this data's most frequent others.
         kept = blob["vocab"].long()
@@ -641,12 +642,14 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     hold_code = hold[seq_no[hold] >= n_prose_seq]  # held-out code answers, reported apart
     print(f"{len(fit)} training starts, {len(hold)} held-out starts ({len(held_seqs)} answers), "
           f"{len(evals)} evaluation starts ({int(seq_no[-1]) + 1 - n_train_seq} answers)")
-    net = DraftHeadNet(lm.shape[1], hidden_dim, mid=mid_layer is not None)
-    if init is not None:  # (a head without the middle-layer input starts it at zero)
+    net = DraftHeadNet(lm.shape[1], hidden_dim, mid=mid_layer is not None, blocks=blocks)
+    if init is not None:  # (a head without the middle-layer input or a block starts it at 0)
         missing, unexpected = net.load_state_dict(
             {k: v.float() for k, v in blob["state"].items()}, strict=False)
-        if unexpected or any(not k.startswith(("mid_in.", "norm_m.")) for k in missing):
+        if unexpected or any(not k.startswith(("mid_in.", "norm_m.", "extra.")) for k in missing):
             raise SystemExit(f"--init {init}: another head layout ({missing}, {unexpected})")
+    # the steps of the head this run starts from (recorded in the new file's meta)
+    init_steps = int(blob.get("meta", {}).get("steps", 0)) if init is not None else 0
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01)
     t0 = time.time()
 
@@ -730,6 +733,8 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     report(step, loss.item(), hits)
     save_head(out, net, vocab, fingerprint(model), name=gen.loaded.name,
               meta={"positions": n, "steps": step + 1, "batch": batch, "unroll": unroll,
+                    "blocks": net.blocks,
+                    **({} if init is None else {"init_steps": init_steps}),
                     "vocab_cover": round(cover, 4), "seed": SEED,
                     **({} if mid_layer is None else {"mid_layer": mid_layer})})
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
@@ -752,6 +757,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--vocab-size", type=int, default=8192)
     ap.add_argument("--hidden-dim", type=int, default=1024)
+    ap.add_argument("--blocks", type=int, default=1,
+                    help="residual MLP blocks per head step; with --init, blocks beyond the "
+                         "file's start as the identity")
     ap.add_argument("--steps", type=int, default=6000)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--unroll", type=int, default=3)
@@ -797,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
               steps=args.steps, batch=args.batch, unroll=args.unroll, lr=args.lr,
               feature_weight=args.feature_weight, holdout=args.holdout,
               minutes=args.minutes, init=Path(args.init) if args.init else None,
-              mid_layer=args.mid_layer)
+              mid_layer=args.mid_layer, blocks=args.blocks)
     return 0
 
 

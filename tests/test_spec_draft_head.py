@@ -43,12 +43,13 @@ FLAT = CostCurve((1, 64), (1.0, 1.0))  # every tree size costs the same: nothing
 
 
 def _random_head(model, seed: int = 0, vocab_size: int = 4096,
-                 mid_layer: int | None = None) -> DraftHead:
+                 mid_layer: int | None = None, blocks: int = 1) -> DraftHead:
     """A head with random weights over a random reduced vocabulary (ids of ``model``);
-    with ``mid_layer``, one that also reads that decoder layer's output."""
+    with ``mid_layer``, one that also reads that decoder layer's output; ``blocks``
+    residual blocks per step."""
     g = torch.Generator().manual_seed(seed)
     hidden = model.config.hidden_size
-    net = DraftHeadNet(hidden, 48, mid=mid_layer is not None)
+    net = DraftHeadNet(hidden, 48, mid=mid_layer is not None, blocks=blocks)
     with torch.no_grad():
         for p in net.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.3)
@@ -255,6 +256,52 @@ def test_a_head_reading_a_middle_layer_keeps_greedy_identical_and_round_trips(ti
             DraftHead.load(path, model)
     fresh = DraftHeadNet(model.config.hidden_size, 48, mid=True)  # starts as a head without
     torch.testing.assert_close(fresh.start(h, m), h)
+
+
+def test_a_head_of_several_blocks_round_trips_and_keeps_greedy_identical(tiny, tmp_path):
+    """A deeper head (``blocks=3``): its drafting step is the network's step, its file
+    records the blocks and loads back, a one-block file (no ``blocks`` entry, as files
+    before it) loads as one block, new blocks start as the identity, and greedy decoding
+    with it is plain greedy."""
+    model, tok, vocab, constraints, _ = tiny
+    head = _random_head(model, seed=5, blocks=3)
+    assert head.net.blocks == 3
+    s = torch.randn(4, model.config.hidden_size)
+    ids = torch.tensor([5, 7, 11, 13])
+    with torch.inference_mode():
+        torch.testing.assert_close(
+            head.step(s, ids), head.net.step(s, head.embedding.weight[ids]), atol=1e-5,
+            rtol=1e-5)
+    path = tmp_path / "deep.pt"
+    save_head(path, head.net, head.vocab, fingerprint(model), name="tiny-deep")
+    loaded = DraftHead.load(path, model)
+    assert loaded.net.blocks == 3
+    torch.testing.assert_close(loaded.step(s, ids), head.step(s, ids), atol=1e-2, rtol=1e-2)
+    one = _random_head(model, seed=6)
+    save_head(path, one.net, one.vocab, fingerprint(model), name="tiny-one")
+    blob = torch.load(path, weights_only=True)
+    del blob["blocks"]
+    torch.save(blob, path)
+    assert DraftHead.load(path, model).net.blocks == 1
+    grown = DraftHeadNet(model.config.hidden_size, 48, blocks=2)  # as train --init does
+    missing, unexpected = grown.load_state_dict(
+        {k: v.float() for k, v in blob["state"].items()}, strict=False)
+    assert missing and not unexpected and all(k.startswith("extra.") for k in missing)
+    plain_one = DraftHeadNet(model.config.hidden_size, 48)
+    plain_one.load_state_dict({k: v.float() for k, v in blob["state"].items()})
+    e = one.embedding.weight[ids]
+    with torch.inference_mode():
+        torch.testing.assert_close(grown.step(s, e), plain_one.step(s, e))
+    with pytest.raises(ValueError, match="blocks"):
+        DraftHeadNet(model.config.hidden_size, 48, blocks=0)
+    prompt = tok.encode("the id is 42 and the tag is red", add_special_tokens=False)
+    plain = run_decode(decode, model, vocab, prompt, constraints["free"], max_new_tokens=20,
+                       sampling=GREEDY)
+    cfg = SpecConfig(draft_head=head, drafters=("draft_head",), cost_curve=FLAT,
+                     draft_head_min_prob=0.0)
+    spec = run_decode(speculative_decode, model, vocab, prompt, constraints["free"],
+                      max_new_tokens=20, sampling=GREEDY, config=cfg, tokenizer=tok)
+    assert spec[:3] == plain[:3]
 
 
 def test_auto_finds_no_head_for_a_random_model_and_off_switches_it_off(tiny):

@@ -93,24 +93,50 @@ class _RMSNorm(nn.Module):
         return nn.functional.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
-class DraftHeadNet(nn.Module):
-    """The trainable part: one recurrent step ``(s, e) -> s'`` over target hidden states.
+class _Block(nn.Module):
+    """One residual MLP block of a step: ``s + fc2(silu(fc1([norm(s), norm(e)])))``; its
+    output layer starts at zero, so a new block starts as the identity."""
 
-    Args:
-        hidden_size: the target's hidden size ``H``.
-        hidden_dim: width of the step's inner layer ``D``.
-    """
-
-    def __init__(self, hidden_size: int, hidden_dim: int, mid: bool = False) -> None:
+    def __init__(self, hidden_size: int, hidden_dim: int) -> None:
         super().__init__()
-        self.hidden_size = hidden_size
-        self.hidden_dim = hidden_dim
         self.norm_s = _RMSNorm(hidden_size)
         self.norm_e = _RMSNorm(hidden_size)
         self.fc1 = nn.Linear(2 * hidden_size, hidden_dim)
         self.fc2 = nn.Linear(hidden_dim, hidden_size)
         nn.init.zeros_(self.fc2.weight)
         nn.init.zeros_(self.fc2.bias)
+
+    def forward(self, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        z = torch.cat([self.norm_s.forward(s), self.norm_e.forward(e)], dim=-1)  # [n, 2H]
+        return s + self.fc2.forward(nn.functional.silu(self.fc1.forward(z)))  # [n, H]
+
+
+class DraftHeadNet(nn.Module):
+    """The trainable part: one recurrent step ``(s, e) -> s'`` over target hidden states.
+
+    Args:
+        hidden_size: the target's hidden size ``H``.
+        hidden_dim: width of the step's inner layers ``D``.
+        mid: the first state also reads a middle layer's output (see :meth:`start`).
+        blocks: residual MLP blocks per step (Hydra, Ankner et al. 2024, found a deeper
+            step drafts better; each block reads the token's embedding again).
+    """
+
+    def __init__(self, hidden_size: int, hidden_dim: int, mid: bool = False,
+                 blocks: int = 1) -> None:
+        super().__init__()
+        if blocks < 1:
+            raise ValueError(f"blocks must be >= 1, got {blocks}")
+        self.hidden_size = hidden_size
+        self.hidden_dim = hidden_dim
+        # The first block's parameters keep their original names (head files of one block).
+        self.norm_s = _RMSNorm(hidden_size)
+        self.norm_e = _RMSNorm(hidden_size)
+        self.fc1 = nn.Linear(2 * hidden_size, hidden_dim)
+        self.fc2 = nn.Linear(hidden_dim, hidden_size)
+        nn.init.zeros_(self.fc2.weight)
+        nn.init.zeros_(self.fc2.bias)
+        self.extra = nn.ModuleList(_Block(hidden_size, hidden_dim) for _ in range(blocks - 1))
         # Optional: a middle layer's output at the anchor, added to the first state (see
         # start); zero at first, so a head fine-tuned with it starts as the head without.
         self.norm_m: _RMSNorm | None = None
@@ -119,6 +145,11 @@ class DraftHeadNet(nn.Module):
             self.norm_m = _RMSNorm(hidden_size)
             self.mid_in = nn.Linear(hidden_size, hidden_size, bias=False)
             nn.init.zeros_(self.mid_in.weight)
+
+    @property
+    def blocks(self) -> int:
+        """Residual MLP blocks per step."""
+        return 1 + len(self.extra)
 
     @property
     def has_mid(self) -> bool:
@@ -137,7 +168,10 @@ class DraftHeadNet(nn.Module):
     def step(self, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
         """Next state from state ``s`` ``[n, H]`` and token embeddings ``e`` ``[n, H]``."""
         z = torch.cat([self.norm_s(s), self.norm_e(e)], dim=-1)  # [n, 2H]
-        return s + self.fc2(nn.functional.silu(self.fc1(z)))  # [n, H]
+        s = s + self.fc2(nn.functional.silu(self.fc1(z)))  # [n, H]
+        for block in self.extra:
+            s = block(s, e)
+        return s
 
 
 def save_head(path: Path, net: DraftHeadNet, vocab: torch.Tensor, model_fingerprint: str, *,
@@ -148,7 +182,8 @@ def save_head(path: Path, net: DraftHeadNet, vocab: torch.Tensor, model_fingerpr
     torch.save({
         "format": FORMAT, "kind": "structspec-draft-head", "name": name,
         "fingerprint": model_fingerprint, "hidden_size": net.hidden_size,
-        "hidden_dim": net.hidden_dim, "vocab": vocab.to(torch.int32).cpu(),
+        "hidden_dim": net.hidden_dim, "blocks": net.blocks,
+        "vocab": vocab.to(torch.int32).cpu(),
         # (a packed net's linears keep their weights under ``.original``)
         "state": {k.replace(".original.", "."): v.detach().to(torch.float16).cpu()
                   for k, v in net.state_dict().items()},
@@ -234,7 +269,8 @@ class DraftHead:
                 ).weight.shape[0]:
             raise DraftHeadMismatchError(f"draft head {path} does not fit this model's sizes")
         mid = "mid_in.weight" in blob["state"]
-        net = DraftHeadNet(blob["hidden_size"], blob["hidden_dim"], mid=mid)
+        net = DraftHeadNet(blob["hidden_size"], blob["hidden_dim"], mid=mid,
+                           blocks=int(blob.get("blocks", 1)))
         net.load_state_dict({k: v.float() for k, v in blob["state"].items()})
         mid_layer = blob.get("meta", {}).get("mid_layer") if mid else None
         if mid and not isinstance(mid_layer, int):
@@ -260,7 +296,11 @@ class DraftHead:
         if e.dtype != torch.float32:
             e = e.float()
         z = torch.cat([net.norm_s.forward(s), net.norm_e.forward(e)], dim=-1)  # [n, 2H]
-        return s + net.fc2.forward(nn.functional.silu(net.fc1.forward(z), inplace=True))
+        s = s + net.fc2.forward(nn.functional.silu(net.fc1.forward(z), inplace=True))
+        for block in net.extra:
+            z = torch.cat([block.norm_s.forward(s), block.norm_e.forward(e)], dim=-1)
+            s = s + block.fc2.forward(nn.functional.silu(block.fc1.forward(z), inplace=True))
+        return s
 
     @torch.inference_mode()
     def logits(self, s: torch.Tensor) -> torch.Tensor:
