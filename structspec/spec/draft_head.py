@@ -93,18 +93,28 @@ class _RMSNorm(nn.Module):
         return nn.functional.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
 
 
-class _Block(nn.Module):
-    """One residual MLP block of a step: ``s + fc2(silu(fc1([norm(s), norm(e)])))``; its
+def _add_block_layers(module: nn.Module, hidden_size: int, hidden_dim: int) -> None:
+    """Give ``module`` one step block's layers (``norm_s``, ``norm_e``, ``fc1``, ``fc2``); the
     output layer starts at zero, so a new block starts as the identity."""
+    module.norm_s = _RMSNorm(hidden_size)
+    module.norm_e = _RMSNorm(hidden_size)
+    module.fc1 = nn.Linear(2 * hidden_size, hidden_dim)
+    module.fc2 = nn.Linear(hidden_dim, hidden_size)
+    nn.init.zeros_(module.fc2.weight)
+    nn.init.zeros_(module.fc2.bias)
+
+
+class _Block(nn.Module):
+    """One residual MLP block of a step: ``s + fc2(silu(fc1([norm(s), norm(e)])))``."""
+
+    norm_s: _RMSNorm
+    norm_e: _RMSNorm
+    fc1: nn.Module  # nn.Linear, or its packed replacement on CPU
+    fc2: nn.Module
 
     def __init__(self, hidden_size: int, hidden_dim: int) -> None:
         super().__init__()
-        self.norm_s = _RMSNorm(hidden_size)
-        self.norm_e = _RMSNorm(hidden_size)
-        self.fc1 = nn.Linear(2 * hidden_size, hidden_dim)
-        self.fc2 = nn.Linear(hidden_dim, hidden_size)
-        nn.init.zeros_(self.fc2.weight)
-        nn.init.zeros_(self.fc2.bias)
+        _add_block_layers(self, hidden_size, hidden_dim)
 
     def forward(self, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
         z = torch.cat([self.norm_s.forward(s), self.norm_e.forward(e)], dim=-1)  # [n, 2H]
@@ -122,6 +132,11 @@ class DraftHeadNet(nn.Module):
             step drafts better; each block reads the token's embedding again).
     """
 
+    norm_s: _RMSNorm
+    norm_e: _RMSNorm
+    fc1: nn.Module  # nn.Linear, or its packed replacement on CPU
+    fc2: nn.Module
+
     def __init__(self, hidden_size: int, hidden_dim: int, mid: bool = False,
                  blocks: int = 1) -> None:
         super().__init__()
@@ -130,12 +145,7 @@ class DraftHeadNet(nn.Module):
         self.hidden_size = hidden_size
         self.hidden_dim = hidden_dim
         # The first block's parameters keep their original names (head files of one block).
-        self.norm_s = _RMSNorm(hidden_size)
-        self.norm_e = _RMSNorm(hidden_size)
-        self.fc1 = nn.Linear(2 * hidden_size, hidden_dim)
-        self.fc2 = nn.Linear(hidden_dim, hidden_size)
-        nn.init.zeros_(self.fc2.weight)
-        nn.init.zeros_(self.fc2.bias)
+        _add_block_layers(self, hidden_size, hidden_dim)
         self.extra = nn.ModuleList(_Block(hidden_size, hidden_dim) for _ in range(blocks - 1))
         # Optional: a middle layer's output at the anchor, added to the first state (see
         # start); zero at first, so a head fine-tuned with it starts as the head without.
