@@ -283,6 +283,11 @@ def test_a_head_of_several_blocks_round_trips_and_keeps_greedy_identical(tiny, t
     del blob["blocks"]
     torch.save(blob, path)
     assert DraftHead.load(path, model).net.blocks == 1
+    for bad, match in [(0, "positive integer"), ("2", "positive integer"),
+                       (2, "do not match its declared layout")]:
+        torch.save({**blob, "blocks": bad}, tmp_path / "bad.pt")
+        with pytest.raises(DraftHeadMismatchError, match=match):
+            DraftHead.load(tmp_path / "bad.pt", model)
     grown = DraftHeadNet(model.config.hidden_size, 48, blocks=2)  # as train --init does
     missing, unexpected = grown.load_state_dict(
         {k: v.float() for k, v in blob["state"].items()}, strict=False)

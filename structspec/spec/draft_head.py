@@ -251,8 +251,9 @@ class DraftHead:
         """Load a head file for ``model``.
 
         Raises:
-            DraftHeadMismatchError: the file is not a draft head, or was trained for another
-                model (fingerprint or sizes differ); the message names both.
+            DraftHeadMismatchError: the file is not a draft head, was trained for another
+                model (fingerprint or sizes differ; the message names both), or its weights
+                do not match the layout it declares.
             FileNotFoundError: no such file.
         """
         try:
@@ -279,9 +280,16 @@ class DraftHead:
                 ).weight.shape[0]:
             raise DraftHeadMismatchError(f"draft head {path} does not fit this model's sizes")
         mid = "mid_in.weight" in blob["state"]
-        net = DraftHeadNet(blob["hidden_size"], blob["hidden_dim"], mid=mid,
-                           blocks=int(blob.get("blocks", 1)))
-        net.load_state_dict({k: v.float() for k, v in blob["state"].items()})
+        blocks = blob.get("blocks", 1)
+        if not isinstance(blocks, int) or blocks < 1:
+            raise DraftHeadMismatchError(f"{path}: 'blocks' must be a positive integer, got "
+                                         f"{blocks!r}")
+        net = DraftHeadNet(blob["hidden_size"], blob["hidden_dim"], mid=mid, blocks=blocks)
+        try:
+            net.load_state_dict({k: v.float() for k, v in blob["state"].items()})
+        except RuntimeError as exc:  # weights of another layout than the file declares
+            raise DraftHeadMismatchError(f"{path}: its weights do not match its declared "
+                                         f"layout ({blocks} block(s)): {exc}") from exc
         mid_layer = blob.get("meta", {}).get("mid_layer") if mid else None
         if mid and not isinstance(mid_layer, int):
             raise DraftHeadMismatchError(f"{path}: the head reads a middle layer but does "
