@@ -219,6 +219,24 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
     return tasks
 
 
+def stored_curve(path: Path) -> CostCurve:
+    """The cost curve a ``--json-out`` file of this script recorded (its ``cost_curve``:
+    milliseconds per tree size, and per cached token where measured), so that this
+    machine's plan sizes trees as that run's device did.
+
+    Raises:
+        SystemExit: the file holds no such curve (the message names it)."""
+    try:
+        shown = json.loads(path.read_text())["cost_curve"]
+        ms = {int(q): float(t) for q, t in shown["ms"].items()}
+        rates = shown.get("us_per_cached_token") or {"pass": 0.0, "node": 0.0}
+        return CostCurve(tuple(sorted(ms)), tuple(ms[q] / 1000 for q in sorted(ms)),
+                         context=int(shown.get("context", 0)),
+                         per_token=(rates["pass"] / 1e6, rates["node"] / 1e6))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SystemExit(f"--cost-curve {path}: no cost curve there ({exc!r})") from exc
+
+
 def loop_pass_costs(log: list[tuple[int, int, float]], curve: CostCurve
                     ) -> dict[int, list[float]]:
     """``{tree nodes: [passes, median ms, median of time / the curve's price, that median
@@ -388,6 +406,16 @@ def main(argv: list[str] | None = None) -> int:
                          "the one shipped for the model")
     ap.add_argument("--no-cost-model", action="store_true",
                     help="keep every drafted node (no tree sizing from the cost curve)")
+    ap.add_argument("--cost-curve", default=None, metavar="FILE",
+                    help="size the trees by the cost curve stored in FILE (a --json-out of "
+                         "this script, e.g. a GPU run's) instead of this machine's: what "
+                         "another device's plan drafts, in tokens per pass (the times stay "
+                         "this machine's)")
+    ap.add_argument("--head-topk", type=int, default=None,
+                    help="the draft head's beam width (SpecConfig.draft_head_topk)")
+    ap.add_argument("--head-min-prob", type=float, default=None,
+                    help="the draft head's path probability floor "
+                         "(SpecConfig.draft_head_min_prob)")
     ap.add_argument("--cached-curve", action="store_true",
                     help="take the cost curve from the on-disk cache, as a Generator does "
                          "(default: measure it in this run, like the baseline it is compared "
@@ -444,7 +472,13 @@ def main(argv: list[str] | None = None) -> int:
         draft = DraftModel.resolve(args.draft_model, device=args.device,
                                    pack=not args.no_pack and args.device == "cpu")
     curve = None
-    if not args.no_cost_model:  # measured once per run (or cached per device: --cached-curve)
+    if args.cost_curve and not args.no_cost_model:
+        t0 = time.perf_counter()
+        curve = stored_curve(Path(args.cost_curve))
+        curve_s = time.perf_counter() - t0
+        shown = curve.as_dict()
+        print(f"cost curve (ms) {shown['ms']} from {args.cost_curve}")
+    elif not args.no_cost_model:  # measured once per run (or cached per device: --cached-curve)
         t0 = time.perf_counter()
         curve = (device_cost_curve(gen.loaded.model) if args.cached_curve
                  else measure_cost_curve(gen.loaded.model, budget_seconds=3.0))
@@ -459,7 +493,11 @@ def main(argv: list[str] | None = None) -> int:
                           cost_curve=curve,
                           draft_head=(False if args.no_draft_head
                                       else args.draft_head or "auto"),
-                          sparse_logits=not args.no_sparse_logits)
+                          sparse_logits=not args.no_sparse_logits,
+                          **({} if args.head_topk is None
+                             else {"draft_head_topk": args.head_topk}),
+                          **({} if args.head_min_prob is None
+                             else {"draft_head_min_prob": args.head_min_prob}))
     print(f"model={gen.loaded.name} {gen.loaded.model.dtype} on {gen.loaded.model.device} "
           f"linears={kernel} exact-quantized={quantized} "
           f"avx512={avx512()} attention={gen.loaded.model.config._attn_implementation} "
@@ -590,7 +628,10 @@ def main(argv: list[str] | None = None) -> int:
         "device": str(gen.loaded.model.device), "dtype": str(gen.loaded.model.dtype),
         "threads": torch.get_num_threads(),
         "load": round(os.getloadavg()[0], 2),
-        "cost_model": spec_cfg.cost_model, "draft_model": args.draft_model,
+        "cost_model": spec_cfg.cost_model, "cost_curve_from": args.cost_curve,
+        "max_nodes": args.max_nodes, "draft_head_topk": spec_cfg.draft_head_topk,
+        "draft_head_min_prob": spec_cfg.draft_head_min_prob,
+        "draft_model": args.draft_model,
         "draft_head": next((r.get("draft_head") for r in rows if r.get("draft_head")), None),
         "prefix_cache": not args.no_prefix_cache,
         "prefix_reused_tokens": {"baseline": base_pc.reused_tokens if base_pc else 0,
@@ -605,6 +646,9 @@ def main(argv: list[str] | None = None) -> int:
         "speedup_e2e_median": round(statistics.median(r["speedup_e2e"] for r in rows), 3),
         "tokens_per_pass_mean": round(
             statistics.mean(r.get("tokens_per_pass", 1) for r in rows), 3),
+        # every task's speculative tokens over its passes, pooled
+        "tokens_per_pass_total": round(sum(r["speculative_tokens"] for r in rows)
+                                       / max(1, sum(r.get("passes", 0) for r in rows)), 3),
         # all tasks' decode tokens per second, speculative over plain
         "speedup_total": round(sum(t[2] for t in decoded) / sum(t[3] for t in decoded)
                                / (sum(t[0] for t in decoded) / sum(t[1] for t in decoded)), 3),

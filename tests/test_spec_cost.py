@@ -4,6 +4,8 @@ unchanged, trees smaller where passes are dear). Injected curves keep it determi
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from conftest import load_benchmark
@@ -451,3 +453,25 @@ def test_the_benchmark_holds_loop_passes_against_the_curve():
     # 8 nodes: 48 / 40 = 1.2 and 36 / 30 = 1.2 -> 1.2, i.e. 1.333 relative to one node's
     assert out[8][2] == pytest.approx(1.2) and out[8][3] == pytest.approx(1.333, abs=1e-3)
     assert bench.loop_pass_costs([(8, 100, 0.03)], curve) == {8: [1, 30.0, 1.0, None]}
+
+
+def test_the_benchmark_sizes_trees_by_a_stored_cost_curve(tmp_path):
+    """``benchmarks/speculative.py --cost-curve FILE``: the curve another run recorded (a GPU
+    run's, say) is read back as that run's plan priced it; a file without one is refused
+    with a message naming it."""
+    bench = load_benchmark("speculative.py")
+    curve = CostCurve((1, 4, 16), (0.020, 0.022, 0.030), context=32, per_token=(9e-6, 1e-6))
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"summary": {}, "cost_curve": curve.as_dict()}))
+    got = bench.stored_curve(run)
+    assert got.sizes == curve.sizes and got.context == 32
+    assert got.seconds == pytest.approx(curve.seconds)
+    assert got.per_token == pytest.approx(curve.per_token)
+    flat = tmp_path / "flat.json"  # a curve measured without per-token rates (a GPU's)
+    flat.write_text(json.dumps({"cost_curve": {"ms": {"1": 17.5, "32": 17.5},
+                                               "relative": {"1": 1.0, "32": 1.0}}}))
+    assert bench.stored_curve(flat) == CostCurve((1, 32), (0.0175, 0.0175))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"summary": {}}))
+    with pytest.raises(SystemExit, match="bad.json"):
+        bench.stored_curve(bad)

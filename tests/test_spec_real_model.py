@@ -111,6 +111,24 @@ def test_the_speculative_benchmark_runs_and_repeats_compare_like_with_like(tmp_p
     assert all(row["passes"] >= 1 and row["new_tokens"] >= 1 for row in result["rows"])
 
 
+def test_the_speculative_benchmark_plans_with_another_devices_curve(tmp_path):
+    """``--cost-curve`` (a flat curve, as a GPU measures) with larger head trees
+    (``--max-nodes``, ``--head-topk``, ``--head-min-prob``): outputs still identical, and
+    the summary says which curve and head settings the run used."""
+    flat = tmp_path / "gpu.json"
+    flat.write_text(json.dumps({"cost_curve": {"ms": {"1": 17.5, "32": 17.5}}}))
+    out = tmp_path / "prose.json"
+    assert _run_benchmark("speculative.py", [
+        "--task", "prose", "--n", "2", "--max-new-tokens", "8", "--no-peers",
+        "--cost-curve", str(flat), "--max-nodes", "32", "--head-topk", "2",
+        "--head-min-prob", "0.02", "--json-out", str(out)]) == 0
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["identical"] == 2 and summary["cost_curve_from"] == str(flat)
+    assert (summary["max_nodes"], summary["draft_head_topk"],
+            summary["draft_head_min_prob"]) == (32, 2, 0.02)
+    assert summary["tokens_per_pass_total"] >= 1.0
+
+
 def test_the_speculative_benchmark_samples(tmp_path):
     """``--temperature``: both modes sample from the task's seed; rates are per token of
     each mode's own output, outputs are not compared (the same distribution, not the same
