@@ -41,12 +41,17 @@ plain constrained sampling (multi-draft rejection sampling, checked by
 per generated token of each mode's own output (task ``i`` seeds both modes with
 ``seed + i``), and the summary says how many outputs of each mode were complete.
 
+``--cost-curve RUN.json`` sizes the trees by the curve another run of this script recorded
+(a GPU's, say) instead of this machine's: the tokens per pass are what that device's plan
+would draft; the times stay this machine's.
+
     python benchmarks/speculative.py --task json [--data FILE] [--offset K] [--n 5]
         [--max-new-tokens 160] [--layout system|system-json|request]
         [--no-pack] [--no-exact-quant] [--no-avx512] [--no-half-panels] [--no-sparse-logits]
         [--threads T]
         [--repeats R]
         [--draft-model ID] [--no-draft-head | --draft-head FILE] [--no-cost-model]
+        [--cost-curve RUN.json] [--max-nodes N] [--head-topk K] [--head-min-prob P]
         [--no-prefix-cache]
         [--temperature T [--top-k K] [--top-p P] [--seed S]]
         [--json-out F]
