@@ -114,3 +114,14 @@ def test_environment_switches(monkeypatch, tmp_path) -> None:
     monkeypatch.delenv("STRUCTSPEC_COMPILE_CACHE")
     monkeypatch.setenv("STRUCTSPEC_CACHE", str(tmp_path))
     assert cache_mod.default_disk_directory() == tmp_path / "compiled"
+
+
+def test_disk_keys_change_with_the_compilers_source(monkeypatch) -> None:
+    """A constraint stored by one revision of the compiler is not served to another: the
+    version number stays put between releases while fixes land (a schema compiled by a
+    since-fixed merge would otherwise come back from disk)."""
+    revision = cache_mod.compiler_revision()
+    assert len(revision) == 16 and revision == cache_mod.compiler_revision()
+    before = disk_key("schema", "{}", 1)
+    monkeypatch.setattr(cache_mod, "compiler_revision", lambda: "0" * 16)
+    assert disk_key("schema", "{}", 1) != before

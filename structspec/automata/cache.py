@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import hashlib
 import io
 import os
@@ -113,10 +114,28 @@ class CompileCache(Generic[T]):
 # -- on disk ------------------------------------------------------------------------------------
 
 
+@functools.cache
+def compiler_revision() -> str:
+    """A hash of the compiler's own source (``structspec/automata/*.py``): a stored
+    constraint is only as right as the code that compiled it, and the version number does not
+    change with every fix between releases (a schema compiled by a buggy merge would be served
+    from disk after the fix). ``""`` where the sources cannot be read."""
+    h = hashlib.sha256()
+    try:
+        for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    except OSError:
+        return ""
+    return h.hexdigest()[:16]
+
+
 def disk_key(kind: str, *parts: object) -> str:
     """A file-safe key for ``parts`` (canonical text of the input, options, vocabulary
-    fingerprint), salted with the structspec version and the disk format."""
-    text = repr((kind, __version__, DISK_FORMAT, *parts)).encode("utf-8", "surrogatepass")
+    fingerprint), salted with the structspec version, the compiler's source revision and the
+    disk format."""
+    text = repr((kind, __version__, compiler_revision(), DISK_FORMAT, *parts)
+                ).encode("utf-8", "surrogatepass")
     return f"{kind}-{hashlib.sha256(text).hexdigest()[:40]}"
 
 

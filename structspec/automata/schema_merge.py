@@ -85,6 +85,47 @@ def _both(a: Any, b: Any) -> Any:
 
 
 _CONDITIONAL = ("if", "then", "else")
+_CONTAINS = ("contains", "minContains", "maxContains")
+
+
+def _contains_unit(node: dict[str, Any]) -> tuple[Any, int, int | None] | None:
+    """``(contains schema, minContains, maxContains)`` of ``node`` (defaults 1 and no
+    bound), or ``None`` without ``contains`` (the bounds alone have no effect)."""
+    if "contains" not in node:
+        return None
+    hi = node.get("maxContains")
+    return node["contains"], int(node.get("minContains", 1)), None if hi is None else int(hi)
+
+
+def _merge_contains(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """``contains`` with its bounds, merged as one unit: each part counts the items that
+    match its own schema, so the bounds of a part never apply to the other's schema (a
+    part's missing ``minContains`` is 1, not "no bound"). Two parts with the same schema
+    intersect their count ranges.
+
+    Raises:
+        MergeError: two different schemas that both count (``contains X`` and
+            ``contains Y`` is not ``contains (X and Y)``: ``[x, y]`` passes the first).
+    """
+    ua, ub = _contains_unit(a), _contains_unit(b)
+    if ua is not None and ua[1:] == (0, None):  # counts nothing: no effect
+        ua = None
+    if ub is not None and ub[1:] == (0, None):
+        ub = None
+    if ua is None or ub is None:
+        src = a if ua is not None else b if ub is not None else {}
+        return {k: src[k] for k in _CONTAINS if k in src}
+    (sa, la, ha), (sb, lb, hb) = ua, ub
+    if not _same(sa, sb):
+        raise MergeError("contains", "two different contains schemas each count their own "
+                                     "matches; one contains cannot say both")
+    bounds = [h for h in (ha, hb) if h is not None]
+    out: dict[str, Any] = {"contains": sa}
+    if max(la, lb) != 1:
+        out["minContains"] = max(la, lb)
+    if bounds:
+        out["maxContains"] = min(bounds)
+    return out
 
 
 def _conditional_unit(node: dict[str, Any]) -> dict[str, Any]:
@@ -151,7 +192,9 @@ def merge_pair(a: Any, b: Any) -> Any:
             tuple_out = _merge_tuples(a, b)
             a = {k: v for k, v in a.items() if k not in array_keys}
             b = {k: v for k, v in b.items() if k not in array_keys}
-    out: dict[str, Any] = dict(tuple_out)
+    out: dict[str, Any] = {**tuple_out, **_merge_contains(a, b)}
+    a = {k: v for k, v in a.items() if k not in _CONTAINS}
+    b = {k: v for k, v in b.items() if k not in _CONTAINS}
     for key in list(dict.fromkeys([*a, *b])):
         if key in ("properties", "additionalProperties", "patternProperties"):
             continue  # objects are merged together below
@@ -175,7 +218,7 @@ def merge_pair(a: Any, b: Any) -> Any:
             out[key] = max(a[key], b[key])
         elif key in _UPPER_BOUNDS and not isinstance(a[key], bool):
             out[key] = min(a[key], b[key])
-        elif key in ("items", "additionalItems", "propertyNames", "contains") \
+        elif key in ("items", "additionalItems", "propertyNames") \
                 and isinstance(a[key], (dict, bool)) and isinstance(b[key], (dict, bool)):
             out[key] = _both(a[key], b[key])
         elif key == "allOf":
