@@ -198,3 +198,37 @@ def test_contains_compositions_are_exact_or_refused(schema) -> None:
         return
     for text in _ARRAY_TEXTS:
         assert ok(c, text) == validator.is_valid(json.loads(text)), (text, schema)
+
+
+@st.composite
+def _draft4_bound_parts(draw: st.DrawFn) -> dict:
+    """A draft-4 part with an optional ``minimum``/``maximum``, each optionally exclusive
+    by the boolean flag of that draft."""
+    part: dict = {}
+    for key, flag in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if draw(st.booleans()):
+            part[key] = draw(st.integers(0, 10))
+            if draw(st.booleans()):
+                part[flag] = draw(st.booleans())
+    return part
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_draft4_bound_parts(), _draft4_bound_parts())
+@example({"minimum": 5, "exclusiveMinimum": True}, {"minimum": 10})
+@example({"maximum": 20, "exclusiveMaximum": True}, {"maximum": 10})
+def test_draft4_exclusive_flags_stay_with_their_own_bound(a, b) -> None:
+    """Draft 4's ``exclusiveMinimum: true`` modifies its own part's ``minimum``: ``allOf``
+    of ``> 5`` and ``>= 10`` is ``>= 10`` (before, the flag moved to the merged bound and
+    10 was refused)."""
+    schema = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer",
+              "allOf": [a, b]}
+    validator = jsonschema.Draft4Validator(schema)
+    texts = [str(n) for n in range(-1, 13)]
+    try:
+        c = compile_json_schema(schema, VOCAB, extra_properties=True, max_array_items=None)
+    except SchemaError:  # "accepts no value": then no integer may be valid
+        assert not any(validator.is_valid(int(t)) for t in texts), schema
+        return
+    for text in texts:
+        assert ok(c, text) == validator.is_valid(int(text)), (text, schema)

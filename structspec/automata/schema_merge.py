@@ -97,6 +97,27 @@ def _contains_unit(node: dict[str, Any]) -> tuple[Any, int, int | None] | None:
     return node["contains"], int(node.get("minContains", 1)), None if hi is None else int(hi)
 
 
+def _merge_draft4_bounds(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """``minimum``/``maximum`` with draft 4's boolean ``exclusiveMinimum``/``exclusiveMaximum``,
+    merged as units: the flag belongs to its own part's bound (``> 5`` and ``>= 10`` is
+    ``>= 10``, not ``> 10``); the stricter bound wins, a tie keeps either flag. Only the keys
+    it merges are returned; bounds without a boolean flag on either side are left to the
+    key-by-key merge."""
+    out: dict[str, Any] = {}
+    for key, flag, lower in (("minimum", "exclusiveMinimum", True),
+                             ("maximum", "exclusiveMaximum", False)):
+        if not any(isinstance(part.get(flag), bool) for part in (a, b)):
+            continue
+        bounds = [(part[key], part.get(flag) is True) for part in (a, b) if key in part]
+        if not bounds:
+            continue  # a flag without its bound has no effect
+        value = max(v for v, _ in bounds) if lower else min(v for v, _ in bounds)
+        out[key] = value
+        if any(v == value and ex for v, ex in bounds):
+            out[flag] = True
+    return out
+
+
 def _merge_contains(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """``contains`` with its bounds, merged as one unit: each part counts the items that
     match its own schema, so the bounds of a part never apply to the other's schema (a
@@ -192,9 +213,13 @@ def merge_pair(a: Any, b: Any) -> Any:
             tuple_out = _merge_tuples(a, b)
             a = {k: v for k, v in a.items() if k not in array_keys}
             b = {k: v for k, v in b.items() if k not in array_keys}
-    out: dict[str, Any] = {**tuple_out, **_merge_contains(a, b)}
-    a = {k: v for k, v in a.items() if k not in _CONTAINS}
-    b = {k: v for k, v in b.items() if k not in _CONTAINS}
+    bounds = _merge_draft4_bounds(a, b)
+    merged = set(_CONTAINS) | {k for k in ("minimum", "maximum") if k in bounds} | {
+        flag for flag in ("exclusiveMinimum", "exclusiveMaximum")
+        if any(isinstance(part.get(flag), bool) for part in (a, b))}
+    out: dict[str, Any] = {**tuple_out, **_merge_contains(a, b), **bounds}
+    a = {k: v for k, v in a.items() if k not in merged}
+    b = {k: v for k, v in b.items() if k not in merged}
     for key in list(dict.fromkeys([*a, *b])):
         if key in ("properties", "additionalProperties", "patternProperties"):
             continue  # objects are merged together below
