@@ -210,6 +210,8 @@ def _draft4_bound_parts(draw: st.DrawFn) -> dict:
             part[key] = draw(st.integers(0, 10))
             if draw(st.booleans()):
                 part[flag] = draw(st.booleans())
+    if draw(st.integers(0, 3)) == 0:  # a complement: its bounds come back in the numeric form
+        return {"not": part}
     return part
 
 
@@ -217,6 +219,9 @@ def _draft4_bound_parts(draw: st.DrawFn) -> dict:
 @given(_draft4_bound_parts(), _draft4_bound_parts())
 @example({"minimum": 5, "exclusiveMinimum": True}, {"minimum": 10})
 @example({"maximum": 20, "exclusiveMaximum": True}, {"maximum": 10})
+@example({"maximum": 10, "exclusiveMaximum": True}, {"not": {"minimum": 5}})
+@example({"minimum": 2, "exclusiveMinimum": True},
+         {"not": {"maximum": 7, "exclusiveMaximum": True}})
 def test_draft4_exclusive_flags_stay_with_their_own_bound(a, b) -> None:
     """Draft 4's ``exclusiveMinimum: true`` modifies its own part's ``minimum``: ``allOf``
     of ``> 5`` and ``>= 10`` is ``>= 10`` (before, the flag moved to the merged bound and
@@ -227,6 +232,8 @@ def test_draft4_exclusive_flags_stay_with_their_own_bound(a, b) -> None:
     texts = [str(n) for n in range(-1, 13)]
     try:
         c = compile_json_schema(schema, VOCAB, extra_properties=True, max_array_items=None)
+    except UnsupportedSchemaError:
+        return
     except SchemaError:  # "accepts no value": then no integer may be valid
         assert not any(validator.is_valid(int(t)) for t in texts), schema
         return

@@ -19,8 +19,8 @@ from structspec.automata.limits import check_time
 #: Keywords that only annotate; dropped by the merge.
 _IGNORED = {"title", "description", "examples", "default", "$comment", "deprecated",
             "readOnly", "writeOnly", "$schema", "$id", "$anchor", "$defs", "definitions"}
-_LOWER_BOUNDS = {"minLength", "minItems", "minProperties", "minimum"}
-_UPPER_BOUNDS = {"maxLength", "maxItems", "maxProperties", "maximum"}
+_LOWER_BOUNDS = {"minLength", "minItems", "minProperties", "minimum", "exclusiveMinimum"}
+_UPPER_BOUNDS = {"maxLength", "maxItems", "maxProperties", "maximum", "exclusiveMaximum"}
 _TYPES = ("null", "boolean", "object", "array", "number", "string", "integer")
 #: Keywords that assert something in some draft (and the lowering's internal ones); any other
 #: keyword is an annotation, which two parts may give different values (the first is kept).
@@ -100,15 +100,19 @@ def _contains_unit(node: dict[str, Any]) -> tuple[Any, int, int | None] | None:
 def _merge_draft4_bounds(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """``minimum``/``maximum`` with draft 4's boolean ``exclusiveMinimum``/``exclusiveMaximum``,
     merged as units: the flag belongs to its own part's bound (``> 5`` and ``>= 10`` is
-    ``>= 10``, not ``> 10``); the stricter bound wins, a tie keeps either flag. Only the keys
-    it merges are returned; bounds without a boolean flag on either side are left to the
-    key-by-key merge."""
+    ``>= 10``, not ``> 10``); the stricter bound wins, a tie keeps either flag. A numeric
+    flag beside them (a complement's, written in the later drafts' form) is a bound of its
+    own, exclusive. Only the keys it merges are returned; bounds without a boolean flag on
+    either side are left to the key-by-key merge."""
     out: dict[str, Any] = {}
     for key, flag, lower in (("minimum", "exclusiveMinimum", True),
                              ("maximum", "exclusiveMaximum", False)):
         if not any(isinstance(part.get(flag), bool) for part in (a, b)):
             continue
         bounds = [(part[key], part.get(flag) is True) for part in (a, b) if key in part]
+        bounds += [(part[flag], True) for part in (a, b)
+                   if isinstance(part.get(flag), (int, float))
+                   and not isinstance(part.get(flag), bool)]
         if not bounds:
             continue  # a flag without its bound has no effect
         value = max(v for v, _ in bounds) if lower else min(v for v, _ in bounds)
