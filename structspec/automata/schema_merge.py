@@ -97,18 +97,21 @@ def _contains_unit(node: dict[str, Any]) -> tuple[Any, int, int | None] | None:
     return node["contains"], int(node.get("minContains", 1)), None if hi is None else int(hi)
 
 
-def _merge_draft4_bounds(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def _merge_draft4_bounds(a: dict[str, Any], b: dict[str, Any]
+                         ) -> tuple[dict[str, Any], set[str]]:
     """``minimum``/``maximum`` with draft 4's boolean ``exclusiveMinimum``/``exclusiveMaximum``,
     merged as units: the flag belongs to its own part's bound (``> 5`` and ``>= 10`` is
     ``>= 10``, not ``> 10``); the stricter bound wins, a tie keeps either flag. A numeric
     flag beside them (a complement's, written in the later drafts' form) is a bound of its
-    own, exclusive. Only the keys it merges are returned; bounds without a boolean flag on
-    either side are left to the key-by-key merge."""
+    own, exclusive. Returns the merged keys and the keys of both parts they replace; bounds
+    without a boolean flag on either side are left to the key-by-key merge."""
     out: dict[str, Any] = {}
+    consumed: set[str] = set()
     for key, flag, lower in (("minimum", "exclusiveMinimum", True),
                              ("maximum", "exclusiveMaximum", False)):
         if not any(isinstance(part.get(flag), bool) for part in (a, b)):
             continue
+        consumed.add(flag)
         bounds = [(part[key], part.get(flag) is True) for part in (a, b) if key in part]
         bounds += [(part[flag], True) for part in (a, b)
                    if isinstance(part.get(flag), (int, float))
@@ -117,9 +120,10 @@ def _merge_draft4_bounds(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]
             continue  # a flag without its bound has no effect
         value = max(v for v, _ in bounds) if lower else min(v for v, _ in bounds)
         out[key] = value
+        consumed.add(key)
         if any(v == value and ex for v, ex in bounds):
             out[flag] = True
-    return out
+    return out, consumed
 
 
 def _merge_contains(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -217,10 +221,8 @@ def merge_pair(a: Any, b: Any) -> Any:
             tuple_out = _merge_tuples(a, b)
             a = {k: v for k, v in a.items() if k not in array_keys}
             b = {k: v for k, v in b.items() if k not in array_keys}
-    bounds = _merge_draft4_bounds(a, b)
-    merged = set(_CONTAINS) | {k for k in ("minimum", "maximum") if k in bounds} | {
-        flag for flag in ("exclusiveMinimum", "exclusiveMaximum")
-        if any(isinstance(part.get(flag), bool) for part in (a, b))}
+    bounds, consumed = _merge_draft4_bounds(a, b)
+    merged = set(_CONTAINS) | consumed
     out: dict[str, Any] = {**tuple_out, **_merge_contains(a, b), **bounds}
     a = {k: v for k, v in a.items() if k not in merged}
     b = {k: v for k, v in b.items() if k not in merged}

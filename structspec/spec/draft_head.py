@@ -182,10 +182,11 @@ class DraftHeadNet(nn.Module):
             return h
         return h + self.mid_in(self.norm_m(m))
 
-    def step(self, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-        """Next state from state ``s`` ``[n, H]`` and token embeddings ``e`` ``[n, H]``."""
+    def step(self, s: torch.Tensor, e: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+        """Next state from state ``s`` ``[n, H]`` and token embeddings ``e`` ``[n, H]``
+        (``inplace``: as :func:`_block_step`, drafting only)."""
         for block in (self, *self.extra):
-            s = _block_step(block, s, e)
+            s = _block_step(block, s, e, inplace=inplace)
         return s
 
 
@@ -310,16 +311,11 @@ class DraftHead:
     @torch.inference_mode()
     def step(self, s: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Next states ``[n, H]`` after ``tokens`` ``[n]`` from states ``s`` ``[n, H]``."""
-        # DraftHeadNet.step's arithmetic, without a dtype conversion's dispatch where none
-        # is needed and with the activation in place (inference only).
-        net = self.net
-        s = s.float()
+        # No dtype conversion's dispatch where none is needed; the activation in place.
         e = self.embedding.weight[tokens]
         if e.dtype != torch.float32:
             e = e.float()
-        for block in (net, *net.extra):
-            s = _block_step(block, s, e, inplace=True)
-        return s
+        return self.net.step(s.float(), e, inplace=True)
 
     @torch.inference_mode()
     def logits(self, s: torch.Tensor) -> torch.Tensor:
