@@ -416,7 +416,7 @@ class Generator:
                 if json_constraint is None:
                     done = True
                     return Result(text, text, out.token_ids, out.stats, attempts)
-                problem = _validation_problem(json_constraint, text)
+                problem = json_constraint.problem(text)
                 if problem is None:
                     value = json.loads(text)
                     if model_cls is not None:
@@ -472,19 +472,6 @@ class Generator:
     def generate(self, prompt: str, **kwargs: Any) -> Any:
         """Like :meth:`run`, but return only ``Result.value``."""
         return self.run(prompt, **kwargs).value
-
-
-def _validation_problem(constraint: JsonSchemaConstraint, text: str) -> str | None:
-    """Why ``text`` is not a valid instance of the constraint's schema (``None`` if valid)."""
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        return f"not JSON: {exc}"
-    error = next(iter(constraint.validator.iter_errors(value)), None)
-    if error is None:
-        return None
-    where = "/" + "/".join(str(p) for p in error.absolute_path)
-    return f"{error.message} (at instance {where})"
 
 
 _GENERATORS: dict[str | None, Generator] = {}

@@ -13,9 +13,7 @@ Three kinds of checks, all in the spec-faithful mode (``extra_properties=True``,
 from __future__ import annotations
 
 import json
-import math
 import random
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -289,18 +287,8 @@ def test_random_walks_validate(byte_vocab, name, schema):
     rng = random.Random(0)
     for _ in range(25):
         text = byte_vocab.decode(walker.walk(rng, budget=40)).decode("utf-8")
-        if _lossy(text):  # a float json.loads rounds: the validator would judge another value
-            continue
-        assert walker.c.validator.is_valid(json.loads(text)), f"{name}: generated {text!r}"
-
-
-def _lossy(text: str) -> bool:
-    """Whether ``text`` has a number that a Python float does not hold exactly (the
-    ``jsonschema`` validator sees ``1e20 + 0.5`` as an integer; the grammar does not)."""
-    found: list[str] = []
-    json.loads(text, parse_float=lambda t: found.append(t) or 0.0)
-    return any(not math.isfinite(float(t)) or Decimal(repr(float(t))) != Decimal(t)
-               for t in found)
+        # numbers as written: a float reading can round (1e20 + 0.5 reads as an integer)
+        assert walker.c.problem(text) is None, f"{name}: generated {text!r}"
 
 
 # -- what stays refused, and why -------------------------------------------------------------------

@@ -40,6 +40,7 @@ from structspec.automata.schema_keywords import ANNOTATIONS, DEFAULT_MAX_ARRAY_I
 from structspec.automata.schema_lowering import _Lowering
 from structspec.automata.schema_refs import DATA_KEYWORDS, bundle_refs
 from structspec.automata.schema_regex import FORMATS, pattern_regex, python_pattern
+from structspec.automata.schema_validate import decimal_validator, exact_validator, text_problem
 from structspec.automata.schema_values import escape_pointer
 from structspec.errors import (
     GrammarError,
@@ -132,7 +133,7 @@ def _load_schema(schema: Any, registry: Mapping[str, Any] | None = None,
     text = json.dumps(schema)
     if "\\p" in text or "\\P" in text:
         schema = _python_patterns(schema)
-    return schema, _exact_validator(cls)(schema, format_checker=cls.FORMAT_CHECKER)
+    return schema, exact_validator(cls)(schema, format_checker=cls.FORMAT_CHECKER)
 
 
 @cache
@@ -187,33 +188,6 @@ def _spelled(pattern: str) -> str:
         raise UnsupportedSchemaError("pattern", "", str(exc)) from exc
 
 
-def _exact_fraction(value: float) -> Any:
-    """The decimal a JSON number was written as, exactly (``repr`` round-trips it)."""
-    from decimal import Decimal
-    from fractions import Fraction
-
-    return Fraction(value) if isinstance(value, int) else Fraction(Decimal(repr(value)))
-
-
-def _exact_multiple_of(validator: Any, step: Any, instance: Any, schema: Any) -> Any:
-    """``multipleOf`` in decimal arithmetic, as the specification means it (``jsonschema``
-    divides floats: it finds ``19.99`` not a multiple of ``0.01``)."""
-    from jsonschema.exceptions import ValidationError
-
-    if not validator.is_type(instance, "number") or isinstance(instance, bool):
-        return
-    if (_exact_fraction(instance) / _exact_fraction(step)).denominator != 1:
-        yield ValidationError(f"{instance!r} is not a multiple of {step}")
-
-
-@cache
-def _exact_validator(cls: Any) -> Any:
-    """``cls`` with exact decimal ``multipleOf`` (the grammar enforces that meaning)."""
-    from jsonschema.validators import extend
-
-    return extend(cls, {"multipleOf": _exact_multiple_of})
-
-
 # -- the compiled constraint ---------------------------------------------------------------------
 
 
@@ -243,6 +217,7 @@ class JsonSchemaConstraint:
         self.whitespace = whitespace
         self.dropped = dropped
         self.exact = not dropped
+        self._decimal_validator: Any = None
 
     @property
     def vocab(self) -> Vocabulary:
@@ -279,9 +254,24 @@ class JsonSchemaConstraint:
         """How much has been memoized (see the disk cache)."""
         return self.inner.memo_size()
 
+    def problem(self, text: str) -> str | None:
+        """Why the output ``text`` is not a valid instance of the schema, or ``None``.
+
+        Numbers count as the decimals written (:mod:`.schema_validate`), as the constraint
+        means them: ``.validator`` on ``json.loads(text)`` sees floats, which may round
+        across a bound (``0.99999999999999999`` reads as ``1.0``)."""
+        if self._decimal_validator is None:
+            from jsonschema import Draft202012Validator
+            from jsonschema.validators import validator_for
+
+            cls = validator_for(self.schema, default=Draft202012Validator)
+            self._decimal_validator = decimal_validator(self.schema, cls)
+        return text_problem(self._decimal_validator, text)
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["validator"] = None  # rebuilt from the schema: validator classes are dynamic
+        state["_decimal_validator"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -289,8 +279,9 @@ class JsonSchemaConstraint:
         from jsonschema.validators import validator_for
 
         self.__dict__.update(state)
+        self._decimal_validator = None
         cls = validator_for(self.schema, default=Draft202012Validator)
-        self.validator = _exact_validator(cls)(self.schema, format_checker=cls.FORMAT_CHECKER)
+        self.validator = exact_validator(cls)(self.schema, format_checker=cls.FORMAT_CHECKER)
 
     def warn(self, stacklevel: int = 2) -> None:
         """Emit one :class:`LenientSchemaWarning` per dropped keyword."""
