@@ -7,7 +7,8 @@ JSON lexemes as real BPE tokens do) and one byte per token.
 
 from __future__ import annotations
 
-import collections
+import heapq
+import itertools
 import json
 import pickle
 import random
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import warnings
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -532,7 +534,7 @@ class Walker:
     (string, array, object ends, a zero where a value is due), or else along a shortest
     completion found by breadth-first search over single-byte tokens (states are values, so
     the search deduplicates them; pushdown constraints have unboundedly many, so none are
-    enumerated).
+    enumerated), or by randomised closing.
     """
 
     def __init__(self, constraint: JsonSchemaConstraint) -> None:
@@ -540,6 +542,8 @@ class Walker:
         vocab = constraint.vocab
         self.eos = set(vocab.eos_token_ids)
         self.bytes = [vocab.ids_for(bytes([b]))[0] for b in range(256) if vocab.ids_for(bytes([b]))]
+        self.byte_ids = set(self.bytes)
+        self.openers = {vocab.ids_for(b)[0] for b in (b"{", b"[", b"\\")}
 
     def finish(self, s: Any, limit: int = 400, seed: int = 0) -> list[int] | None:
         # Closing greedily first: a walk can end 30 arrays deep, where a breadth-first
@@ -547,31 +551,41 @@ class Walker:
         closing = self._close(s, limit)
         if closing is not None:
             return closing
-        # Then randomised closing (required keys to spell, a value due after a key), and
-        # only then the breadth-first search, which deep objects with free keys outgrow.
-        rng = random.Random(seed)
-        for _ in range(30):
-            closing = self._close_randomly(s, rng, limit)
-            if closing is not None:
-                return closing
-        seen = {s: None}
-        queue = collections.deque([s])
-        while queue and len(seen) < 50_000:
-            cur = queue.popleft()
+        # Then randomised closing (required keys to spell), and a cheapest-first search.
+
+        def tries() -> Iterator[list[int] | None]:
+            for k in range(10):
+                yield self._close_randomly(s, random.Random(seed + k), limit * 4)
+            yield self._search(s, 50_000)
+
+        return next((closing for closing in tries() if closing is not None), None)
+
+    def _search(self, s: Any, budget: int) -> list[int] | None:
+        """A cheapest completion (uniform-cost search over single bytes, ``budget`` states),
+        where opening a container costs eight bytes: a plain breadth-first search spends its
+        state budget on ever deeper nestings before it writes a required value."""
+        best = {s: 0}
+        came: dict[Any, tuple[Any, int] | None] = {s: None}
+        heap = [(0, 0, s)]
+        order = itertools.count(1)
+        while heap and len(came) < budget:
+            cost, _, cur = heapq.heappop(heap)
+            if cost > best[cur]:
+                continue
             if self.c.is_accepting(cur):
                 path = []
-                while seen[cur] is not None:
-                    prev, t = seen[cur]
+                while came[cur] is not None:
+                    cur, t = came[cur]
                     path.append(t)
-                    cur = prev
                 return path[::-1]
-            allowed = self.c.allowed(cur)
-            for t in self.bytes:
-                if t in allowed:
+            for t in map(int, self.c.allowed(cur).ids()):
+                if t in self.byte_ids:
                     nxt = self.c.advance(cur, t)
-                    if nxt not in seen:
-                        seen[nxt] = (cur, t)
-                        queue.append(nxt)
+                    step = cost + (8 if t in self.openers else 1)
+                    if step < best.get(nxt, step + 1):
+                        best[nxt] = step
+                        came[nxt] = (cur, t)
+                        heapq.heappush(heap, (step, next(order), nxt))
         return None
 
     def _close(self, s: Any, limit: int) -> list[int] | None:
@@ -596,7 +610,6 @@ class Walker:
         ``,``) where one is allowed and otherwise a random byte that opens nothing new."""
         vocab = self.c.vocab
         closers = [vocab.ids_for(b)[0] for b in (b'"', b"}", b"]", b":", b"0", b",")]
-        openers = {vocab.ids_for(b)[0] for b in (b"{", b"[", b"\\")}
         path: list[int] = []
         while not self.c.is_accepting(s):
             if len(path) >= limit:
@@ -609,7 +622,7 @@ class Walker:
                 rest = [t for t in self.bytes if t in allowed]
                 if not rest:
                     return None
-                calm = [t for t in rest if t not in openers]
+                calm = [t for t in rest if t not in self.openers]
                 t = rng.choice(calm or rest)
             s = self.c.advance(s, t)
             path.append(t)
