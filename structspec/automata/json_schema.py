@@ -13,7 +13,8 @@ keywords beside ``$ref``/``anyOf`` are intersected first (:mod:`.schema_merge`);
 What cannot be enforced exactly raises :class:`UnsupportedSchemaError` naming the keyword
 and the JSON pointer — or, with ``lenient=True``, warns (:class:`LenientSchemaWarning`), is
 dropped for generation, and the constraint reports ``exact=False`` (validate outputs with
-``.validator``). Keywords neither we nor the draft's validator know are annotations.
+``.problem(text)``, which reads numbers as the decimals written). Keywords neither we nor
+the draft's validator know are annotations.
 
 Narrowing (fewer outputs than the schema allows, never more) is documented in
 ``docs/json_schema.md``: named properties in schema order (others only with
@@ -201,7 +202,7 @@ class JsonSchemaConstraint:
     Attributes:
         schema: the schema as given (a private parsed copy).
         validator: a ``jsonschema`` validator of ``schema`` with format checking on, for
-            validating outputs after generation (needed when ``exact`` is false).
+            values; outputs (text) are better validated with :meth:`problem`.
         exact: whether every accepted output validates (``False`` when ``lenient=True``
             dropped a keyword). Narrowing (fewer outputs than the schema allows) keeps it true.
         whitespace: the whitespace policy, ``"compact"`` or ``"flexible"``.
