@@ -325,8 +325,9 @@ class Generator:
             whitespace: JSON whitespace policy, ``"compact"`` or ``"flexible"``.
             lenient: accept schemas with keywords that cannot be enforced exactly;
                 generate under a superset and validate afterwards.
-            max_retries: extra attempts when a lenient output fails validation (with
-                sampling; greedy retries would repeat the same output).
+            max_retries: extra attempts when an output fails validation — a lenient
+                schema's, or a Pydantic model's own validators beyond its JSON Schema —
+                with sampling (greedy retries would repeat the same output).
             speculative: ``None``/``True`` use the Generator's :class:`SpecConfig`, ``False``
                 decodes one token per pass, a :class:`SpecConfig` tunes this call. Greedy
                 outputs are identical either way; sampling keeps its distribution.
@@ -417,14 +418,21 @@ class Generator:
                     done = True
                     return Result(text, text, out.token_ids, out.stats, attempts)
                 problem = json_constraint.problem(text)
+                beyond_schema = False
                 if problem is None:
                     value = json.loads(text)
                     if model_cls is not None:
-                        value = model_cls.model_validate(value)
-                    done = True
-                    return Result(value, text, out.token_ids, out.stats, attempts)
+                        # A model's own validators (``field_validator``, …) are not in its
+                        # JSON Schema: a valid output they refuse is retried like a lenient
+                        # one, not raised as pydantic's error or as a constraint bug.
+                        value, problem = _model_value(model_cls, value)
+                        beyond_schema = problem is not None
+                    if problem is None:
+                        done = True
+                        return Result(value, text, out.token_ids, out.stats, attempts)
                 self.totals.validation_failed()
-                if json_constraint.exact:  # a constraint bug: never hide it behind a retry
+                if json_constraint.exact and not beyond_schema:
+                    # a constraint bug: never hide it behind a retry
                     raise GenerationError(f"internal error: output failed validation: "
                                           f"{problem}", text, out.token_ids)
                 if attempts > max_retries:
@@ -472,6 +480,19 @@ class Generator:
     def generate(self, prompt: str, **kwargs: Any) -> Any:
         """Like :meth:`run`, but return only ``Result.value``."""
         return self.run(prompt, **kwargs).value
+
+
+def _model_value(model_cls: Any, value: Any) -> tuple[Any, str | None]:
+    """(the model instance, None), or (None, why the model refused ``value``)."""
+    from pydantic import ValidationError
+
+    try:
+        return model_cls.model_validate(value), None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "/" + "/".join(str(p) for p in first["loc"])
+        return None, (f"{model_cls.__name__} refused it: {first['msg']} (at instance {where}; "
+                      f"{exc.error_count()} error(s))")
 
 
 _GENERATORS: dict[str | None, Generator] = {}

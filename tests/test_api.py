@@ -4,11 +4,11 @@ bad arguments name themselves."""
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import ClassVar, Literal
 
 import jsonschema
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from structspec.api import Generator, Result
 from structspec.errors import GenerationError, SchemaError, UnsupportedSchemaError
@@ -64,6 +64,33 @@ def test_pydantic_model_returns_an_instance(gen):
                         max_new_tokens=300)
     assert isinstance(item, Item)
     assert len(item.tags) <= 2 and len(item.label) <= 10
+
+
+class Picky(BaseModel):
+    """A model whose own validator goes beyond its JSON Schema."""
+
+    word: Literal["yes", "no"]
+    refusals: ClassVar[list[int]] = [0]  # how many more outputs the validator refuses
+
+    @field_validator("word")
+    @classmethod
+    def _refuse_some(cls, value: str) -> str:
+        if cls.refusals[0] > 0:
+            cls.refusals[0] -= 1
+            raise ValueError("not today")
+        return value
+
+
+def test_a_models_own_validators_are_retried_not_raised(gen):
+    Picky.refusals[0] = 1
+    result = gen.run("Yes or no?", schema=Picky, seed=3, max_new_tokens=20)
+    assert isinstance(result.value, Picky) and result.attempts == 2
+    Picky.refusals[0] = 10
+    with pytest.raises(GenerationError, match=r"Picky refused it: Value error, not today "
+                                              r"\(at instance /word") as info:
+        gen.run("Yes or no?", schema=Picky, seed=3, max_new_tokens=20, max_retries=2)
+    assert "after 3 attempts" in str(info.value)
+    assert Picky.refusals[0] == 7
 
 
 def test_regex_and_free_text(gen):
