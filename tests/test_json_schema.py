@@ -544,6 +544,7 @@ class Walker:
         self.bytes = [vocab.ids_for(bytes([b]))[0] for b in range(256) if vocab.ids_for(bytes([b]))]
         self.byte_ids = set(self.bytes)
         self.openers = {vocab.ids_for(b)[0] for b in (b"{", b"[", b"\\")}
+        self.closers = [vocab.ids_for(b)[0] for b in (b'"', b"}", b"]", b":", b"0", b",")]
 
     def finish(self, s: Any, limit: int = 400, seed: int = 0) -> list[int] | None:
         # Closing greedily first: a walk can end 30 arrays deep, where a breadth-first
@@ -578,15 +579,18 @@ class Walker:
                     cur, t = came[cur]
                     path.append(t)
                 return path[::-1]
-            for t in map(int, self.c.allowed(cur).ids()):
-                if t in self.byte_ids:
-                    nxt = self.c.advance(cur, t)
-                    step = cost + (8 if t in self.openers else 1)
-                    if step < best.get(nxt, step + 1):
-                        best[nxt] = step
-                        came[nxt] = (cur, t)
-                        heapq.heappush(heap, (step, next(order), nxt))
+            for t in self._byte_moves(cur):
+                nxt = self.c.advance(cur, t)
+                step = cost + (8 if t in self.openers else 1)
+                if step < best.get(nxt, step + 1):
+                    best[nxt] = step
+                    came[nxt] = (cur, t)
+                    heapq.heappush(heap, (step, next(order), nxt))
         return None
+
+    def _byte_moves(self, s: Any) -> list[int]:
+        """The single-byte tokens allowed in ``s``."""
+        return [t for t in map(int, self.c.allowed(s).ids()) if t in self.byte_ids]
 
     def _close(self, s: Any, limit: int) -> list[int] | None:
         """A completion that takes the first allowed of a string's end, a container's end,
@@ -608,18 +612,16 @@ class Walker:
     def _close_randomly(self, s: Any, rng: random.Random, limit: int) -> list[int] | None:
         """A completion that mostly takes a closer (string end, ``}``, ``]``, ``:``, ``0``,
         ``,``) where one is allowed and otherwise a random byte that opens nothing new."""
-        vocab = self.c.vocab
-        closers = [vocab.ids_for(b)[0] for b in (b'"', b"}", b"]", b":", b"0", b",")]
         path: list[int] = []
         while not self.c.is_accepting(s):
             if len(path) >= limit:
                 return None
             allowed = self.c.allowed(s)
-            near = [t for t in closers if t in allowed]
+            near = [t for t in self.closers if t in allowed]
             if near and rng.random() < 0.8:
                 t = near[0] if rng.random() < 0.7 else rng.choice(near)
             else:
-                rest = [t for t in self.bytes if t in allowed]
+                rest = self._byte_moves(s)
                 if not rest:
                     return None
                 calm = [t for t in rest if t not in self.openers]

@@ -280,7 +280,6 @@ class JsonSchemaConstraint:
         from jsonschema.validators import validator_for
 
         self.__dict__.update(state)
-        self._decimal_validator = None
         cls = validator_for(self.schema, default=Draft202012Validator)
         self.validator = exact_validator(cls)(self.schema, format_checker=cls.FORMAT_CHECKER)
 

@@ -95,8 +95,7 @@ def _decimal(text: str) -> Decimal:
     except InvalidOperation:
         mantissa, _, exponent = text.lower().partition("e")
         digits = exponent.lstrip("+-").lstrip("0") or "0"
-        size = int(digits) if len(digits) <= 16 else _EXPONENT_CLAMP
-        size = min(size, _EXPONENT_CLAMP)
+        size = min(int(digits), _EXPONENT_CLAMP) if len(digits) <= 16 else _EXPONENT_CLAMP
         return Decimal(f"{mantissa}e{-size if exponent.startswith('-') else size}")
 
 
