@@ -23,13 +23,14 @@ from structspec.spec.drafters import (
     make_drafters,
     rank_literals,
 )
+from structspec.spec.text_lookup import TextIndex
 from structspec.spec.tree import TreeBuilder
 
 CALL = (r'\{"name":"(get_weather|get_time)","arguments":\{"city":"[A-Za-z ]{1,20}",'
         r'"days":[0-9]{1,2}(,"unit":"(celsius|fahrenheit)")?\}\}')
 ITEMS = r'\[("(red|green|blue)",){0,4}"(red|green|blue)"\]'
 PROMPT = 'What is the weather in "New York" for the next 3 days, or 10 days, in celsius?'
-ALL = ("values", "closers", "splits", "lookup", "alternatives", "topk")
+ALL = ("values", "closers", "splits", "lookup", "text_lookup", "alternatives", "topk")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def _context(tok, vocab, constraint, prompt_ids, output, logits=None):
                         canon=CanonicalTokenizer(tok, vocab), history=history,
                         prompt_len=len(prompt_ids),
                         literals=extract_literals(vocab.decode_text(prompt_ids)),
-                        last_logits=logits)
+                        last_logits=logits, text_index=TextIndex(vocab.decode(prompt_ids)))
 
 
 def _random_walk(constraint, vocab, rng, steps):

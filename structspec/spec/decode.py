@@ -70,14 +70,16 @@ from structspec.spec.drafters import (
     NgramIndex,
     build_tree,
     cheap_allowed,
-    extract_literals,
     field_literals,
     learn_choice,
     make_drafters,
+    request_literals,
 )
 from structspec.spec.prefix import PrefixCache
 from structspec.spec.schedule import DrafterGate, Scheduler
 from structspec.spec.sparse_logits import SparseLogits
+from structspec.spec.text_lookup import SOURCE as TEXT_LOOKUP
+from structspec.spec.text_lookup import TextIndex
 from structspec.spec.tree import DraftTree, TreeBuilder
 from structspec.spec.verify import (
     UnsupportedModelError,
@@ -96,7 +98,7 @@ from structspec.vocab import Vocabulary
 #: root was chosen from, so its runners-up guess the token after the root from the wrong
 #: position — 2 of 66 such nodes accepted on 30 BFCL + 10 HumanEval tasks, and the same
 #: pass counts without it (105 and 172), with fewer nodes per pass.
-DEFAULT_DRAFTERS = ("values", "closers", "lookup", "alternatives")
+DEFAULT_DRAFTERS = ("values", "closers", "lookup", TEXT_LOOKUP, "alternatives")
 #: Speculative (nodes, branches) bounds when ``max_nodes``/``num_speculations`` are ``None``:
 #: structured output (few legal tokens per step) vs free text.
 AUTO_BUDGETS = {"structured": (16, 8), "free": (8, 4)}
@@ -506,9 +508,10 @@ def speculative_decode(
     ctx = DraftContext(
         constraint=constraint, vocab=vocab, canon=CanonicalTokenizer(tokenizer, vocab),
         history=history, prompt_len=len(prompt_ids),
-        literals=extract_literals(prompt_text) if config.enabled else [],
+        literals=request_literals(vocab, prompt_ids) if config.enabled else [],
         field_literals=field_literals(prompt_text) if config.enabled else {},
         options=config.options, draft_model=draft_model,
+        text_index=TextIndex(vocab.decode(prompt_ids)) if config.enabled else None,
     )
     structured = _structured(constraint, vocab)
     # "auto": the shipped head wherever one matches. The first head cost more than it

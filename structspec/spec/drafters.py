@@ -11,6 +11,8 @@ sources (DESIGN.md, "Speculation"):
   key), one branch per option, each extended by its forced continuation.
 - ``lookup``: n-gram matches of the latest tokens in the prompt and the output so far; the
   tokens that followed each match are a branch (prompt lookup decoding, Saxena 2023).
+- ``text_lookup`` (:mod:`structspec.spec.text_lookup`): the same over the prompt's *text*,
+  case folded — a value echoed into a JSON string is tokenized otherwise than in the request.
 - ``values``: literals of the request (numbers first, then quoted strings, names) that fit
   the constraint here, tokenized in context; also the rest of a literal whose beginning was
   just written.
@@ -256,6 +258,38 @@ def extract_literals(text: str, limit: int = 64) -> list[str]:
     return out
 
 
+def request_text(vocab: Vocabulary, prompt_ids: Sequence[int]) -> str:
+    """The request inside a chat prompt: the last stretch of text between special tokens
+    (chat markers) that holds more than a role name, without a first line that is one word
+    (``user``). A prompt without special tokens is all request. Pure."""
+    special = vocab.special_token_ids
+    parts: list[list[int]] = [[]]
+    for t in prompt_ids:
+        if t in special:
+            parts.append([])
+        else:
+            parts[-1].append(t)
+    for part in reversed(parts):
+        text = vocab.decode_text(part).strip()
+        first, _, rest = text.partition("\n")
+        if rest and len(first.split()) == 1:
+            text = rest.strip()
+        if len(text.split()) > 1:
+            return text
+    return vocab.decode_text(prompt_ids)
+
+
+def request_literals(vocab: Vocabulary, prompt_ids: Sequence[int], limit: int = 64
+                     ) -> list[str]:
+    """:func:`extract_literals` of the request (:func:`request_text`) first, then of the
+    whole prompt: the values a call copies are the request's, while a system message and
+    the schema shown there name many words no value holds (``JSON``, ``Preferred``, the
+    schema's own names), which ranked first had taken the values drafter's branches."""
+    prompt = vocab.decode_text(prompt_ids)
+    own = extract_literals(request_text(vocab, prompt_ids), limit)
+    return list(dict.fromkeys([*own, *extract_literals(prompt, limit)]))[:limit]
+
+
 #: A property's line in the typed template a prompt shows the schema as
 #: (:mod:`structspec.schema_prompt`): ``"unit"?: string // The unit... default is 'cm'.``
 _FIELD_NOTE = re.compile(r'^[ \t]*"([^"\\\n]{1,80})"\??:[^\n]*?//([^\n]*)$', re.M)
@@ -359,6 +393,8 @@ class DraftContext:
             or ``None``.
         field_literals: property name -> the values the prompt's note on it names
             (:func:`field_literals`): tried first where that property's value starts.
+        text_index: a :class:`~structspec.spec.text_lookup.TextIndex` of the prompt for
+            the ``text_lookup`` drafter, or ``None``.
     """
 
     constraint: Constraint
@@ -377,6 +413,7 @@ class DraftContext:
     head_anchor: Any = None
     corpus: Any = None
     field_literals: dict[str, list[str]] = field(default_factory=dict)
+    text_index: Any = None
 
     def output_text(self, tail: int = 64) -> bytes:
         """The last ``tail`` tokens of the committed output, as bytes."""
