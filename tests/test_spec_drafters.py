@@ -307,6 +307,28 @@ def test_learned_splits_steer_the_forced_chain(setup):
     assert forced_tokens(ctx, state, out[-1])[0] == canonical[0]
 
 
+def test_a_token_running_past_the_forced_text_is_learned_where_legal(setup):
+    tok, vocab, _ = setup
+    from structspec.automata.base import walk
+    from structspec.spec.drafters import learn_choice
+
+    c = compile_regex(ITEMS, vocab)  # after an item only '"' is forced, then ',' or ']'
+    out = tok.encode('["red', add_special_tokens=False)
+    state = walk(c, out)
+    ctx = _context(tok, vocab, c, [1], out)
+    assert [vocab.tokens[t] for t in forced_tokens(ctx, state, out[-1])] == [b'"']
+    comma = vocab.ids_for(b'",')[0]
+    learn_choice(ctx, state, out[-1], comma)  # the model wrote '",' in one token
+    assert forced_tokens(ctx, state, out[-1]) == [comma]
+    # where the item must be the last one, '",' is illegal: the forced '"' again
+    last = tok.encode('["red","red","red","red","blue', add_special_tokens=False)
+    end = walk(c, last)
+    assert vocab.tokens[forced_tokens(ctx, end, last[-1])[0]] in (b'"', b'"]')
+    # text that is not all forced is not learned as a token for it
+    learn_choice(ctx, state, out[-1], vocab.ids_for(b"ed")[0])
+    assert forced_tokens(ctx, state, out[-1]) == [comma]
+
+
 def test_splits_learned_over_requests_steer_the_chain_and_hedge_the_other(setup):
     tok, vocab, constraints = setup
     c = constraints["call"]
@@ -394,6 +416,35 @@ def test_closers_in_a_string_end_it_first(setup):
     build_tree(ctx, builder, make_drafters(["closers"]))
     tree = builder.freeze()
     assert vocab.tokens[tree.tokens[tree.children[0][0]]].startswith(b'"')
+
+
+def test_closers_follow_how_the_model_ended_values(setup):
+    """The closers the model ended free values with rank first; punctuation that opens a
+    value ('":' then '"') or sits in forced text is not counted as a closer."""
+    tok, vocab, constraints = setup
+    c = constraints["call"]
+    from structspec.automata.base import walk
+    from structspec.spec.cost import AcceptanceModel
+    from structspec.spec.drafters import learn_closer
+
+    text = '{"name":"get_weather","arguments":{"city":"Paris'
+    out = tok.encode(text, add_special_tokens=False)
+    inside = walk(c, out)
+    ctx = _context(tok, vocab, c, [1], out)
+    ctx.acceptance = AcceptanceModel()
+    quote, comma_quote = vocab.ids_for(b'"')[0], vocab.ids_for(b'",')[0]
+    ctx.history.extend([quote] * 6)  # the bare quote used most in this output
+    opening = walk(c, tok.encode('{"name":"get_weather","arguments":{"city":',
+                                 add_special_tokens=False))
+    learn_closer(ctx, opening, c.advance(opening, quote), quote)  # opens a string: no
+    assert ctx.acceptance.closers == {}
+    learn_closer(ctx, inside, c.advance(inside, comma_quote), comma_quote)
+    assert ctx.acceptance.closers == {comma_quote: 1.0}
+    builder = TreeBuilder(c, out[-1], inside, max_depth=8, max_nodes=16, max_branches=1,
+                          eos_ids=vocab.eos_token_ids)
+    build_tree(ctx, builder, make_drafters(["closers"]))
+    tree = builder.freeze()
+    assert tree.tokens[tree.children[0][0]] == comma_quote
 
 
 def test_extract_literals_reads_quoted_values_in_descriptions():

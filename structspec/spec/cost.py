@@ -439,6 +439,8 @@ class AcceptanceModel:
         self.scored = [0.0, 0.0]  # scored nodes: [sum of their scores, accepted]
         # How the model tokenizes forced text: (context, canonical token) -> {chosen: weight}.
         self.splits: dict[tuple[bytes, bytes], dict[int, float]] = {}
+        # The punctuation tokens the model ended free values with: token -> faded count.
+        self.closers: dict[int, float] = {}
 
     def record_split(self, key: tuple[bytes, bytes], chosen: int) -> None:
         """Count that where forced text starts with canonical token ``key[1]`` (after a token
@@ -450,6 +452,15 @@ class AcceptanceModel:
         if len(seen) > 4:  # keep the four most common choices
             for token in sorted(seen, key=seen.__getitem__)[: len(seen) - 4]:
                 del seen[token]
+
+    def record_closer(self, token: int) -> None:
+        """Count that the model ended a free value (a string, a number) with ``token``;
+        older observations fade."""
+        for t in self.closers:
+            self.closers[t] *= self.decay
+        self.closers[token] = self.closers.get(token, 0.0) + 1.0
+        if len(self.closers) > 16:  # keep the sixteen most common
+            del self.closers[min(self.closers, key=self.closers.__getitem__)]
 
     def split_shares(self, key: tuple[bytes, bytes], canonical: int,
                      prior: float = 0.5) -> list[tuple[int, float]]:

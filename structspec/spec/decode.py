@@ -72,6 +72,7 @@ from structspec.spec.drafters import (
     cheap_allowed,
     field_literals,
     learn_choice,
+    learn_closer,
     make_drafters,
     request_literals,
 )
@@ -638,6 +639,7 @@ def speculative_decode(
             if config.enabled and config.forced:  # how the model tokenized forced text
                 for a, b in itertools.pairwise(acc.path):
                     learn_choice(ctx, tree.states[a], tree.tokens[a], tree.tokens[b])
+                    learn_closer(ctx, tree.states[a], tree.states[b], tree.tokens[b])
             out.extend(accepted)
             history.extend(accepted)
             state = tree.states[acc.path[-1]]
@@ -653,7 +655,9 @@ def speculative_decode(
             if config.enabled and config.forced:
                 prev = tree.tokens[acc.path[-1]]
                 learn_choice(ctx, state, prev, token)
-            state = advance_or_raise(constraint, state, token, vocab, out)
+            before, state = state, advance_or_raise(constraint, state, token, vocab, out)
+            if config.enabled and config.forced:
+                learn_closer(ctx, before, state, token)
             out.append(token)
             history.extend([token])
             root = token

@@ -512,7 +512,12 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
         while ids:
             first = _preferred(ctx, ids[0], prev)
             if first != ids[0] and not text.startswith(tokens[first], pos):
-                first = ids[0]  # the learned split does not fit this text
+                # A token running on past the forced text (the model's '",' where only '"'
+                # is forced, the choice of ',' or ']' after it) is taken where it is legal
+                # here; otherwise the learned split does not fit this text.
+                if pos == 0 and len(ids) == 1 and legal(first):
+                    return [first]
+                first = ids[0]
             out.append(first)
             pos += len(tokens[first])
             prev = tokens[first]
@@ -600,7 +605,9 @@ def learn_choice(ctx: DraftContext, state: State, prev_token: int, chosen: int) 
     prev = tokens[prev_token]
     ids = ctx.canon.tokens_after(prev, text)
     got = tokens[chosen]
-    if not ids or not got or not text.startswith(got):
+    # a split of the forced text, or one token for all of it and the choice after it
+    overhang = len(ids) == 1 and got.startswith(text)
+    if not ids or not got or not (text.startswith(got) or overhang):
         return
     canonical = tokens[ids[0]]
     if not _punctuation(canonical):
@@ -612,6 +619,34 @@ def learn_choice(ctx: DraftContext, state: State, prev_token: int, chosen: int) 
     if (chosen != ids[0] and canonical.startswith(got) and got[-1:] in _SEPARATOR_ENDS
             and len(ctx.split_suffixes) < 8):
         ctx.split_suffixes[canonical[len(got):]] = None
+
+
+def learn_closer(ctx: DraftContext, before: State, after: State, chosen: int) -> None:
+    """Remember the punctuation the model ended a free value with: ``chosen`` took
+    ``before``, where the value could go on (a token with a letter or digit was allowed),
+    to ``after``, where it could not (``'",'`` closing a string; not ``'"'`` opening one).
+    The closers drafter ranks by it: ``'",'`` after a string with keys still to come, where
+    the output's other uses of ``'"'`` had ranked the bare quote first. Only where masks
+    are cheap; counted in ``ctx.acceptance``, across requests."""
+    if ctx.acceptance is None or chosen >= len(ctx.vocab.tokens):
+        return
+    struct = structural_tokens(ctx.vocab)
+    if not struct[chosen]:
+        return
+    if _content_allowed(ctx, before) and _content_allowed(ctx, after) is False:
+        ctx.acceptance.record_closer(chosen)
+
+
+def _content_allowed(ctx: DraftContext, state: State) -> bool | None:
+    """Whether a token with a letter or digit is allowed in ``state`` (``None``: the mask
+    is not cheap here)."""
+    mask = cheap_allowed(ctx.constraint, state)
+    if mask is None:
+        return None
+    struct = structural_tokens(ctx.vocab)
+    allowed = mask.to_bool()
+    n = min(allowed.size, struct.size)
+    return bool((allowed[:n] & ~struct[:n]).any())
 
 
 def extend_forced(ctx: DraftContext, builder: TreeBuilder, node: int, *, counted: bool = True,
@@ -793,27 +828,29 @@ class ClosersDrafter:
 
 
 def _rank_closers(ctx: DraftContext, cands: Sequence[int], enders: frozenset[int]) -> list[int]:
-    """``cands`` best first: immediate enders, then by uses in this output, then in all
-    (prompt and output); ties in ``cands``' order. Pure.
+    """``cands`` best first: immediate enders, then by how often the model ended a value
+    with them (:func:`learn_closer`), by uses in this output, then in all (prompt and
+    output); ties in ``cands``' order. Pure.
 
     Where any punctuation is allowed (free text, the inside of a JSON string) there are ~190
     candidates at every step: a key function scanning each one's occurrences took a fifth of
     the drafting time of a prose request; here tokens never seen rank last without a look."""
     prompt_len = ctx.prompt_len
     positions = ctx.history.unigram_ends().get
+    closed = ctx.acceptance.closers if ctx.acceptance is not None else {}
     seen = []
     unseen = []
     for t in cands:
         pos = positions((t,))  # ascending
         if pos:
-            seen.append((t in enders, len(pos) - bisect.bisect_right(pos, prompt_len),
-                         len(pos), t))
-        elif t in enders:
-            seen.append((True, 0, 0, t))
+            seen.append((t in enders, closed.get(t, 0.0),
+                         len(pos) - bisect.bisect_right(pos, prompt_len), len(pos), t))
+        elif t in enders or t in closed:
+            seen.append((t in enders, closed.get(t, 0.0), 0, 0, t))
         else:
             unseen.append(t)
-    seen.sort(key=lambda r: r[:3], reverse=True)  # stable: ties keep cands' order
-    return [r[3] for r in seen] + unseen
+    seen.sort(key=lambda r: r[:4], reverse=True)  # stable: ties keep cands' order
+    return [r[4] for r in seen] + unseen
 
 
 def _immediate_enders(ctx: DraftContext, state: State, cands: Sequence[int]) -> frozenset[int]:
