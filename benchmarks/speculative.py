@@ -103,6 +103,7 @@ from structspec.spec.fastlinear import (  # noqa: E402
     use_avx512,
     use_half_panels,
 )
+from structspec.spec.habits import fresh_acceptance  # noqa: E402
 from structspec.spec.prefix import PrefixCache  # noqa: E402
 
 BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
@@ -426,8 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                          "(default: measure it in this run, like the baseline it is compared "
                          "with; a curve cached under other load mis-sizes the trees)")
     ap.add_argument("--fresh-acceptance", action="store_true",
-                    help="start every request from the prior (default: acceptance statistics "
-                         "carry over between requests, as in a Generator)")
+                    help="start every request from the prior (the model's packaged tokenization "
+                         "habits; default: acceptance statistics carry over between requests, "
+                         "as in a Generator)")
     ap.add_argument("--no-prefix-cache", action="store_true",
                     help="prefill every prompt whole (default: each mode keeps a PrefixCache, "
                          "as a Generator does, so the shared chat header is prefilled once)")
@@ -513,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     def sampling_of(index: int) -> SamplingParams | None:
         """Task ``index``'s sampling (the same seed for both modes and every repeat)."""
         return None if sampling.greedy else replace(sampling, seed=args.seed + index)
-    shared = None if args.fresh_acceptance else AcceptanceModel()
+    shared = None if args.fresh_acceptance else fresh_acceptance(gen.loaded.model)
     # Warm-up: per-process tables, then one whole request per mode, so that one-time work
     # (vocabulary indexes, the token trie) is not billed to the first tasks measured.
     # Each mode has its own prefix cache (they learn the header from two different prompts).

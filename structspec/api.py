@@ -37,6 +37,7 @@ from structspec.schema_prompt import SCHEMA_STYLES, schema_instruction
 from structspec.spec import SpecConfig, UnsupportedModelError, speculative_decode
 from structspec.spec.cost import AcceptanceModel
 from structspec.spec.cpu_paths import use_fast_cpu_paths
+from structspec.spec.habits import fresh_acceptance
 from structspec.spec.prefix import PrefixCache
 from structspec.spec.totals import StatsTotals
 from structspec.vocab import Vocabulary
@@ -457,7 +458,8 @@ class Generator:
             kind = type(constraint).__name__
             with self._acceptance_lock:
                 known = self._acceptance.get(kind)
-                acceptance = copy.deepcopy(known) if known is not None else AcceptanceModel()
+                acceptance = (copy.deepcopy(known) if known is not None
+                              else fresh_acceptance(self.loaded.model))
             try:
                 return speculative_decode(
                     self.loaded.model, self.vocab, ids, constraint,
@@ -476,6 +478,14 @@ class Generator:
         return decode(self.loaded.model, self.vocab, ids, constraint,
                       max_new_tokens=max_new_tokens, sampling=sampling,
                       prefix_cache=self._prefixes)
+
+    def acceptance(self, kind: str = "JsonSchemaConstraint") -> AcceptanceModel | None:
+        """A copy of what this Generator's speculative requests under constraints of class
+        ``kind`` have taught it (acceptance per drafter, the model's tokenization habits:
+        :class:`~structspec.spec.cost.AcceptanceModel`), or ``None`` before the first."""
+        with self._acceptance_lock:
+            known = self._acceptance.get(kind)
+            return copy.deepcopy(known) if known is not None else None
 
     def generate(self, prompt: str, **kwargs: Any) -> Any:
         """Like :meth:`run`, but return only ``Result.value``."""

@@ -204,3 +204,17 @@ def test_the_half_panels_ab_benchmark_refuses_bad_pass_sizes(sizes, capsys):
         _run_benchmark("half_panels_ab.py", ["--passes", sizes])
     assert exc.value.code == 2
     assert "--passes" in capsys.readouterr().err
+
+
+def test_the_default_models_habits_are_packaged_and_generators_learn_more(gen):
+    from structspec.spec.habits import fresh_acceptance, packaged_habits
+
+    assert packaged_habits(gen.loaded.model)["name"] == "smollm2-135m-instruct"
+    assert fresh_acceptance(gen.loaded.model).splits  # a first request drafts with them
+    gen.run("Weather in Paris?", schema={"type": "object", "properties": {
+        "city": {"type": "string"}}, "required": ["city"]}, max_new_tokens=24)
+    taught = gen.acceptance("JsonSchemaConstraint")
+    assert taught is not None and taught.splits
+    taught.splits.clear()  # a copy: the Generator's own is untouched
+    assert gen.acceptance("JsonSchemaConstraint").splits
+    assert gen.acceptance("NoSuchConstraint") is None

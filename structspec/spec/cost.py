@@ -462,6 +462,35 @@ class AcceptanceModel:
         if len(self.closers) > 16:  # keep the sixteen most common
             del self.closers[min(self.closers, key=self.closers.__getitem__)]
 
+    def habits(self) -> dict[str, Any]:
+        """How the model tokenizes forced punctuation and ends free values, as plain data
+        (JSON-ready: bytes as latin-1 text, token ids, weights), for a packaged prior
+        (:mod:`structspec.spec.habits`)."""
+        return {
+            "splits": [[ctx.decode("latin-1"), canonical.decode("latin-1"),
+                        sorted([int(t), round(w, 4)] for t, w in seen.items())]
+                       for (ctx, canonical), seen in sorted(self.splits.items())],
+            "closers": sorted([int(t), round(w, 4)] for t, w in self.closers.items()),
+        }
+
+    def seed(self, habits: dict[str, Any], weight: float = 1.0) -> None:
+        """Start from ``habits`` (as :meth:`habits` gives them), each context's weights
+        scaled so that its likeliest choice counts ``weight`` observations: a prior the
+        model's own choices soon outweigh, followed from the first request on.
+
+        Raises:
+            ValueError: ``habits`` is not in that shape."""
+        try:
+            for ctx, canonical, seen in habits.get("splits", []):
+                top = max(w for _, w in seen)
+                key = (str(ctx).encode("latin-1"), str(canonical).encode("latin-1"))
+                self.splits[key] = {int(t): weight * float(w) / top for t, w in seen}
+            closers = habits.get("closers", [])
+            top = max((w for _, w in closers), default=1.0)
+            self.closers.update({int(t): weight * float(w) / top for t, w in closers})
+        except (TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+            raise ValueError(f"not a habits mapping: {exc}") from exc
+
     def split_shares(self, key: tuple[bytes, bytes], canonical: int,
                      prior: float = 0.5) -> list[tuple[int, float]]:
         """``[(token, share)]`` of the choices recorded for ``key``, likeliest first, with

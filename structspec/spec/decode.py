@@ -76,6 +76,7 @@ from structspec.spec.drafters import (
     make_drafters,
     request_literals,
 )
+from structspec.spec.habits import fresh_acceptance
 from structspec.spec.prefix import PrefixCache
 from structspec.spec.schedule import DrafterGate, Scheduler
 from structspec.spec.sparse_logits import SparseLogits
@@ -457,7 +458,8 @@ def speculative_decode(
             :class:`~structspec.spec.cost.AcceptanceModel`) — pass one kept across requests
             of a kind so that short requests size their trees and split forced text from
             experience;
-            ``None``: a fresh one (the prior). Not shared between concurrent decodes.
+            ``None``: a fresh one (the prior, with the model's packaged tokenization
+            habits: :mod:`structspec.spec.habits`). Not shared between concurrent decodes.
         prefix_cache: a :class:`~structspec.spec.prefix.PrefixCache` to start the KV cache
             from (the prompt's stored beginning is not prefilled again) and to teach.
 
@@ -549,7 +551,9 @@ def speculative_decode(
                           window=config.window, min_acceptance=min_acceptance,
                           probe_every=config.probe_every, curve=curve,
                           memory_probe=None if threshold is None else lambda: memory_use(device),
-                          memory_threshold=threshold or 1.0, acceptance=acceptance,
+                          memory_threshold=threshold or 1.0,
+                          acceptance=(acceptance if acceptance is not None or not config.enabled
+                                      else fresh_acceptance(model)),
                           min_nodes=free_nodes(curve) if curve is not None else 0)
     ctx.acceptance = scheduler.acceptance
     gate = DrafterGate(config.window, config.probe_every, adaptive=config.adaptive)
