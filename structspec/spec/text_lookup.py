@@ -15,7 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from structspec.spec.drafters import ClosersDrafter, _path_tokens, register_drafter
+from structspec.spec.drafters import (
+    ClosersDrafter,
+    _path_tokens,
+    costly_masks,
+    register_drafter,
+)
 
 if TYPE_CHECKING:
     from structspec.spec.drafters import DraftContext
@@ -105,12 +110,14 @@ def word_end(cont: bytes) -> int:
 
 class TextLookupDrafter:
     """Branches copied from the prompt where the output's last words echo it as text (see
-    the module docstring); ``text_lookup_per`` (option, default 2) echoes at most. Each is
+    the module docstring); :attr:`per` echoes at most. Each is
     drafted to the end of its first word, where the punctuation that would close a value
     there is drafted too (a JSON string copies a word or two of the request, then ends),
     and on to the end of the line."""
 
     name = SOURCE
+    #: Echoes drafted per step at most (the latest occurrences).
+    per = 2
 
     def __init__(self) -> None:
         self._closers = ClosersDrafter()
@@ -120,23 +127,25 @@ class TextLookupDrafter:
         room = builder.room(frontier)
         if index is None or room <= 0:
             return
-        per = int(ctx.options.get("text_lookup_per", 2))
         tail = ctx.output_text(16) + ctx.vocab.decode(_path_tokens(builder, frontier))
         prev = ctx.vocab.token_bytes(builder.tokens[frontier])
         # ~4 bytes per token: enough text for the room the branch has
-        for cont in index.continuations(tail, 4 * room + 8, per=per):
+        for cont in index.continuations(tail, 4 * room + 8, per=self.per):
             cut = word_end(cont)
             word = ctx.canon.tokens_after(prev, cont[:cut])
             end = builder.add_branch(frontier, word, self.name) if word else None
             if end is None:
                 break
             if cut < len(cont):
-                cap = builder.max_branches  # one closer where the word ends
-                builder.max_branches = builder.branches + 1
-                try:
-                    self._closers.propose(ctx, builder, end)
-                finally:
-                    builder.max_branches = cap
+                # One closer where the word ends, unless masks are costly there (a code
+                # grammar: a mask for a node decoding may never reach costs milliseconds).
+                cap = builder.max_branches if not costly_masks(ctx.constraint) else 0
+                if cap:
+                    builder.max_branches = builder.branches + 1
+                    try:
+                        self._closers.propose(ctx, builder, end)
+                    finally:
+                        builder.max_branches = cap
                 rest = ctx.canon.tokens_after(ctx.vocab.token_bytes(builder.tokens[end]),
                                               cont[cut:])
                 builder.add_chain(end, rest, self.name)
