@@ -76,3 +76,8 @@ def test_habits_of_another_model_or_damaged_files_are_not_used(heads, tiny_model
     mine = other | {"fingerprint": habits_mod.fingerprint(model), "splits": [["w"]]}
     (heads / "mine.habits.json").write_text(json.dumps(mine))
     assert habits_mod.fresh_acceptance(model).splits == {}
+    # token ids this vocabulary does not have
+    habits_mod._PACKAGED.clear()
+    mine["splits"] = [["w", '":"', [[10**9, 1.0]]]]
+    (heads / "mine.habits.json").write_text(json.dumps(mine))
+    assert habits_mod.fresh_acceptance(model).splits == {}

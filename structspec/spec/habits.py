@@ -80,4 +80,8 @@ def fresh_acceptance(model: Any) -> AcceptanceModel:
             acceptance.seed(habits)
         except ValueError:
             return AcceptanceModel()
+        size = model.get_input_embeddings().weight.shape[0]
+        ids = [t for seen in acceptance.splits.values() for t in seen] + [*acceptance.closers]
+        if any(not 0 <= t < size for t in ids):  # not this vocabulary's tokens
+            return AcceptanceModel()
     return acceptance
