@@ -31,7 +31,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -326,26 +327,34 @@ class DraftHead:
 _PACKAGED: dict[int, tuple[Any, DraftHead | None]] = {}
 
 
+def per_model(memo: dict[int, tuple[Any, Any]], model: Any, compute: Callable[[], Any]) -> Any:
+    """``compute()`` once per live model object, kept in ``memo`` (keyed by ``id`` with a
+    weak reference, so a model freed and another allocated at its address is not
+    mistaken for it)."""
+    hit = memo.get(id(model))
+    if hit is not None and hit[0]() is model:
+        return hit[1]
+    value = compute()
+    memo[id(model)] = (weakref.ref(model), value)
+    return value
+
+
 def packaged_head(model: Any) -> DraftHead | None:
     """The head shipped in :data:`HEADS_DIR` whose fingerprint matches ``model``, loaded once
     per model object; ``None`` when none matches."""
-    hit = _PACKAGED.get(id(model))
-    if hit is not None and hit[0]() is model:
-        return hit[1]
-    import weakref
 
-    mine = fingerprint(model)
-    head = None
-    for path in sorted(HEADS_DIR.glob("*.pt")):
-        try:
-            blob = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception:  # an unreadable file is just not a match
-            continue
-        if isinstance(blob, dict) and blob.get("fingerprint") == mine:
-            head = DraftHead.load(path, model)
-            break
-    _PACKAGED[id(model)] = (weakref.ref(model), head)
-    return head
+    def find() -> DraftHead | None:
+        mine = fingerprint(model)
+        for path in sorted(HEADS_DIR.glob("*.pt")):
+            try:
+                blob = torch.load(path, map_location="cpu", weights_only=True)
+            except Exception:  # an unreadable file is just not a match
+                continue
+            if isinstance(blob, dict) and blob.get("fingerprint") == mine:
+                return DraftHead.load(path, model)
+        return None
+
+    return per_model(_PACKAGED, model, find)
 
 
 def resolve_head(spec: Any, model: Any) -> DraftHead | None:

@@ -15,12 +15,11 @@ choices soon outweigh. Habits only steer drafts: outputs are the same with or wi
 from __future__ import annotations
 
 import json
-import weakref
 from pathlib import Path
 from typing import Any
 
 from structspec.spec.cost import AcceptanceModel
-from structspec.spec.draft_head import HEADS_DIR, fingerprint
+from structspec.spec.draft_head import HEADS_DIR, fingerprint, per_model
 
 KIND = "structspec-habits"
 FORMAT = 1
@@ -56,18 +55,16 @@ def _read(path: Path) -> dict[str, Any] | None:
 def packaged_habits(model: Any) -> dict[str, Any] | None:
     """The habits shipped in the heads folder whose fingerprint matches ``model`` (read
     once per model object), or ``None``."""
-    hit = _PACKAGED.get(id(model))
-    if hit is not None and hit[0]() is model:
-        return hit[1]
-    mine = fingerprint(model)
-    found = None
-    for path in sorted(HEADS_DIR.glob("*.habits.json")):
-        blob = _read(path)
-        if blob is not None and blob.get("fingerprint") == mine:
-            found = blob
-            break
-    _PACKAGED[id(model)] = (weakref.ref(model), found)
-    return found
+
+    def find() -> dict[str, Any] | None:
+        mine = fingerprint(model)
+        for path in sorted(HEADS_DIR.glob("*.habits.json")):
+            blob = _read(path)
+            if blob is not None and blob.get("fingerprint") == mine:
+                return blob
+        return None
+
+    return per_model(_PACKAGED, model, find)
 
 
 def fresh_acceptance(model: Any) -> AcceptanceModel:
