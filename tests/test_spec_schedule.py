@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from structspec.spec.schedule import DrafterGate, Scheduler
+from structspec.spec.schedule import Budget, DrafterGate, Scheduler
 
 
 def test_budget_shrinks_to_none_and_probes_back():
@@ -51,7 +51,33 @@ def test_budget_never_shrinks_below_the_free_nodes():
     for _ in range(20):
         s.budget()
         s.record(offered=3, accepted=0)
-    assert s.levels[s.level] == 3 and all(s.budget().nodes == 3 for _ in range(20))
+    assert s.levels[s.level] == 3
+    budgets = [s.budget() for _ in range(32)]  # the full budget only as a probe
+    assert all(b.nodes == 3 for b in budgets if not b.probe)
+    assert [b.nodes for b in budgets if b.probe] == [16, 16]
+
+
+def test_a_probe_of_the_full_budget_below_the_top_level():
+    """Below the top level, every ``probe_every`` steps drafts with the full budget (every
+    drafter active: ``Budget.probe``); where that tree was accepted beyond what the current
+    level could hold (an output that started repeating itself), the top level is back."""
+    s = Scheduler(16, 8, window=2, min_acceptance=0.6, probe_every=4)
+    for _ in range(4):
+        s.budget()
+        s.record(offered=4, accepted=0)
+    assert s.levels[s.level] == 4
+    seen = []
+    for _ in range(8):
+        b = s.budget()
+        seen.append((b.nodes, b.probe))
+        s.record(offered=b.nodes, accepted=1)  # small hits: level kept or raised by them
+        if b.probe:
+            break
+    assert seen[-1] == (16, True) and s.level > 0
+    while not (b := s.budget()).probe:
+        s.record(offered=b.nodes, accepted=0)
+    s.record(offered=16, accepted=12)  # the probe paid beyond the level's nodes
+    assert s.level == 0 and s.budget() == Budget(16, 8)
 
 
 def test_gate_doubles_the_pause_of_a_drafter_that_keeps_missing():

@@ -743,7 +743,8 @@ def _draft(
     # one that does (lookup). Unseen drafters keep the configured order (equal priors).
     rate = scheduler.acceptance.rate
     ordered = sorted(drafters, key=lambda d: -rate(d.name, 1)) if budget.nodes else []
-    frontier = build_tree(ctx, builder, ordered, forced=config.forced, active=gate.active)
+    frontier = build_tree(ctx, builder, ordered, forced=config.forced,
+                          active=None if budget.probe else gate.active)
     frontier_depth = builder.depths[frontier]
     built = builder.freeze()
     return (built, scheduler.plan(built, frontier_depth, keep_all=first, context=context),

@@ -7,7 +7,12 @@ the scheduler measures the hit rate: the fraction of steps where at least one sp
 token was accepted. Below ``min_acceptance`` it steps down a level (down to none), at or
 above it steps back up. At level none it still probes with the smallest budget every
 ``probe_every`` steps, and two probes decide whether to step back up, so a change of regime
-(prose turning into copying) is noticed.
+(prose turning into copying) is noticed. Below the top level, every ``probe_every`` steps one
+tree is drafted with the full budget and every drafter the gate had paused (``Budget.probe``);
+where that tree is accepted beyond what the level could hold, the top level is back — an
+output that starts repeating itself had been left with one or two nodes and a lookup paused
+for its early misses (a BFCL call repeating ``_2013`` to its token limit: 165 passes before,
+69-71 with the probe; session 36).
 
 That level is an upper bound. Within it, when a device cost curve is known, :meth:`Scheduler.plan`
 keeps the part of the built tree that maximizes expected tokens per second
@@ -39,10 +44,12 @@ CONTEXT_STEP = 32
 
 @dataclass(frozen=True)
 class Budget:
-    """Limits for the speculative part of one step's tree."""
+    """Limits for the speculative part of one step's tree (``probe``: the full budget tried
+    below the top level, every drafter active)."""
 
     nodes: int
     branches: int
+    probe: bool = False
 
 
 class Scheduler:
@@ -91,6 +98,8 @@ class Scheduler:
         self.level = 0
         self._hits: deque[bool] = deque(maxlen=self.window)
         self._steps_at_none = 0
+        self._steps_below = 0
+        self._probe_level: int | None = None
         self.curve = curve
         self._floor = node_floor(curve) if curve is not None else 0.0
         self._at: dict[int, tuple[CostCurve, float]] = {}
@@ -111,10 +120,16 @@ class Scheduler:
             self.under_pressure = use is not None and use > self.memory_threshold
         self._steps += 1
         nodes = self.levels[self.level]
+        probe = False
         if nodes == 0 and self.adaptive:
             self._steps_at_none += 1
             if self._steps_at_none % self.probe_every == 0:
                 nodes = self.levels[-2] if len(self.levels) > 1 else 0
+        elif self.adaptive and self.level > 0:
+            self._steps_below += 1
+            if self._steps_below % self.probe_every == 0:
+                nodes, probe = self.levels[0], True
+                self._probe_level = self.levels[self.level]
         branches = 0
         if nodes:
             branches = max(1, round(self.max_branches * nodes / max(1, self.max_nodes)))
@@ -122,7 +137,7 @@ class Scheduler:
                 nodes, branches = max(1, nodes // 2), max(1, branches // 2)
                 self.pressure_steps += 1
         self.history.append(nodes)
-        return Budget(nodes, branches)
+        return Budget(nodes, branches, probe)
 
     def plan(self, tree: DraftTree, frontier_depth: int, *, keep_all: bool = False,
              context: int = 0) -> DraftTree:
@@ -168,6 +183,11 @@ class Scheduler:
         """Report one step: ``offered`` speculative nodes drafted, ``accepted`` of them
         accepted. Steps without speculative nodes are ignored."""
         if not self.adaptive or offered <= 0:
+            return
+        probed, self._probe_level = self._probe_level, None
+        if probed is not None and accepted > probed:  # the full budget paid: back to it
+            self.level = 0
+            self._hits.clear()
             return
         self._hits.append(accepted > 0)
         at_none = self.level == len(self.levels) - 1
