@@ -56,11 +56,14 @@ def requests(path: Path, n: int, seed: int) -> list[tuple[str, dict]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=None,
+                    help="model to learn for (default: the embedded default model)")
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None,
-                    help="habits file (default: the packaged one for the default model)")
+                    help="habits file (default: the model's packaged one, beside the draft "
+                         "heads, where every new AcceptanceModel for it looks)")
     args = ap.parse_args(argv)
     if not MASKBENCH.is_file():
         print(f"{MASKBENCH}: not found (the shared test data)", file=sys.stderr)
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     from structspec.errors import StructSpecError
     from structspec.spec.habits import habits_path, save_habits
 
-    gen = structspec.Generator()
+    gen = structspec.Generator(args.model)
     asked = requests(MASKBENCH, args.requests, args.seed)
     done = 0
     for prompt, schema in asked:
@@ -85,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if acceptance is None:
         print("no speculative request ran", file=sys.stderr)
         return 1
-    out = args.out or habits_path(gen.loaded.name)
+    out = args.out or habits_path(Path(gen.loaded.name).name)
     save_habits(out, acceptance, gen.loaded.model, name=gen.loaded.name,
                 meta={"requests": done, "source": "MaskBench Glaiveai2K", "seed": args.seed})
     habits = acceptance.habits()

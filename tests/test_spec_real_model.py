@@ -218,3 +218,21 @@ def test_the_default_models_habits_are_packaged_and_generators_learn_more(gen):
     taught.splits.clear()  # a copy: the Generator's own is untouched
     assert gen.acceptance("JsonSchemaConstraint").splits
     assert gen.acceptance("NoSuchConstraint") is None
+
+
+def test_the_habits_script_writes_a_file_that_seeds(tmp_path, shared_data):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from structspec.spec.cost import AcceptanceModel
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "learn_habits.py"
+    spec = importlib.util.spec_from_file_location("learn_habits", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "h.habits.json"
+    assert script.main(["--requests", "2", "--out", str(out)]) == 0
+    blob = json.loads(out.read_text())
+    assert blob["kind"] == "structspec-habits" and blob["meta"]["requests"] >= 1
+    AcceptanceModel().seed(blob)  # the shape every fresh AcceptanceModel reads
