@@ -701,7 +701,7 @@ class ValuesDrafter:
         mask = ctx.constraint.allowed(state)
         max_branches = int(ctx.options.get("values_max", 4))
         opened = 0
-        tail = ctx.output_text() + ctx.vocab.decode(_path_tokens(builder, frontier))
+        tail = text_before(ctx, builder, frontier)
         # After a word, a literal needs a space first (free text, code); after a quote,
         # bracket or space it does not (JSON values).
         spaced = bool(prev) and (prev[-1:].isalnum() or prev[-1:] in (b",", b".", b")"))
@@ -962,6 +962,12 @@ def recent_tokens(ctx: DraftContext, builder: TreeBuilder, node: int, n: int) ->
     return (ctx.history.tokens[-n:] + _path_tokens(builder, node))[-n:]
 
 
+def text_before(ctx: DraftContext, builder: TreeBuilder, node: int, tail: int = 64) -> bytes:
+    """The text a draft below ``node`` continues: the last ``tail`` committed output tokens,
+    then the drafted path to ``node``, as bytes."""
+    return ctx.output_text(tail) + ctx.vocab.decode(_path_tokens(builder, node))
+
+
 def _path_tokens(builder: TreeBuilder, node: int) -> list[int]:
     """Drafted tokens from the root (excluded) to ``node``."""
     out = []
@@ -1017,12 +1023,8 @@ def build_tree(ctx: DraftContext, builder: TreeBuilder, drafters: Sequence[Draft
             for drafter in nested:
                 if builder.room(end) <= 0:
                     break
-                cap = builder.max_branches
-                builder.max_branches = builder.branches + per_end
-                try:
+                with builder.extra_branches(per_end):
                     drafter.propose(ctx, builder, end)
-                finally:
-                    builder.max_branches = cap
         if builder.room(frontier) <= 0:
             break
     return frontier

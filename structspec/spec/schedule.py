@@ -121,6 +121,7 @@ class Scheduler:
         self._steps += 1
         nodes = self.levels[self.level]
         probe = False
+        self._probe_level = None  # a probe whose step drafted nothing is not reported
         if nodes == 0 and self.adaptive:
             self._steps_at_none += 1
             if self._steps_at_none % self.probe_every == 0:

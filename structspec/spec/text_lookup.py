@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from structspec.spec.drafters import (
     ClosersDrafter,
-    _path_tokens,
     costly_masks,
     register_drafter,
+    text_before,
 )
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class TextLookupDrafter:
         room = builder.room(frontier)
         if index is None or room <= 0:
             return
-        tail = ctx.output_text(16) + ctx.vocab.decode(_path_tokens(builder, frontier))
+        tail = text_before(ctx, builder, frontier, 16)
         prev = ctx.vocab.token_bytes(builder.tokens[frontier])
         # ~4 bytes per token: enough text for the room the branch has
         for cont in index.continuations(tail, 4 * room + 8, per=self.per):
@@ -139,13 +139,9 @@ class TextLookupDrafter:
             if cut < len(cont):
                 # One closer where the word ends, unless masks are costly there (a code
                 # grammar: a mask for a node decoding may never reach costs milliseconds).
-                cap = builder.max_branches if not costly_masks(ctx.constraint) else 0
-                if cap:
-                    builder.max_branches = builder.branches + 1
-                    try:
+                if builder.max_branches and not costly_masks(ctx.constraint):
+                    with builder.extra_branches(1):
                         self._closers.propose(ctx, builder, end)
-                    finally:
-                        builder.max_branches = cap
                 rest = ctx.canon.tokens_after(ctx.vocab.token_bytes(builder.tokens[end]),
                                               cont[cut:])
                 builder.add_chain(end, rest, self.name)

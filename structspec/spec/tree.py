@@ -18,8 +18,9 @@ ancestors and itself, and position ids ``past_len + depth``.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -225,6 +226,18 @@ class TreeBuilder:
     def num_children(self, parent: int) -> int:
         """How many children ``parent`` has so far."""
         return len(self._children[parent])
+
+    @contextlib.contextmanager
+    def extra_branches(self, n: int) -> Iterator[None]:
+        """Within the block, the branch budget is ``n`` more than the branches opened so far
+        (whatever the bound was: drafting past the ends of other branches gets its own
+        allowance); restored after."""
+        cap = self.max_branches
+        self.max_branches = self.branches + n
+        try:
+            yield
+        finally:
+            self.max_branches = cap
 
     def room(self, parent: int) -> int:
         """How many more nodes a chain under ``parent`` could get (depth and node budget)."""
