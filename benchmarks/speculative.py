@@ -169,6 +169,25 @@ def _prompt_of(row: dict, path: Path) -> str:
     raise SystemExit(f"{path}: a row has neither 'prompt' nor 'messages': {sorted(row)}")
 
 
+def code_rows(rows: list[dict], offset: int, n: int) -> list[tuple[int, dict]]:
+    """``(index, row)`` of the first infilling row of each function (``task_id`` up to its
+    last ``/``), skipping the first ``offset`` functions, at most ``n``. The HumanEval
+    infilling files hold several rows per function (one per line left out, same prefix up
+    to that line), so an offset in rows would run the same functions again. Pure."""
+    seen: set[str] = set()
+    out: list[tuple[int, dict]] = []
+    for index, row in enumerate(rows):
+        function = str(row.get("task_id", index)).rsplit("/", 1)[0]
+        if function in seen:
+            continue
+        seen.add(function)
+        if len(seen) > offset:
+            out.append((index, row))
+            if len(out) >= n:
+                break
+    return out
+
+
 def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
                offset: int = 0, layout: str = "system", stop: str = "eof") -> list[dict]:
     """``[{"id", "prompt_ids", "constraint"}]`` for ``kind``.
@@ -180,7 +199,9 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
     ``data`` replaces the default task file (held-out prompts and schemas): JSONL rows in the
     default file's format (``json``: ``messages`` + ``call_json_schema``; ``code``:
     ``prompt`` (+ ``task_id``); ``prose``: ``prompt`` or ``messages``) or, for prose, a text
-    file with one prompt per line. ``offset`` skips that many rows first.
+    file with one prompt per line. ``offset`` skips that many tasks first: rows, except for
+    code, whose file holds several infilling rows per function and one task is taken per
+    function (``--offset 10`` then starts at the 11th function, none of the first ten's).
     """
     tasks = []
     if data is not None and not Path(data).is_file():
@@ -202,18 +223,11 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
         from structspec.grammars import grammar_path
 
         python = structspec.compile_grammar(grammar_path("python"), gen.vocab)
-        seen: set[str] = set()
-        for index, row in enumerate(_read_rows(code_path)[offset:]):
-            function = str(row.get("task_id", index)).rsplit("/", 1)[0]
-            if function in seen:  # one task per function
-                continue
-            seen.add(function)
+        for index, row in code_rows(_read_rows(code_path), offset, n):
             prompt = _prompt_of(row, code_path)
             view = python.with_suffix(b"", prefix=prompt, stop=stop)  # constrained from here
             tasks.append({"id": str(row.get("task_id", f"code_{index}")), "constraint": view,
                           "prompt_ids": gen.prompt_ids(prompt, chat=False)})
-            if len(tasks) >= n:
-                break
         return tasks
     if data and kind == "prose":
         prompts = [_prompt_of(row, Path(data)) for row in _read_rows(Path(data))]

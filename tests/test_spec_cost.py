@@ -475,3 +475,20 @@ def test_the_benchmark_sizes_trees_by_a_stored_cost_curve(tmp_path):
     bad.write_text(json.dumps({"summary": {}}))
     with pytest.raises(SystemExit, match="bad.json"):
         bench.stored_curve(bad)
+
+
+def test_the_benchmark_offsets_code_tasks_by_function():
+    """``benchmarks/speculative.py --task code --offset K``: the infilling file holds several
+    rows per function; a task is a function's first row, and the offset skips functions, so
+    held-out tasks share no function with the first ones."""
+    bench = load_benchmark("speculative.py")
+    rows = [{"task_id": f"SingleLineInfilling/HumanEval/{f}/L{line}"}
+            for f in range(4) for line in range(3)]
+    first = bench.code_rows(rows, 0, 2)
+    assert [r["task_id"] for _, r in first] == ["SingleLineInfilling/HumanEval/0/L0",
+                                                "SingleLineInfilling/HumanEval/1/L0"]
+    held = bench.code_rows(rows, 2, 10)
+    assert [i for i, _ in held] == [6, 9]
+    assert [r["task_id"] for _, r in held] == ["SingleLineInfilling/HumanEval/2/L0",
+                                               "SingleLineInfilling/HumanEval/3/L0"]
+    assert bench.code_rows(rows, 4, 10) == []
