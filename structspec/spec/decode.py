@@ -52,6 +52,7 @@ from structspec.spec.cost import (
     free_nodes,
     memory_use,
 )
+from structspec.spec.counting import SOURCE as COUNTING
 from structspec.spec.draft_head import SOURCE as DRAFT_HEAD
 from structspec.spec.draft_head import (
     DraftHead,
@@ -100,7 +101,7 @@ from structspec.vocab import Vocabulary
 #: root was chosen from, so its runners-up guess the token after the root from the wrong
 #: position — 2 of 66 such nodes accepted on 30 BFCL + 10 HumanEval tasks, and the same
 #: pass counts without it (105 and 172), with fewer nodes per pass.
-DEFAULT_DRAFTERS = ("values", "closers", "lookup", TEXT_LOOKUP, "alternatives")
+DEFAULT_DRAFTERS = ("values", "closers", "lookup", TEXT_LOOKUP, COUNTING, "alternatives")
 #: Speculative (nodes, branches) bounds when ``max_nodes``/``num_speculations`` are ``None``:
 #: structured output (few legal tokens per step) vs free text.
 AUTO_BUDGETS = {"structured": (16, 8), "free": (8, 4)}
