@@ -38,7 +38,7 @@ _ITEM = re.compile(rb"(-?\d{1,9})([ \t]*[,;][ \t]*|[ \t]+)?")
 #: A line's trailing digits (the number being written, maybe empty).
 _TRAILING_DIGITS = re.compile(rb"\d*$")
 _LEADING_NUMBER = re.compile(rb"\d{1,9}")
-#: What follows a number up to the next letter or digit (at most this many bytes).
+#: What follows a number up to the next letter, digit or ``_`` (8 bytes at most).
 _AFTER = re.compile(rb"[^\w]{0,8}")
 
 
@@ -47,7 +47,7 @@ def run_continuation(text: bytes, count: int = 3) -> bytes | None:
     separator (the first preceded by it where ``text`` ends with a number), or ``None``
     where ``text`` does not end with a run: numbers with one separator between them, at a
     constant step (a single number followed by a comma or semicolon counts up by one;
-numbers between spaces only from three on). Pure."""
+    numbers between spaces only from three on). Pure."""
     m = _RUN.search(text)
     if m is None:
         return None
@@ -89,6 +89,8 @@ def increment_continuation(text: bytes, lines: int = 8) -> bytes | None:
     prefix = line[:len(line) - len(written)]
     if prefix and not prefix.strip():
         return None  # indentation alone: a line of output values, not a count
+    if prefix[-1:] == b"-":
+        return None  # a negative number counts down: not guessed
     for earlier in reversed(head.split(b"\n")[-lines:]):
         if not earlier.startswith(prefix):
             continue
@@ -96,8 +98,6 @@ def increment_continuation(text: bytes, lines: int = 8) -> bytes | None:
         number = _LEADING_NUMBER.match(rest)
         if number is None:
             continue
-        if prefix[-1:] == b"-":
-            return None  # a negative number counts down: not guessed
         plus_one = str(int(number.group(0)) + 1).encode()
         if len(plus_one) <= len(written) or not plus_one.startswith(written):
             return None
