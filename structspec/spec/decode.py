@@ -512,7 +512,7 @@ def speculative_decode(
     ctx = DraftContext(
         constraint=constraint, vocab=vocab, canon=CanonicalTokenizer(tokenizer, vocab),
         history=history, prompt_len=len(prompt_ids),
-        literals=request_literals(vocab, prompt_ids) if config.enabled else [],
+        literals=request_literals(vocab, prompt_ids, prompt=prompt_text) if config.enabled else [],
         field_literals=field_literals(prompt_text) if config.enabled else {},
         options=config.options, draft_model=draft_model,
         text_index=TextIndex(vocab.decode(prompt_ids)) if config.enabled else None,

@@ -279,13 +279,15 @@ def request_text(vocab: Vocabulary, prompt_ids: Sequence[int]) -> str:
     return vocab.decode_text(prompt_ids)
 
 
-def request_literals(vocab: Vocabulary, prompt_ids: Sequence[int], limit: int = 64
-                     ) -> list[str]:
+def request_literals(vocab: Vocabulary, prompt_ids: Sequence[int], limit: int = 64,
+                     prompt: str | None = None) -> list[str]:
     """:func:`extract_literals` of the request (:func:`request_text`) first, then of the
-    whole prompt: the values a call copies are the request's, while a system message and
-    the schema shown there name many words no value holds (``JSON``, ``Preferred``, the
-    schema's own names), which ranked first had taken the values drafter's branches."""
-    prompt = vocab.decode_text(prompt_ids)
+    whole prompt (``prompt``: its text where the caller decoded it already): the values a
+    call copies are the request's, while a system message and the schema shown there name
+    many words no value holds (``JSON``, ``Preferred``, the schema's own names), which
+    ranked first had taken the values drafter's branches."""
+    if prompt is None:
+        prompt = vocab.decode_text(prompt_ids)
     own = extract_literals(request_text(vocab, prompt_ids), limit)
     return list(dict.fromkeys([*own, *extract_literals(prompt, limit)]))[:limit]
 
