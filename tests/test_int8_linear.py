@@ -23,7 +23,13 @@ from structspec.hf_compat import cache_kwargs
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec import fastlinear as fl
-from structspec.spec.block_quant import BLOCK, dequantize, quantize_q4_1, recover
+from structspec.spec.block_quant import (
+    BLOCK,
+    dequantize,
+    quantize_q4_1,
+    quantize_q8_0,
+    recover,
+)
 from structspec.spec.cpu_paths import use_fast_cpu_paths
 from structspec.vocab import Vocabulary
 
@@ -59,11 +65,7 @@ def _q4_linear(n: int, k: int, bias: bool, seed: int = 0) -> nn.Linear:
 def _q8_0(weight: np.ndarray) -> np.ndarray:
     """``weight`` rounded as GGUF Q8_0 does (w = d*q per block of 32, q signed, d a half),
     dequantized to float32 — as the default model's tied output layer."""
-    n, k = weight.shape
-    blocks = weight.reshape(n, k // BLOCK, BLOCK).astype(np.float32)
-    d = (np.abs(blocks).max(-1, keepdims=True) / 127).astype(np.float16).astype(np.float32)
-    q = np.clip(np.rint(blocks / np.where(d > 0, d, 1)), -127, 127) + 0.0  # as integers: no -0
-    return np.ascontiguousarray((d * q).astype(np.float32).reshape(n, k))
+    return np.ascontiguousarray(dequantize(quantize_q8_0(weight)))
 
 
 def _q8_linear(n: int, k: int, bias: bool, seed: int = 0) -> nn.Linear:
@@ -329,6 +331,32 @@ def test_layers_it_cannot_run_keep_the_lossless_panels():
     assert fl.narrow_count(fl.pack_linears(
         nn.Sequential(_q4_linear(8, 64, False), _q8_linear(8, 8 * 8, False)),
         "panel_int8")) == 1
+
+
+def test_rounded_int8_runs_a_float_layer_on_integer_panels_and_leaves_it_unchanged():
+    """A float32 layer (no block structure) rounded to Q8_0 for a drafter: it runs on the
+    integer kernel within the rounding's error of the float layer, equals the kernel run on
+    the rounded weight, keeps the unrounded layer as its original (state_dict, autograd), and
+    is refused where the input width is not a multiple of 32."""
+    torch.manual_seed(3)
+    lin = nn.Linear(96, 40).eval()
+    before = lin.weight.detach().clone()
+    packed = fl.rounded_int8(lin)
+    assert packed is not None and packed.int8 and packed.original is lin
+    assert torch.equal(lin.weight, before)
+    assert torch.equal(packed.state_dict()["original.weight"], before)
+    rounded = nn.Linear(96, 40).eval()
+    with torch.no_grad():
+        rounded.weight.copy_(torch.from_numpy(_q8_0(before.numpy())))
+        rounded.bias.copy_(lin.bias)
+    x = torch.randn(3, 96)
+    with torch.inference_mode():
+        got = packed(x)
+        assert torch.equal(got, fl.PackedLinear(rounded, "panel_int8")(x))
+        torch.testing.assert_close(got, lin(x), atol=0.02, rtol=0.02)
+    with torch.enable_grad():
+        torch.testing.assert_close(packed(x), lin(x))  # autograd: the original layer
+    assert fl.rounded_int8(nn.Linear(48, 8)) is None
 
 
 def test_pack_refuses_negative_q_and_bad_shapes():

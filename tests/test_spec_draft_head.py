@@ -408,3 +408,32 @@ def test_the_shipped_head_loads_and_keeps_prose_identical():
                              sampling=GREEDY, config=SpecConfig(draft_head=False),
                              tokenizer=gen.loaded.tokenizer)
     assert off.stats.draft_head is None and off.token_ids == plain.token_ids
+
+
+def test_the_steps_layers_run_on_integer_panels_where_they_can_and_save_unrounded(tiny,
+                                                                                  tmp_path):
+    """Where the integer kernel runs, a head's step layers whose input width is a multiple
+    of 32 run on 8-bit panels (``fc1`` here: 2 x 32 inputs), the others keep the float
+    kernels (``fc2``: 48 inputs); the file saved from it holds the unrounded weights."""
+    from structspec.spec import fastlinear as fl
+
+    model, *_ = tiny
+    head = _random_head(model, seed=9)
+    if "panel_int8" not in fl.available_kernels(approx=True):
+        pytest.skip("the integer kernel does not run here")
+    fc1, fc2 = head.net.fc1, head.net.fc2
+    assert isinstance(fc1, fl.PackedLinear) and fc1.int8
+    assert not (isinstance(fc2, fl.PackedLinear) and fc2.int8)
+    path = tmp_path / "rounded.pt"
+    save_head(path, head.net, head.vocab, fingerprint(model), name="tiny-rounded")
+    blob = torch.load(path, weights_only=True)
+    assert torch.equal(blob["state"]["fc1.weight"], fc1.original.weight.half())
+    assert not torch.equal(fc1.original.weight.half(),
+                           torch.from_numpy(_q8(fc1.original.weight)).half())
+
+
+def _q8(weight: torch.Tensor):
+    """``weight`` rounded to Q8_0 blocks (numpy, float32)."""
+    from structspec.spec.block_quant import dequantize, quantize_q8_0
+
+    return dequantize(quantize_q8_0(weight.detach().numpy()))

@@ -133,3 +133,16 @@ def quantize_q4_1(weight: np.ndarray) -> BlockQuant:
     q = np.clip(np.rint((blocks - m[..., None]) / safe), 0, 15).astype(np.int8)
     return BlockQuant(q.reshape(n, k), d, m)
 
+
+
+def quantize_q8_0(weight: np.ndarray) -> BlockQuant:
+    """Quantize ``weight`` (float32 [n, k], k a multiple of 32) as GGUF's Q8_0 does (per block:
+    scale ``max |w| / 127`` stored as a half, q rounded to nearest, no offset): for layers
+    whose numbers only rank guesses (the draft head's, :func:`~structspec.spec.fastlinear.
+    rounded_int8`) and for tests. Lossy, pure."""
+    n, k = weight.shape
+    blocks = weight.astype(np.float32).reshape(n, k // BLOCK, BLOCK)
+    d = (np.abs(blocks).max(-1) / 127).astype(np.float16).astype(np.float32)
+    safe = np.where(d > 0, d, np.float32(1))[..., None]
+    q = np.clip(np.rint(blocks / safe), -127, 127).astype(np.int8)
+    return BlockQuant(q.reshape(n, k), d, np.full(d.shape, -0.0, np.float32))

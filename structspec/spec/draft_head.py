@@ -234,7 +234,12 @@ class DraftHead:
         with torch.no_grad():
             self.reduced.weight.copy_(out_w[self.vocab].float())
         self._dtype = torch.float32
-        from structspec.spec.fastlinear import PackedLinear, available_kernels, pack_linears
+        from structspec.spec.fastlinear import (
+            PackedLinear,
+            available_kernels,
+            pack_linears,
+            rounded_int8,
+        )
 
         # The output rows are the target's: where its output layer is exactly Q8_0 (the
         # default model's), they run on integer panels with 8-bit activations, as the
@@ -245,6 +250,17 @@ class DraftHead:
             packed = PackedLinear(self.reduced, "panel_int8")
             if packed.int8:
                 self.reduced = packed
+            # The step's own layers, rounded to 8-bit blocks on the same integer kernel:
+            # 1.06 bytes per weight instead of half panels' 2, for the same reason. Session
+            # 38 (Xeon, one thread, right after a verification pass): a head step 0.54 ->
+            # 0.31 ms, and the same passes within the wander (prose 1,146 -> 1,137, code
+            # functions 10-39 612 -> 607, 40-99 1,291 -> 1,294; docs/performance.md).
+            for parent in list(self.net.modules()):
+                for child_name, child in list(parent.named_children()):
+                    if type(child) is nn.Linear:
+                        rounded = rounded_int8(child)
+                        if rounded is not None:
+                            setattr(parent, child_name, rounded)
         holder = nn.ModuleDict({"net": self.net, "reduced": self.reduced})
         # Half-precision panels where they run: the head reads ~26 MB per drafted level,
         # evicted from cache by every verification pass, and its numbers only rank drafts

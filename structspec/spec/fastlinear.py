@@ -336,6 +336,31 @@ def _pack_int8(q: torch.Tensor, d: torch.Tensor, m: torch.Tensor
     return packed, signed, narrow
 
 
+def rounded_int8(linear: nn.Linear) -> PackedLinear | None:
+    """``linear`` run by ``"panel_int8"`` with its weight rounded to GGUF Q8_0 blocks (a
+    half-precision scale and integers -127..127 per block of 32 inputs): a quarter of the
+    bytes of float32 panels, half of ``"panel_f16"``'s. Lossy, for drafters only (the draft
+    head's inner layers: its numbers rank guesses that the target verifies). None where the
+    integer kernel does not run here, the layer is not float32 on CPU, or its input width is
+    not a multiple of 32. The result keeps ``linear`` itself as its ``original`` (autograd,
+    ``state_dict`` and saving see the unrounded weight); ``linear`` is not changed."""
+    weight = linear.weight
+    if ("panel_int8" not in available_kernels(approx=True) or weight.device.type != "cpu"
+            or weight.dtype != torch.float32 or linear.in_features % block_quant.BLOCK):
+        return None
+    rounded = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None)
+    with torch.no_grad():
+        quant = block_quant.quantize_q8_0(weight.detach().numpy())
+        rounded.weight.copy_(torch.from_numpy(block_quant.dequantize(quant)))
+        if linear.bias is not None:
+            rounded.bias.copy_(linear.bias.detach())
+    packed = PackedLinear(rounded, "panel_int8")
+    if not packed.int8:  # (a block the recovery refuses: keep the float kernels)
+        return None
+    packed.original = linear
+    return packed
+
+
 def gathered_int8(layer: PackedLinear, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """``layer(x)[..., ids]`` ``[m, len(ids)]`` for an :attr:`PackedLinear.int8` layer and
     rows ``x`` ``[m, in]``, bit for bit, from those columns' integer panels alone (a column's
