@@ -134,7 +134,6 @@ def quantize_q4_1(weight: np.ndarray) -> BlockQuant:
     return BlockQuant(q.reshape(n, k), d, m)
 
 
-
 def quantize_q8_0(weight: np.ndarray) -> BlockQuant:
     """Quantize ``weight`` (float32 [n, k], k a multiple of 32) as GGUF's Q8_0 does (per block:
     scale ``max |w| / 127`` stored as a half, q rounded to nearest, no offset): for layers

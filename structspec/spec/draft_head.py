@@ -262,9 +262,10 @@ class DraftHead:
                         if rounded is not None:
                             setattr(parent, child_name, rounded)
         holder = nn.ModuleDict({"net": self.net, "reduced": self.reduced})
-        # Half-precision panels where they run: the head reads ~26 MB per drafted level,
-        # evicted from cache by every verification pass, and its numbers only rank drafts
-        # (its weights are stored in fp16 anyway). Elsewhere the best lossless kernel, if any.
+        # The layers left (no integer kernel here, or an input width it does not take):
+        # half-precision panels where they run — a drafted level's weights are evicted from
+        # cache by every verification pass, and its numbers only rank drafts (its weights
+        # are stored in fp16 anyway). Elsewhere the best lossless kernel, if any.
         half = "panel_f16" in available_kernels(lossy=True)
         pack_linears(holder, "panel_f16" if half else None)  # a no-op off CPU float32
         self.reduced = holder["reduced"]
