@@ -24,6 +24,7 @@ from structspec.spec.draft_head import (
     DraftHeadNet,
     fingerprint,
     head_path,
+    resolve_head,
     save_head,
 )
 from structspec.spec.drafters import CanonicalTokenizer, DraftContext, NgramIndex
@@ -437,3 +438,24 @@ def _q8(weight: torch.Tensor):
     from structspec.spec.block_quant import dequantize, quantize_q8_0
 
     return dequantize(quantize_q8_0(weight.detach().numpy()))
+
+
+def test_a_head_file_is_loaded_once_per_model_until_it_changes(tiny, tmp_path):
+    """``SpecConfig(draft_head=PATH)`` resolves to the same loaded head request after
+    request (loading packs its layers), to a fresh one once the file changes on disk, and
+    a missing file raises ``FileNotFoundError``."""
+    import os
+
+    model, *_ = tiny
+    head = _random_head(model, seed=4)
+    path = tmp_path / "cached.pt"
+    save_head(path, head.net, head.vocab, fingerprint(model), name="tiny-cached")
+    first = resolve_head(str(path), model)
+    assert resolve_head(path, model) is first
+    save_head(path, head.net, head.vocab, fingerprint(model), name="tiny-cached-2")
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a later version
+    second = resolve_head(str(path), model)
+    assert second is not first and second.name == "tiny-cached-2"
+    with pytest.raises(FileNotFoundError):
+        resolve_head(str(tmp_path / "missing.pt"), model)

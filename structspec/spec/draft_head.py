@@ -390,7 +390,29 @@ def resolve_head(spec: Any, model: Any) -> DraftHead | None:
         return spec
     if spec == "auto" or spec is True:
         return packaged_head(model)
-    return DraftHead.load(spec, model)
+    return _head_file(Path(spec), model)
+
+
+_FILES: dict[int, tuple[Any, dict[tuple[str, int, int], DraftHead]]] = {}
+#: Head files kept loaded per model (the latest used).
+_FILES_KEPT = 4
+
+
+def _head_file(path: Path, model: Any) -> DraftHead:
+    """The head file ``path`` loaded for ``model``, once per model object and version of the
+    file (its resolved path, modification time and size): loading packs the head's layers
+    (~0.1 s for the default model's), which a decode per request would otherwise pay every
+    time. A file changed on disk is loaded again."""
+    stat = path.stat()  # FileNotFoundError for a missing file, as DraftHead.load raises
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    loaded: dict[tuple[str, int, int], DraftHead] = per_model(_FILES, model, dict)
+    head = loaded.pop(key, None)
+    if head is None:
+        head = DraftHead.load(path, model)
+    loaded[key] = head  # the latest last
+    while len(loaded) > _FILES_KEPT:
+        del loaded[next(iter(loaded))]
+    return head
 
 
 def final_norm(model: Any) -> nn.Module | None:
