@@ -356,6 +356,10 @@ def test_rounded_int8_runs_a_float_layer_on_integer_panels_and_leaves_it_unchang
         torch.testing.assert_close(got, lin(x), atol=0.02, rtol=0.02)
     with torch.enable_grad():
         torch.testing.assert_close(packed(x), lin(x))  # autograd: the original layer
+    twin = copy.deepcopy(packed)  # rounded again from its own copy of the original
+    assert twin.int8 and twin.original is not lin
+    with torch.inference_mode():
+        assert torch.equal(twin(x), got)
     assert fl.rounded_int8(nn.Linear(48, 8)) is None
 
 

@@ -182,6 +182,8 @@ class PackedLinear(nn.Module):
         self._signed = False
         #: Whether every q is small enough for qdot's narrow AVX2 kernels (4-bit weights).
         self._narrow = False
+        #: Whether the panels hold a rounded copy of ``original`` (:func:`rounded_int8`).
+        self._rounded = False
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         with torch.no_grad():
@@ -222,8 +224,12 @@ class PackedLinear(nn.Module):
         copied)."""
         import copy
 
-        return PackedLinear(copy.deepcopy(self.original, memo), self.kernel,
-                            self._qpacked is not None)
+        original = copy.deepcopy(self.original, memo)
+        if self._rounded:  # packed from a rounded copy of its original: round again
+            again = rounded_int8(original)
+            if again is not None:
+                return again
+        return PackedLinear(original, self.kernel, self._qpacked is not None)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -358,6 +364,7 @@ def rounded_int8(linear: nn.Linear) -> PackedLinear | None:
     if not packed.int8:  # (a block the recovery refuses: keep the float kernels)
         return None
     packed.original = linear
+    packed._rounded = True
     return packed
 
 
