@@ -238,6 +238,7 @@ class DraftHead:
             PackedLinear,
             available_kernels,
             pack_linears,
+            replace_linears,
             rounded_int8,
         )
 
@@ -255,12 +256,7 @@ class DraftHead:
             # 38 (Xeon, one thread, right after a verification pass): a head step 0.54 ->
             # 0.31 ms, and the same passes within the wander (prose 1,146 -> 1,137, code
             # functions 10-39 612 -> 607, 40-99 1,291 -> 1,294; docs/performance.md).
-            for parent in list(self.net.modules()):
-                for child_name, child in list(parent.named_children()):
-                    if type(child) is nn.Linear:
-                        rounded = rounded_int8(child)
-                        if rounded is not None:
-                            setattr(parent, child_name, rounded)
+            replace_linears(self.net, rounded_int8)
         holder = nn.ModuleDict({"net": self.net, "reduced": self.reduced})
         # The layers left (no integer kernel here, or an input width it does not take):
         # half-precision panels where they run — a drafted level's weights are evicted from

@@ -52,6 +52,7 @@ model's size again). Inference only (no autograd through the packed op).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -418,12 +419,22 @@ def pack_linears(model: nn.Module, kernel: str | None = None,
     if not lossless or not _cpu_float32(model):
         return model
     chosen = kernel or lossless[0]
+    return replace_linears(model, lambda linear: PackedLinear(linear, chosen, quantized))
+
+
+def replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module | None]
+                    ) -> nn.Module:
+    """Replace every plain ``nn.Linear`` of ``model`` (not those already inside a
+    :class:`PackedLinear`) by ``make(linear)`` where that is not None, in place; returns
+    ``model``."""
     for parent in list(model.modules()):
         if isinstance(parent, PackedLinear):
             continue
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                setattr(parent, name, PackedLinear(child, chosen, quantized))
+                replacement = make(child)
+                if replacement is not None:
+                    setattr(parent, name, replacement)
     return model
 
 
