@@ -105,6 +105,36 @@ def test_a_rows_output_does_not_depend_on_where_its_keys_sit(past, n, seed, thre
             assert torch.equal(whole[:, i], alone[:, 0]), i
 
 
+@settings(max_examples=30, deadline=None)
+@given(past=st.integers(0, 40), prefix=st.integers(1, 120), n=st.integers(1, 12),
+       seed=st.integers(0, 2**16), boolean=st.booleans(), threads=st.sampled_from([1, 2]))
+def test_a_prompt_prefilled_under_the_first_trees_mask_gives_its_causal_rows(
+        past, prefix, n, seed, boolean, threads):
+    """The first pass prefills the prompt with the first tree under one mask (causal over
+    the prompt, then the tree's): the kernel skips each row's keys past its last visible one,
+    and every prompt row is bitwise the causal prefill's row, every node its 1-row pass's."""
+    rng = random.Random(seed)
+    parents = [-1] + [rng.randrange(i) for i in range(1, n)]
+    depths = [0]
+    for p in parents[1:]:
+        depths.append(depths[p] + 1)
+    tree = DraftTree(tuple(range(n)), tuple(parents), tuple(depths), (None,) * n, ("t",) * n)
+    q, k, v = _qkv(9, 3, prefix + n, past + prefix + n, 64, seed)
+    mask, _ = tree_attention(tree, past_len=past, prefix_len=prefix)
+    if boolean:
+        mask = mask > torch.finfo(torch.float32).min / 2
+    with torch.inference_mode(), torch_threads(threads):
+        whole = row_exact_attention(_Module(), q, k, v, mask, None)
+        causal = row_exact_attention(_Module(), q[:, :, :prefix], k[:, :, :past + prefix],
+                                     v[:, :, :past + prefix], None, None, is_causal=True)
+        assert torch.equal(whole[:, :prefix], causal)
+        for i in range(n):
+            keys = list(range(past + prefix)) + [past + prefix + j for j in tree.path(i)]
+            alone = row_exact_attention(_Module(), q[:, :, prefix + i:prefix + i + 1],
+                                        k[:, :, keys], v[:, :, keys], None, None)
+            assert torch.equal(whole[:, prefix + i], alone[:, 0]), i
+
+
 @pytest.mark.parametrize("lq", [2, 9, 40])
 def test_causal_rows_equal_their_one_row_passes(lq):
     q, k, v = _qkv(9, 3, lq, lq + 5, 64, seed=lq)

@@ -383,12 +383,15 @@ __attribute__((target("avx2,fma"))) static void attend_tile(
     const float *q, const float *kt, const float *v, const Py_ssize_t *heads,
     const Py_ssize_t *rows, int n, Py_ssize_t lq, Py_ssize_t lk, Py_ssize_t hq, Py_ssize_t d,
     float scale, int kind, const void *mask, Py_ssize_t ldm, Py_ssize_t sqh, Py_ssize_t sqr,
-    float *s, float *acc, float *out, int mode) {
+    const Py_ssize_t *visible, float *s, float *acc, float *out, int mode) {
     Py_ssize_t width = ((lk + KB - 1) / KB) * KB, span = lk;
     if (kind == MASK_CAUSAL) { /* keys past the tile's last visible one are masked: skip them */
         Py_ssize_t last = 0;
         for (int r = 0; r < n; r++) last = rows[r] > last ? rows[r] : last;
         span = last + lk - lq + 1;
+    } else if (visible != NULL) { /* the same with a mask: its rows' last visible keys */
+        span = 1;
+        for (int r = 0; r < n; r++) span = visible[rows[r]] > span ? visible[rows[r]] : span;
     }
     Py_ssize_t nb = (span + KB - 1) / KB;
     const float *qr[TILE];
@@ -561,7 +564,30 @@ static PyObject *at_attend(PyObject *self, PyObject *args) {
     if (kt == NULL) return PyErr_NoMemory();
     threads = threads < 1 ? 1 : threads;
     int failed = 0, mode = tiles();
+    /* Under a mask, each row's keys end at its last visible one: a pass that prefills the
+     * prompt with the first tree has a causal prompt under its tree mask, and the keys past
+     * a row's last visible one would only add exact zeros (as MASK_CAUSAL skips them). */
+    Py_ssize_t *visible = NULL;
+    if (kind == MASK_FLOAT || kind == MASK_BOOL) {
+        visible = malloc((size_t)lq * sizeof(Py_ssize_t));
+        if (visible == NULL) {
+            free(kt);
+            return PyErr_NoMemory();
+        }
+    }
     Py_BEGIN_ALLOW_THREADS
+    if (visible != NULL)
+        for (Py_ssize_t i = 0; i < lq; i++) {
+            Py_ssize_t j = lk;
+            if (kind == MASK_FLOAT) {
+                const float *mr = (const float *)(uintptr_t)maskp + i * ldm;
+                while (j > 0 && mr[j - 1] < MASKED) j--;
+            } else {
+                const uint8_t *mr = (const uint8_t *)(uintptr_t)maskp + i * ldm;
+                while (j > 0 && !mr[j - 1]) j--;
+            }
+            visible[i] = j;
+        }
     transpose_keys(k, hkv, lk, nb, d, kt);
     /* tiles: the (head, row) pairs of one key head, TILE at a time */
     Py_ssize_t per_kh = group * lq, tiles_per = (per_kh + TILE - 1) / TILE;
@@ -585,13 +611,14 @@ static PyObject *at_attend(PyObject *self, PyObject *args) {
                 rows[r] = pi % lq;
             }
             attend_tile(q, kt + kh * nb * d * KB, v + kh * lk * d, heads, rows, n, lq, lk, hq,
-                        d, scale, kind, (const void *)(uintptr_t)maskp, ldm, sqh, sqr, s,
-                        s + TILE * nb * KB, out, mode);
+                        d, scale, kind, (const void *)(uintptr_t)maskp, ldm, sqh, sqr, visible,
+                        s, s + TILE * nb * KB, out, mode);
         }
         free(s);
     }
     Py_END_ALLOW_THREADS
     free(kt);
+    free(visible);
     if (failed) return PyErr_NoMemory();
     Py_RETURN_NONE;
 #else
