@@ -83,7 +83,7 @@ import structspec  # noqa: E402
 from structspec.api import Generator  # noqa: E402
 from structspec.automata.lark_compile import STOPS  # noqa: E402
 from structspec.engine import free_text  # noqa: E402
-from structspec.errors import GenerationError  # noqa: E402
+from structspec.errors import GenerationError, StructSpecError  # noqa: E402
 from structspec.hf_compat import cache_kwargs  # noqa: E402
 from structspec.models import load_model  # noqa: E402
 from structspec.sampling import SamplingParams  # noqa: E402
@@ -189,7 +189,8 @@ def code_rows(rows: list[dict], offset: int, n: int) -> list[tuple[int, dict]]:
 
 
 def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
-               offset: int = 0, layout: str = "system", stop: str = "eof") -> list[dict]:
+               offset: int = 0, layout: str = "system", stop: str = "eof", *,
+               lenient: bool = False, skipped: list[dict] | None = None) -> list[dict]:
     """``[{"id", "prompt_ids", "constraint"}]`` for ``kind``.
 
     ``layout`` (JSON): ``"system"`` shows the schema as ``Generator.prompt_ids`` does, in the
@@ -202,6 +203,12 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
     file with one prompt per line. ``offset`` skips that many tasks first: rows, except for
     code, whose file holds several infilling rows per function and one task is taken per
     function (``--offset 10`` then starts at the 11th function, none of the first ten's).
+
+    A JSON row whose schema the compiler refuses (a keyword it cannot enforce exactly, an
+    invalid schema) is left out with its reason appended to ``skipped`` (``{"id", "error"}``;
+    raised when ``skipped`` is None), so one schema of a held-out file does not stop the
+    run; ``lenient`` compiles such schemas as ``Generator.run(lenient=True)`` does, under a
+    superset of what they allow (both modes decode under the same constraint).
     """
     tasks = []
     if data is not None and not Path(data).is_file():
@@ -213,10 +220,19 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
             schema = row.get("call_json_schema", row.get("schema"))
             if schema is None:
                 raise SystemExit(f"{path}: row {index} has no 'call_json_schema' (or 'schema')")
-            constraint = structspec.compile_json_schema(schema, gen.vocab)
+            task_id = str(row.get("id", f"json_{index}"))
+            try:
+                constraint = structspec.compile_json_schema(schema, gen.vocab, lenient=lenient)
+            except StructSpecError as exc:
+                if skipped is None:
+                    raise
+                skipped.append({"id": task_id, "error": f"{type(exc).__name__}: {exc}"})
+                print(f"{path}: row {index} ({task_id}) left out: {type(exc).__name__}: {exc}",
+                      file=sys.stderr)
+                continue
             ids = prompt_ids(gen, layout, _prompt_of(row, path), constraint.schema)
-            tasks.append({"id": str(row.get("id", f"json_{index}")), "constraint": constraint,
-                          "schema": schema, "prompt_ids": ids})
+            tasks.append({"id": task_id, "constraint": constraint, "schema": schema,
+                          "prompt_ids": ids})
         return tasks
     code_path = Path(data) if data and kind == "code" else CODE_DATA
     if kind == "code" and code_path.exists():
@@ -460,6 +476,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top-p", type=float, default=None, help="sampling: nucleus mass")
     ap.add_argument("--seed", type=int, default=0,
                     help="sampling: task i seeds both modes (and the peers) with seed + i")
+    ap.add_argument("--lenient", action="store_true",
+                    help="JSON: compile schemas with keywords that cannot be enforced exactly "
+                         "under a superset (Generator.run(lenient=True)); default: such rows "
+                         "are left out, each with its reason (the summary's 'skipped')")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     try:
@@ -483,8 +503,12 @@ def main(argv: list[str] | None = None) -> int:
         use_avx512(False)
     if args.no_half_panels:
         use_half_panels(False)
+    skipped: list[dict] = []
     tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, args.layout,
-                       args.stop)
+                       args.stop, lenient=args.lenient, skipped=skipped)
+    if not tasks:
+        raise SystemExit(f"no task to run ({len(skipped)} left out: their schemas could not "
+                         "be compiled; --lenient compiles them under a superset)")
     base_cfg = SpecConfig(enabled=False, sparse_logits=not args.no_sparse_logits)
     draft = None
     if args.draft_model:
@@ -638,6 +662,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     summary = {
         "task": args.task, "data": args.data, "offset": args.offset, "n": len(rows),
+        "skipped": skipped, "lenient": args.lenient,
         "layout": args.layout if args.task == "json" else None,
         "stop": args.stop if args.task == "code" else None,
         "packed": kernel is not None, "linear_kernel": kernel,

@@ -492,3 +492,31 @@ def test_the_benchmark_offsets_code_tasks_by_function():
     assert [r["task_id"] for _, r in held] == ["SingleLineInfilling/HumanEval/2/L0",
                                                "SingleLineInfilling/HumanEval/3/L0"]
     assert bench.code_rows(rows, 4, 10) == []
+
+
+def test_the_benchmark_leaves_out_schemas_it_cannot_compile_and_says_why(tmp_path, tiny_model):
+    """``benchmarks/speculative.py --task json --data FILE``: a held-out file's schema that
+    cannot be enforced exactly is left out with its reason (the summary's ``skipped``), not
+    the end of the run; ``--lenient`` compiles it under a superset instead."""
+    from structspec.api import Generator
+    from structspec.errors import UnsupportedSchemaError
+
+    bench = load_benchmark("speculative.py")
+    gen = Generator(tiny_model, pack=False)
+    overlapping = {"oneOf": [{"type": "object", "patternProperties": {"^a": {"type": "integer"}}},
+                             {"type": "object", "required": ["b"]}]}
+    data = tmp_path / "held.jsonl"
+    data.write_text("\n".join(json.dumps(row) for row in [
+        {"id": "fine", "prompt": "A person.", "schema": {"type": "object", "properties": {
+            "name": {"type": "string"}}, "required": ["name"]}},
+        {"id": "overlap", "prompt": "Something.", "schema": overlapping},
+    ]) + "\n")
+    skipped: list[dict] = []
+    tasks = bench.load_tasks("json", 10, gen, str(data), skipped=skipped)
+    assert [t["id"] for t in tasks] == ["fine"]
+    assert [s["id"] for s in skipped] == ["overlap"]
+    assert "oneOf" in skipped[0]["error"] and "UnsupportedSchemaError" in skipped[0]["error"]
+    with pytest.raises(UnsupportedSchemaError):  # no list to report to: the error itself
+        bench.load_tasks("json", 10, gen, str(data))
+    lenient = bench.load_tasks("json", 10, gen, str(data), lenient=True, skipped=skipped)
+    assert [t["id"] for t in lenient] == ["fine", "overlap"] and len(skipped) == 1
