@@ -64,8 +64,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gzip
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -142,14 +144,16 @@ PROSE = [
 
 
 def _read_rows(path: Path) -> list[dict]:
-    """The rows of a JSONL file, or (for prose) one ``{"prompt"}`` per non-empty text line."""
+    """The rows of a JSONL file (gzipped where its name ends in ``.gz``, as MaskBench's), or
+    (for prose) one ``{"prompt"}`` per non-empty text line."""
     rows = []
-    with open(path) as f:
+    inner = Path(path.stem) if path.suffix == ".gz" else path
+    with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
         for number, line in enumerate(f, 1):
             line = line.strip()
             if not line:
                 continue
-            if path.suffix in (".jsonl", ".json"):
+            if inner.suffix in (".jsonl", ".json"):
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as exc:
@@ -160,13 +164,31 @@ def _read_rows(path: Path) -> list[dict]:
 
 
 def _prompt_of(row: dict, path: Path) -> str:
-    """A row's request: its ``prompt``, or the content of its last ``messages`` entry."""
+    """A row's request: its ``prompt``, or the content of its last ``messages`` entry; a row
+    with a schema and no request (MaskBench's) asks for an instance of the schema, by its
+    top-level ``title`` or ``description`` where it has one (the schema itself is in the
+    system message)."""
     if isinstance(row.get("prompt"), str):
         return row["prompt"]
     messages = row.get("messages")
     if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
         return str(messages[-1].get("content", ""))
+    schema = row.get("schema")
+    if schema is not None:
+        what = next((schema[key].strip() for key in ("description", "title")
+                     if isinstance(schema, dict) and isinstance(schema.get(key), str)
+                     and schema[key].strip()), "")
+        return ("Write a JSON object that follows the schema"
+                + (f": {what[:300]}" if what else ".") + " Fill it with realistic values.")
     raise SystemExit(f"{path}: a row has neither 'prompt' nor 'messages': {sorted(row)}")
+
+
+def _shuffled(rows: list[dict], seed: int | None) -> list[dict]:
+    """``rows`` in a random order drawn from ``seed`` (``None``: as they are)."""
+    if seed is not None:
+        rows = list(rows)
+        random.Random(seed).shuffle(rows)
+    return rows
 
 
 def code_rows(rows: list[dict], offset: int, n: int) -> list[tuple[int, dict]]:
@@ -190,7 +212,8 @@ def code_rows(rows: list[dict], offset: int, n: int) -> list[tuple[int, dict]]:
 
 def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
                offset: int = 0, layout: str = "system", stop: str = "eof", *,
-               lenient: bool = False, skipped: list[dict] | None = None) -> list[dict]:
+               lenient: bool = False, skipped: list[dict] | None = None,
+               shuffle: int | None = None) -> list[dict]:
     """``[{"id", "prompt_ids", "constraint"}]`` for ``kind``.
 
     ``layout`` (JSON): ``"system"`` shows the schema as ``Generator.prompt_ids`` does, in the
@@ -204,6 +227,9 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
     code, whose file holds several infilling rows per function and one task is taken per
     function (``--offset 10`` then starts at the 11th function, none of the first ten's).
 
+    ``shuffle`` (JSON and prose files): the rows in a random order drawn from that seed
+    before ``offset`` and ``n`` apply — a sample of a file sorted by source, as MaskBench is.
+
     A JSON row whose schema the compiler refuses (a keyword it cannot enforce exactly, an
     invalid schema) is left out with its reason appended to ``skipped`` (``{"id", "error"}``;
     raised when ``skipped`` is None), so one schema of a held-out file does not stop the
@@ -215,7 +241,7 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
         raise SystemExit(f"--data {data}: no such file")
     if kind == "json":
         path = Path(data) if data else BFCL
-        rows = _read_rows(path)[offset:offset + n]
+        rows = _shuffled(_read_rows(path), shuffle)[offset:offset + n]
         for index, row in enumerate(rows, offset):
             schema = row.get("call_json_schema", row.get("schema"))
             if schema is None:
@@ -246,7 +272,8 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
                           "prompt_ids": gen.prompt_ids(prompt, chat=False)})
         return tasks
     if data and kind == "prose":
-        prompts = [_prompt_of(row, Path(data)) for row in _read_rows(Path(data))]
+        prompts = [_prompt_of(row, Path(data))
+                   for row in _shuffled(_read_rows(Path(data)), shuffle)]
     else:
         prompts = CODE if kind == "code" else PROSE
     for i, prompt in enumerate(prompts[offset:offset + n], offset):
@@ -398,6 +425,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="task file instead of the default (held-out tasks): JSONL in the "
                          "default file's format, or for prose one prompt per line")
     ap.add_argument("--offset", type=int, default=0, help="skip this many tasks first")
+    ap.add_argument("--shuffle", type=int, default=None, metavar="SEED",
+                    help="JSON and prose files: take the rows in a random order drawn from "
+                         "SEED before --offset and --n (a sample of a file sorted by source, "
+                         "e.g. MaskBench's maskbench_dev.jsonl.gz)")
     ap.add_argument("--layout", choices=LAYOUTS, default="system",
                     help="JSON: the schema in the system message as a typed template (as "
                          "Generator.prompt_ids) or as JSON Schema, or after the request")
@@ -487,6 +518,9 @@ def main(argv: list[str] | None = None) -> int:
                                   top_p=args.top_p, seed=args.seed)
     except ValueError as exc:
         ap.error(str(exc))
+    if args.shuffle is not None and (args.task == "code" or (args.task == "prose"
+                                                             and not args.data)):
+        ap.error("--shuffle applies to JSON tasks and to prose read from --data")
     if sampling.greedy and (args.top_k is not None or args.top_p is not None):
         ap.error("--top-k and --top-p need --temperature > 0 (greedy decoding ignores them)")
     if args.threads:
@@ -505,7 +539,8 @@ def main(argv: list[str] | None = None) -> int:
         use_half_panels(False)
     skipped: list[dict] = []
     tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, args.layout,
-                       args.stop, lenient=args.lenient, skipped=skipped)
+                       args.stop, lenient=args.lenient, skipped=skipped,
+                       shuffle=args.shuffle)
     if not tasks:
         raise SystemExit(f"no task to run ({len(skipped)} left out: their schemas could not "
                          "be compiled; --lenient compiles them under a superset)")
@@ -662,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     summary = {
         "task": args.task, "data": args.data, "offset": args.offset, "n": len(rows),
-        "skipped": skipped, "lenient": args.lenient,
+        "shuffle": args.shuffle, "skipped": skipped, "lenient": args.lenient,
         "layout": args.layout if args.task == "json" else None,
         "stop": args.stop if args.task == "code" else None,
         "packed": kernel is not None, "linear_kernel": kernel,

@@ -520,3 +520,32 @@ def test_the_benchmark_leaves_out_schemas_it_cannot_compile_and_says_why(tmp_pat
         bench.load_tasks("json", 10, gen, str(data))
     lenient = bench.load_tasks("json", 10, gen, str(data), lenient=True, skipped=skipped)
     assert [t["id"] for t in lenient] == ["fine", "overlap"] and len(skipped) == 1
+
+
+def test_the_benchmark_reads_maskbench_rows_and_samples_them(tmp_path, tiny_model):
+    """``--data maskbench_dev.jsonl.gz --shuffle SEED``: gzipped rows with a schema and no
+    request get one made from the schema's title or description; ``--shuffle`` draws the
+    rows' order from its seed before ``--offset``/``--n`` (the same seed, the same sample)."""
+    import gzip
+
+    from structspec.api import Generator
+
+    bench = load_benchmark("speculative.py")
+    gen = Generator(tiny_model, pack=False)
+    rows = [{"id": f"r{i}", "schema": {"type": "object", "title": f"Thing {i}",
+                                       "properties": {"n": {"type": "integer"}}}}
+            for i in range(12)]
+    data = tmp_path / "mb.jsonl.gz"
+    with gzip.open(data, "wt") as f:
+        f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert "Thing 3" in bench._prompt_of(rows[3], data)
+    assert "schema." in bench._prompt_of({"schema": True}, data)
+    plain = [t["id"] for t in bench.load_tasks("json", 4, gen, str(data), skipped=[])]
+    assert plain == ["r0", "r1", "r2", "r3"]
+    drawn = [t["id"] for t in bench.load_tasks("json", 4, gen, str(data), shuffle=7)]
+    assert drawn != plain and len(set(drawn)) == 4
+    assert drawn == [t["id"] for t in bench.load_tasks("json", 4, gen, str(data), shuffle=7)]
+    later = [t["id"] for t in bench.load_tasks("json", 4, gen, str(data), 4, shuffle=7)]
+    assert not set(later) & set(drawn)
+    with pytest.raises(SystemExit):
+        bench.main(["--task", "code", "--shuffle", "1"])
