@@ -508,14 +508,15 @@ def speculative_decode(
         draft_model.check(vocab)
     history = NgramIndex(max(1, config.lookup_max_n))
     history.extend(prompt_ids)
-    prompt_text = vocab.decode_text(prompt_ids) if config.enabled else ""
+    prompt_bytes = vocab.decode(prompt_ids) if config.enabled else b""
+    prompt_text = prompt_bytes.decode("utf-8", errors="replace")  # as vocab.decode_text
     ctx = DraftContext(
         constraint=constraint, vocab=vocab, canon=CanonicalTokenizer(tokenizer, vocab),
         history=history, prompt_len=len(prompt_ids),
         literals=request_literals(vocab, prompt_ids, prompt=prompt_text) if config.enabled else [],
         field_literals=field_literals(prompt_text) if config.enabled else {},
         options=config.options, draft_model=draft_model,
-        text_index=TextIndex(vocab.decode(prompt_ids)) if config.enabled else None,
+        text_index=TextIndex(prompt_bytes) if config.enabled else None,
     )
     structured = _structured(constraint, vocab)
     # "auto": the shipped head wherever one matches. The first head cost more than it

@@ -276,18 +276,11 @@ class DraftHead:
                 do not match the layout it declares.
             FileNotFoundError: no such file.
         """
-        try:
-            blob = torch.load(Path(path), map_location="cpu", weights_only=True)
-        except FileNotFoundError:
-            raise
-        except Exception as exc:
-            raise DraftHeadMismatchError(f"{path}: not a readable draft head file ({exc})"
-                                         ) from exc
-        if not isinstance(blob, dict) or blob.get("kind") != "structspec-draft-head":
-            raise DraftHeadMismatchError(f"{path}: not a structspec draft head file")
-        if blob.get("format") != FORMAT:
-            raise DraftHeadMismatchError(
-                f"{path}: draft head format {blob.get('format')!r}, this version reads {FORMAT}")
+        return cls._from_blob(_read_head_file(Path(path)), Path(path), model)
+
+    @classmethod
+    def _from_blob(cls, blob: dict[str, Any], path: Path, model: Any) -> DraftHead:
+        """:meth:`load` of a file :func:`_read_head_file` has read."""
         mine = fingerprint(model)
         if blob["fingerprint"] != mine:
             raise DraftHeadMismatchError(
@@ -340,6 +333,37 @@ class DraftHead:
 _PACKAGED: dict[int, tuple[Any, DraftHead | None]] = {}
 
 
+def _read_head_file(path: Path) -> dict[str, Any]:
+    """The contents of a head file, checked to be one of this version's format.
+
+    Raises:
+        DraftHeadMismatchError: not a readable draft head file of this format.
+        FileNotFoundError: no such file.
+    """
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:
+        raise DraftHeadMismatchError(f"{path}: not a readable draft head file ({exc})"
+                                     ) from exc
+    return _checked_head(blob, path)
+
+
+def _checked_head(blob: Any, path: Path) -> dict[str, Any]:
+    """``blob``, a head file's contents, if it is a draft head of this version's format.
+
+    Raises:
+        DraftHeadMismatchError: it is not.
+    """
+    if not isinstance(blob, dict) or blob.get("kind") != "structspec-draft-head":
+        raise DraftHeadMismatchError(f"{path}: not a structspec draft head file")
+    if blob.get("format") != FORMAT:
+        raise DraftHeadMismatchError(
+            f"{path}: draft head format {blob.get('format')!r}, this version reads {FORMAT}")
+    return blob
+
+
 def per_model(memo: dict[int, tuple[Any, Any]], model: Any, compute: Callable[[], Any]) -> Any:
     """``compute()`` once per live model object, kept in ``memo`` (keyed by ``id`` with a
     weak reference, so a model freed and another allocated at its address is not
@@ -363,8 +387,8 @@ def packaged_head(model: Any) -> DraftHead | None:
                 blob = torch.load(path, map_location="cpu", weights_only=True)
             except Exception:  # an unreadable file is just not a match
                 continue
-            if isinstance(blob, dict) and blob.get("fingerprint") == mine:
-                return DraftHead.load(path, model)
+            if isinstance(blob, dict) and blob.get("fingerprint") == mine:  # read once
+                return DraftHead._from_blob(_checked_head(blob, path), path, model)
         return None
 
     return per_model(_PACKAGED, model, find)
