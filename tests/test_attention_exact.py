@@ -20,7 +20,7 @@ from structspec import _native
 from structspec.hf_compat import cache_kwargs
 from structspec.spec.attention import row_exact_attention, set_row_exact
 from structspec.spec.cpu_paths import use_fast_cpu_paths
-from structspec.spec.tree import DraftTree, tree_attention
+from structspec.spec.tree import tree_attention
 from structspec.spec.verify import keep_path, verify_tree
 
 ATTEND = _native.load("attend")
@@ -87,12 +87,7 @@ def test_a_rows_output_does_not_depend_on_where_its_keys_sit(past, n, seed, thre
     """A tree pass (each node's ancestors between masked siblings, additive mask) gives
     every node bitwise what a 1-row pass over the past and its path gives, on 1 or 2
     threads."""
-    rng = random.Random(seed)
-    parents = [-1] + [rng.randrange(i) for i in range(1, n)]
-    depths = [0]
-    for p in parents[1:]:
-        depths.append(depths[p] + 1)
-    tree = DraftTree(tuple(range(n)), tuple(parents), tuple(depths), (None,) * n, ("t",) * n)
+    tree = random_tree(random.Random(seed), n, 200)  # (its tokens do not matter here)
     hq, hkv, d = 9, 3, 64
     q, k, v = _qkv(hq, hkv, n, past + n, d, seed)
     mask, _ = tree_attention(tree, past_len=past)
@@ -113,12 +108,7 @@ def test_a_prompt_prefilled_under_the_first_trees_mask_gives_its_causal_rows(
     """The first pass prefills the prompt with the first tree under one mask (causal over
     the prompt, then the tree's): the kernel skips each row's keys past its last visible one,
     and every prompt row is bitwise the causal prefill's row, every node its 1-row pass's."""
-    rng = random.Random(seed)
-    parents = [-1] + [rng.randrange(i) for i in range(1, n)]
-    depths = [0]
-    for p in parents[1:]:
-        depths.append(depths[p] + 1)
-    tree = DraftTree(tuple(range(n)), tuple(parents), tuple(depths), (None,) * n, ("t",) * n)
+    tree = random_tree(random.Random(seed), n, 200)  # (its tokens do not matter here)
     q, k, v = _qkv(9, 3, prefix + n, past + prefix + n, 64, seed)
     mask, _ = tree_attention(tree, past_len=past, prefix_len=prefix)
     if boolean:
