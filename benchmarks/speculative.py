@@ -175,9 +175,9 @@ def _prompt_of(row: dict, path: Path) -> str:
         return str(messages[-1].get("content", ""))
     schema = row.get("schema")
     if schema is not None:
-        what = next((schema[key].strip() for key in ("description", "title")
-                     if isinstance(schema, dict) and isinstance(schema.get(key), str)
-                     and schema[key].strip()), "")
+        named = [schema.get(key) for key in ("description", "title")] \
+            if isinstance(schema, dict) else []
+        what = next((v.strip() for v in named if isinstance(v, str) and v.strip()), "")
         return ("Write a JSON object that follows the schema"
                 + (f": {what[:300]}" if what else ".") + " Fill it with realistic values.")
     raise SystemExit(f"{path}: a row has neither 'prompt' nor 'messages': {sorted(row)}")
