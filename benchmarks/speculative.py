@@ -47,7 +47,8 @@ would draft; the times stay this machine's.
 
     python benchmarks/speculative.py --task json [--data FILE] [--offset K] [--n 5]
         [--max-new-tokens 160] [--layout system|system-json|request]
-        [--no-pack] [--no-exact-quant] [--no-avx512] [--no-half-panels] [--no-sparse-logits]
+        [--no-pack] [--no-exact-quant] [--no-avx512] [--no-amx] [--no-half-panels]
+        [--no-sparse-logits]
         [--threads T]
         [--repeats R]
         [--draft-model ID] [--no-draft-head | --draft-head FILE] [--no-cost-model]
@@ -100,8 +101,10 @@ from structspec.spec.cpu_paths import use_fast_cpu_paths  # noqa: E402
 from structspec.spec.fastlinear import (  # noqa: E402
     avx512,
     half_panels,
+    int8_amx,
     packed_kernel,
     quantized_count,
+    use_amx,
     use_avx512,
     use_half_panels,
 )
@@ -456,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-avx512", action="store_true",
                     help="run the panel kernels' AVX2 versions where the CPU has AVX-512 (same "
                          "outputs; to measure what the AVX-512 kernels change)")
+    ap.add_argument("--no-amx", action="store_true",
+                    help="run the 8-bit kernels' passes of several rows on AVX512-VNNI where "
+                         "the CPU has AMX tiles (same outputs; to measure what the tiles "
+                         "change)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="runs per variant, each from the same acceptance statistics; the "
@@ -535,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     quantized = quantized_count(gen.loaded.model)
     if args.no_avx512:
         use_avx512(False)
+    if args.no_amx:
+        use_amx(False)
     if args.no_half_panels:
         use_half_panels(False)
     skipped: list[dict] = []
@@ -703,6 +712,7 @@ def main(argv: list[str] | None = None) -> int:
         "packed": kernel is not None, "linear_kernel": kernel,
         "exact_quantized_linears": quantized,
         "avx512_kernels": avx512(),
+        "int8_amx": int8_amx(),
         "int8_half_panels": half_panels(),
         "sparse_logits": not args.no_sparse_logits,
         "attention": gen.loaded.model.config._attn_implementation,

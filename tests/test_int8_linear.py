@@ -6,6 +6,7 @@ plain and speculative — emits the same tokens."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import numpy as np
@@ -39,18 +40,31 @@ pytestmark = pytest.mark.skipif(
     reason="the qdot kernel is not built here or the CPU lacks AVX2/FMA/F16C")
 
 
-@pytest.fixture(params=["avx2", "vnni"])
-def qdot_isa(request):
-    """Run the test with the AVX2 kernels, then the AVX512-VNNI ones (skipped where the CPU
-    has none); the previous choice is restored afterwards."""
-    before = QDOT.set_vnni(request.param == "vnni")
-    if request.param == "vnni" and not QDOT.vnni():
-        QDOT.set_vnni(before)
-        pytest.skip("this CPU has no AVX512-VNNI")
+@contextlib.contextmanager
+def qdot_kernels(isa: str):
+    """Run ``isa``'s kernels for the block: ``"avx2"``, ``"vnni"`` (AMX off) or ``"amx"``
+    (VNNI, with every pass of one row or more on AMX tiles); the previous choice is restored
+    afterwards. Skips where the CPU lacks them."""
+    before = QDOT.set_vnni(isa != "avx2"), QDOT.set_amx(isa == "amx")
+    rows = QDOT.set_amx_from(1 if isa == "amx" else QDOT.amx_from())
     try:
-        yield request.param
+        if isa != "avx2" and not QDOT.vnni():
+            pytest.skip("this CPU has no AVX512-VNNI")
+        if isa == "amx" and not QDOT.amx():
+            pytest.skip("this CPU or OS runs no AMX tiles")
+        yield
     finally:
-        QDOT.set_vnni(before)
+        QDOT.set_vnni(before[0])
+        QDOT.set_amx(before[1])
+        QDOT.set_amx_from(rows)
+
+
+@pytest.fixture(params=["avx2", "vnni", "amx"])
+def qdot_isa(request):
+    """Run the test with the AVX2 kernels, the AVX512-VNNI ones and the AMX ones (each
+    skipped where the CPU has none); the previous choice is restored afterwards."""
+    with qdot_kernels(request.param):
+        yield request.param
 
 
 def _q4_linear(n: int, k: int, bias: bool, seed: int = 0) -> nn.Linear:
@@ -155,25 +169,26 @@ def test_outputs_follow_the_documented_arithmetic(qdot_isa, n, k, bias, kind):
 def test_rows_are_bitwise_independent_of_the_pass_and_the_isa(n, blocks, rows, bias, seed,
                                                               threads, kind):
     """A row's outputs are the same bits in a pass of any size, with the AVX2 kernels (the
-    narrow ones where the panels allow, or not) and the AVX512-VNNI ones."""
+    narrow ones where the panels allow, or not), the AVX512-VNNI ones and AMX tiles (from
+    one row)."""
     k = blocks * BLOCK
     layer = fl.PackedLinear(_MAKERS[kind](n, k, bias, seed), "panel_int8")
     assert layer.int8 and (layer._signed, layer._narrow) == _KINDS[kind]
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed)) * 3
-    before, narrow_before = QDOT.set_vnni(True), QDOT.set_halves(True)
-    isas = [(False, True), (False, False)] + ([(True, True)] if QDOT.vnni() else [])
+    narrow_before = QDOT.set_halves(True)
+    isas = [("avx2", True), ("avx2", False)] + ([("vnni", True)] if QDOT.vnni() else []) \
+        + ([("amx", True)] if QDOT.amx() else [])
     try:
         outs = []
         with torch.inference_mode(), torch_threads(threads):
-            for vnni, narrow in isas:
-                QDOT.set_vnni(vnni)
+            for isa, narrow in isas:
                 QDOT.set_halves(narrow)
-                whole = layer(x)
-                lone = torch.cat([layer(x[i:i + 1]) for i in range(rows)])
+                with qdot_kernels(isa):
+                    whole = layer(x)
+                    lone = torch.cat([layer(x[i:i + 1]) for i in range(rows)])
                 assert torch.equal(whole, lone)
                 outs.append(whole)
     finally:
-        QDOT.set_vnni(before)
         QDOT.set_halves(narrow_before)
     assert all(torch.equal(outs[0], o) for o in outs[1:])
 
@@ -237,14 +252,9 @@ def test_gathered_columns_are_the_whole_pass_bits(n, blocks, rows, bias, signed,
     layer = fl.PackedLinear(make(n, k, bias, seed), "panel_int8")
     ids = torch.tensor(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=40)))
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed))
-    before = QDOT.set_vnni(True)
-    try:
-        for vnni in [False, True] if QDOT.vnni() else [False]:
-            QDOT.set_vnni(vnni)
-            with torch.inference_mode():
-                assert torch.equal(fl.gathered_int8(layer, x, ids), layer(x)[:, ids])
-    finally:
-        QDOT.set_vnni(before)
+    for isa in ["avx2"] + (["vnni"] if QDOT.vnni() else []) + (["amx"] if QDOT.amx() else []):
+        with qdot_kernels(isa), torch.inference_mode():
+            assert torch.equal(fl.gathered_int8(layer, x, ids), layer(x)[:, ids])
 
 
 @pytest.mark.parametrize("signed", [False, True])

@@ -32,6 +32,12 @@
  * as floats: 640 bytes per 32 k, the same 1.25 bytes per weight as smallgemm's quantized
  * panels. Threads: OpenMP over pairs of panels (AVX-512) or panels (AVX2).
  *
+ * AMX (Intel's tile matrix units, int8): a pass of several rows can leave the dot products to
+ * the tiles. A panel's 32-k block is exactly a B tile (8 rows of 16 columns x 4 bytes) and up
+ * to 16 rows of a block's activations an A tile, so one tile instruction gives a block's
+ * 16 x 16 integer sums; the float epilogue above then reads them back from memory, in the
+ * same order: bitwise the VNNI kernels' outputs. See run_amx for where it pays.
+ *
  * Signed weights (w = d*q, q any int8, no offset: GGUF Q8_0, the default model's tied output
  * layer) have kernels of their own ("signed" below): the same layout, q as signed bytes, and
  * in the offsets' place 128 * sum(q) per column and block. Their numbers: acc = fma(isum,
@@ -293,6 +299,122 @@ VN_KERNEL(kv_, 4, 0) VN_KERNEL(kv_, 5, 0) VN_KERNEL(kv_, 6, 0)
 VN_KERNEL(ks_, 1, 1) VN_KERNEL(ks_, 2, 1) VN_KERNEL(ks_, 3, 1)
 VN_KERNEL(ks_, 4, 1) VN_KERNEL(ks_, 5, 1) VN_KERNEL(ks_, 6, 1)
 #define VN_MAXR 6
+
+/* AMX availability at compile time: GCC 11+ or clang 12+ know the tile intrinsics. */
+#if QD_X86 && defined(__linux__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+#define QD_AMX 1
+#include <sys/syscall.h>
+#include <unistd.h>
+#else
+#define QD_AMX 0
+#endif
+
+#if QD_AMX
+/* AMX: up to 16 rows (NR) against one panel. Tiles (configured once per call and thread by
+ * amx_config): 0 and 1 the integer sums of alternate 32-k blocks (16 rows x 16 int32), 2 and
+ * 3 their activations (16 rows x 32 bytes, rows k apart; the rows past NR read zeros that
+ * run_amx pads in), 4 and 5 their weights (the panel's block as it lies: 8 rows of 64 bytes).
+ * The next block's tile product is issued before this block's epilogue, so the tile unit and
+ * the vector units overlap. The epilogue is VN_SCALE's float steps for one panel, in the same
+ * order, with the same zero-or-bias addition at the end: the same bits. SG: signed weights
+ * (tdpbssd, activations as they are: no +128 and no correction). */
+#define AX_ROWS16(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11) F(12) \
+    F(13) F(14) F(15)
+#define AX_DECL(r) __m512 f##r = _mm512_setzero_ps();
+#define AX_EPI(r)                                                                          \
+    if (NR > r) {                                                                          \
+        __m512 isum = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb[r]));          \
+        f##r = _mm512_fmadd_ps(isum, _mm512_mul_ps(d, _mm512_set1_ps(dxb[(r) * nb])), f##r); \
+        if (!SG) f##r = _mm512_fmadd_ps(mo, _mm512_set1_ps(sxb[(r) * nb]), f##r);           \
+    }
+#define AX_EPILOGUE(BUF, BB)                                                               \
+    {                                                                                      \
+        const float *s = (const float *)(const void *)(pp + (BB) * QBYTES + QK * PANEL);   \
+        __m512 d = _mm512_loadu_ps(s), mo = _mm512_loadu_ps(s + PANEL);                   \
+        const float *dxb = dx + (BB), *sxb = sx + (BB);                                    \
+        int32_t(*cb)[PANEL] = buf[BUF];                                                    \
+        (void)mo, (void)sxb;                                                               \
+        AX_ROWS16(AX_EPI)                                                                  \
+    }
+#define AX_TILE(C, A, B, BB)                                                               \
+    {                                                                                      \
+        _tile_zero(C);                                                                     \
+        _tile_loadd(A, xq + (BB) * QK, k);                                                 \
+        _tile_loadd(B, pp + (BB) * QBYTES, 4 * PANEL);                                     \
+        if (SG) _tile_dpbssd(C, A, B); else _tile_dpbsud(C, A, B);                         \
+    }
+#define AX_STORE(r)                                                                        \
+    if (NR > r) _mm512_mask_storeu_ps(out + (r) * ldo, msk, _mm512_add_ps(f##r, bv));
+#define AX_PREFETCH(BB)                                                                    \
+    if (pf != NULL)                                                                        \
+        for (int o_ = 0; o_ < QBYTES; o_ += 64) _mm_prefetch(pf + (BB) * QBYTES + o_, _MM_HINT_T1);
+/* Per block b: the tile product of block b + 1 is issued, block b's sums stored, and the
+ * epilogue runs on block b - 1's, stored one step earlier (reading sums just stored by the
+ * tiles stalls: they are not forwarded from the store). Blocks alternate between tiles 0/2/4
+ * and 1/3/5, buffers 0 and 1. */
+#define AX_KERNEL(NAME, R, SIGNED)                                                         \
+    __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-int8"))) static void    \
+    NAME##R(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,              \
+            const uint8_t *pp, const float *bias16, float *out, Py_ssize_t ldo,            \
+            Py_ssize_t cols, const char *pf) {                                             \
+        enum { NR = R, SG = SIGNED };                                                      \
+        Py_ssize_t nb = k / QK;                                                            \
+        int32_t buf[2][16][PANEL] __attribute__((aligned(64)));                            \
+        AX_ROWS16(AX_DECL)                                                                 \
+        AX_TILE(0, 2, 4, 0)                                                                \
+        for (Py_ssize_t b = 0; b < nb; b += 2) {                                           \
+            AX_PREFETCH(b)                                                                 \
+            if (b + 1 < nb) AX_TILE(1, 3, 5, b + 1)                                        \
+            _tile_stored(0, buf[0], 4 * PANEL);                                            \
+            if (b > 0) AX_EPILOGUE(1, b - 1)                                               \
+            if (b + 1 >= nb) {                                                             \
+                AX_EPILOGUE(0, b)                                                          \
+                break;                                                                     \
+            }                                                                              \
+            AX_PREFETCH(b + 1)                                                             \
+            if (b + 2 < nb) AX_TILE(0, 2, 4, b + 2)                                        \
+            _tile_stored(1, buf[1], 4 * PANEL);                                            \
+            AX_EPILOGUE(0, b)                                                              \
+            if (b + 2 >= nb) AX_EPILOGUE(1, b + 1)                                         \
+        }                                                                                  \
+        __mmask16 msk = cols >= PANEL ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1); \
+        __m512 bv = _mm512_loadu_ps(bias16);                                               \
+        AX_ROWS16(AX_STORE)                                                                \
+    }
+AX_KERNEL(kx_, 1, 0) AX_KERNEL(kx_, 2, 0) AX_KERNEL(kx_, 3, 0) AX_KERNEL(kx_, 4, 0)
+AX_KERNEL(kx_, 5, 0) AX_KERNEL(kx_, 6, 0) AX_KERNEL(kx_, 7, 0) AX_KERNEL(kx_, 8, 0)
+AX_KERNEL(kx_, 9, 0) AX_KERNEL(kx_, 10, 0) AX_KERNEL(kx_, 11, 0) AX_KERNEL(kx_, 12, 0)
+AX_KERNEL(kx_, 13, 0) AX_KERNEL(kx_, 14, 0) AX_KERNEL(kx_, 15, 0) AX_KERNEL(kx_, 16, 0)
+AX_KERNEL(kxs_, 1, 1) AX_KERNEL(kxs_, 2, 1) AX_KERNEL(kxs_, 3, 1) AX_KERNEL(kxs_, 4, 1)
+AX_KERNEL(kxs_, 5, 1) AX_KERNEL(kxs_, 6, 1) AX_KERNEL(kxs_, 7, 1) AX_KERNEL(kxs_, 8, 1)
+AX_KERNEL(kxs_, 9, 1) AX_KERNEL(kxs_, 10, 1) AX_KERNEL(kxs_, 11, 1) AX_KERNEL(kxs_, 12, 1)
+AX_KERNEL(kxs_, 13, 1) AX_KERNEL(kxs_, 14, 1) AX_KERNEL(kxs_, 15, 1) AX_KERNEL(kxs_, 16, 1)
+#define AX_MAXR 16
+
+/* The tile configuration every AMX kernel runs under (palette 1; see AX_KERNEL). */
+struct amx_tiles {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+__attribute__((target("amx-tile"))) static void amx_config(int rows) {
+    struct amx_tiles cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 2; t++) {
+        cfg.rows[t] = (uint8_t)rows, cfg.colsb[t] = 4 * PANEL; /* sums: rows x 16 int32 */
+        cfg.rows[2 + t] = (uint8_t)rows, cfg.colsb[2 + t] = QK; /* activations: rows x 32 */
+        cfg.rows[4 + t] = QK / 4, cfg.colsb[4 + t] = 4 * PANEL; /* weights: 8 x 64 */
+    }
+    /* not _tile_loadconfig: GCC's takes the address as an 8-byte memory operand, so the
+     * stores of the rest of the configuration may be dropped as dead (the load then faults) */
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+__attribute__((target("amx-tile"))) static void amx_release(void) { _tile_release(); }
+#endif /* QD_AMX */
 
 /* AVX2: R rows (1..3) against one panel, as two halves of 8 columns. vpmaddubsw adds two
  * u8*s8 products into int16 without saturating here (2*127*127 < 32767), vpmaddwd the two
@@ -570,6 +692,49 @@ static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
     }
     free(xt);
 }
+
+#if QD_AMX
+/* AMX passes: per panel, the rows in blocks of 16 (the last one what is left), so the
+ * panel's weights come from memory for the first block and from L1 for the others; the first
+ * block prefetches the next panel into L2 as it computes. xq must hold a multiple of 16 rows (zeros past m): the tiles read 16 rows. Where
+ * it pays (the default model's 210 body linears, 1 thread, this session's Xeon): the tiles
+ * take a fixed ~16 cycles per block and panel whatever the rows, and the epilogue per row
+ * stays, so one row costs more than with VNNI and many rows much less — see AMX_FROM. */
+static void run_amx(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
+                    Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
+                    float *out, int threads, int sgn) {
+    typedef void (*fx)(const int8_t *, const float *, const float *, Py_ssize_t,
+                       const uint8_t *, const float *, float *, Py_ssize_t, Py_ssize_t,
+                       const char *);
+    static const fx plain[AX_MAXR + 1] = {NULL, kx_1, kx_2, kx_3, kx_4, kx_5, kx_6, kx_7, kx_8,
+                                          kx_9, kx_10, kx_11, kx_12, kx_13, kx_14, kx_15,
+                                          kx_16};
+    static const fx signd[AX_MAXR + 1] = {NULL, kxs_1, kxs_2, kxs_3, kxs_4, kxs_5, kxs_6,
+                                          kxs_7, kxs_8, kxs_9, kxs_10, kxs_11, kxs_12, kxs_13,
+                                          kxs_14, kxs_15, kxs_16};
+    const fx *table = sgn ? signd : plain;
+    Py_ssize_t np = panels_of(n), nb = k / QK, pstride = nb * QBYTES;
+#pragma omp parallel num_threads(threads) if (threads > 1 && np > 1)
+    {
+        amx_config(m < AX_MAXR ? (int)m : AX_MAXR); /* per thread: the configuration is thread state */
+#pragma omp for schedule(static)
+        for (Py_ssize_t p = 0; p < np; p++) {
+            Py_ssize_t c0 = p * PANEL, cols = n - c0 < PANEL ? n - c0 : PANEL;
+            float bias16[PANEL];
+            group_bias(bias16, bias, c0, cols, PANEL);
+            const char *next = prefetch_next && p + 1 < np
+                                   ? (const char *)(packed + (p + 1) * pstride)
+                                   : NULL;
+            for (Py_ssize_t r0 = 0; r0 < m; r0 += AX_MAXR) {
+                Py_ssize_t rows = m - r0 < AX_MAXR ? m - r0 : AX_MAXR;
+                table[rows](xq + r0 * k, dx + r0 * nb, sx + r0 * nb, k, packed + p * pstride,
+                            bias16, out + r0 * n + c0, n, cols, r0 == 0 ? next : NULL);
+            }
+        }
+        amx_release();
+    }
+}
+#endif /* QD_AMX */
 #endif /* QD_X86 */
 
 static int cpu_avx2(void) {
@@ -598,6 +763,42 @@ static int use_vnni(void) {
     return vnni_on;
 }
 
+/* Whether this CPU and OS run the AMX kernels: AMX-TILE and AMX-INT8 (CPUID 7.0 EDX bits 24,
+ * 25), the tile state enabled by the OS (XCR0 bits 17, 18), the VNNI kernels' AVX-512 for the
+ * epilogue, and Linux's permission for this process to use the tiles (asked once; a kernel
+ * that refuses it leaves the VNNI kernels). */
+static int cpu_amx(void) {
+#if QD_AMX
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (((d >> 24) & 3u) != 3u || !cpu_vnni()) return 0;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+    if (!((c >> 27) & 1u)) return 0; /* OSXSAVE: xgetbv may run */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if (((lo >> 17) & 3u) != 3u) return 0;
+    /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18) */
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return 0;
+#endif
+}
+
+/* Whether the AMX kernels run (-1: not yet asked), and from how many rows (AMX_FROM). */
+static int amx_on = -1, amx_has = -1;
+/* The smallest passes that run on the tiles. The default model's 210 body linears, 1 thread,
+ * weights streamed as in a pass (fastest of 5 sweeps, AMX / VNNI): ... */
+#define AMX_FROM 6
+static int amx_from = AMX_FROM;
+static int has_amx(void) {
+    if (amx_has < 0) amx_has = cpu_amx();
+    return amx_has;
+}
+static int use_amx(void) {
+    if (amx_on < 0) amx_on = has_amx();
+    return amx_on && use_vnni();
+}
+
 static int shape_ok(const char *fn, Py_ssize_t n, Py_ssize_t k) {
     if (n > 0 && k > 0 && k % QK == 0) return 1;
     PyErr_Format(PyExc_ValueError, "%s: n must be positive and k a positive multiple of %d",
@@ -615,6 +816,40 @@ static PyObject *qd_vnni(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
     return PyBool_FromLong(use_vnni());
+}
+
+static PyObject *qd_amx(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyBool_FromLong(use_amx());
+}
+
+static PyObject *qd_set_amx(PyObject *self, PyObject *args) {
+    (void)self;
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    int before = use_amx();
+    amx_on = on && has_amx();
+    return PyBool_FromLong(before);
+}
+
+static PyObject *qd_amx_from(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return PyLong_FromLong(amx_from);
+}
+
+static PyObject *qd_set_amx_from(PyObject *self, PyObject *args) {
+    (void)self;
+    int rows;
+    if (!PyArg_ParseTuple(args, "i", &rows)) return NULL;
+    if (rows < 1) {
+        PyErr_SetString(PyExc_ValueError, "set_amx_from: rows must be >= 1");
+        return NULL;
+    }
+    int before = amx_from;
+    amx_from = rows;
+    return PyLong_FromLong(before);
 }
 
 static PyObject *qd_set_vnni(PyObject *self, PyObject *args) {
@@ -754,10 +989,17 @@ static PyObject *qd_linear(PyObject *self, PyObject *args) {
     }
     if (m == 0) Py_RETURN_NONE;
     Py_ssize_t nb = k / QK;
-    /* xq, then dx and sx: one allocation per call (m*k bytes, small next to the weights) */
-    size_t xbytes = ((size_t)(m * k) + 63) & ~(size_t)63;
+    int amx = 0;
+#if QD_AMX
+    amx = m >= amx_from && use_amx();
+#endif
+    /* xq, then dx and sx: one allocation per call (m*k bytes, small next to the weights;
+     * for the tiles, rows up to a multiple of 16, zeros past m) */
+    Py_ssize_t mpad = amx ? (m + 15) / 16 * 16 : m;
+    size_t xbytes = ((size_t)(mpad * k) + 63) & ~(size_t)63;
     char *scratch = malloc(xbytes + 2 * (size_t)(m * nb) * sizeof(float));
     if (scratch == NULL) return PyErr_NoMemory();
+    if (mpad > m) memset(scratch + m * k, 0, (size_t)((mpad - m) * k));
     int8_t *xq = (int8_t *)scratch;
     float *dx = (float *)(void *)(scratch + xbytes), *sx = dx + m * nb;
     threads = threads < 1 ? 1 : threads;
@@ -767,8 +1009,12 @@ static PyObject *qd_linear(PyObject *self, PyObject *args) {
     const float *b = bias ? (const float *)(uintptr_t)bias : NULL;
     float *o = (float *)(uintptr_t)out;
     int vnni = use_vnni();
-    if (sgn && vnni) /* the signed VNNI kernels read xq + 128 */
+    if (sgn && vnni && !amx) /* the signed VNNI kernels read xq + 128 */
         for (size_t i = 0; i < (size_t)(m * k); i++) xq[i] = (int8_t)((uint8_t)xq[i] ^ 0x80u);
+#if QD_AMX
+    if (amx) run_amx(xq, dx, sx, m, k, w, n, b, o, threads, sgn);
+    else
+#endif
     if (vnni) run_vnni(xq, dx, sx, m, k, w, n, b, o, threads, sgn);
     else run_avx2(xq, dx, sx, m, k, w, n, b, o, threads, sgn, narrow);
     Py_END_ALLOW_THREADS
@@ -788,6 +1034,17 @@ static PyMethodDef METHODS[] = {
     {"set_vnni", qd_set_vnni, METH_VARARGS,
      "set_vnni(on): run the AVX-512 VNNI kernels (where the CPU has them) or the AVX2 ones "
      "(same results); returns the previous state."},
+    {"amx", qd_amx, METH_NOARGS,
+     "amx(): whether passes of amx_from rows or more run on AMX tiles (the CPU and OS allow "
+     "it, set_amx has not turned it off, and the VNNI kernels run)."},
+    {"set_amx", qd_set_amx, METH_VARARGS,
+     "set_amx(on): run passes of several rows on AMX tiles (where the CPU and OS allow it) or "
+     "on the VNNI kernels (same results); returns the previous state."},
+    {"amx_from", qd_amx_from, METH_NOARGS,
+     "amx_from(): the smallest passes that run on AMX tiles where amx() is true."},
+    {"set_amx_from", qd_set_amx_from, METH_VARARGS,
+     "set_amx_from(rows) -> rows: the smallest passes that run on AMX tiles (same results, "
+     "for tests and timing); returns the previous value."},
     {"set_vector_quantize", qd_set_vector_quantize, METH_VARARGS,
      "set_vector_quantize(on): round activations with the vector loop (default) or the "
      "plain one (same results); returns the previous state."},

@@ -284,14 +284,15 @@ _CURVES: weakref.WeakKeyDictionary[Any, dict[tuple, CostCurve]] = weakref.WeakKe
 def device_cost_curve(model: Any) -> CostCurve:
     """The cost curve of ``model`` on its device, measured on first use and cached for the
     life of the model object (keyed by device, dtype, the kernel of its packed linears and
-    whether they have exactly quantized panels, its attention implementation and the number
-    of torch threads)."""
-    from structspec.spec.fastlinear import packed_kernel, quantized_count
+    whether they have exactly quantized panels, its attention implementation, the number
+    of torch threads and whether its integer layers run on AMX tiles)."""
+    from structspec.spec.fastlinear import int8_amx, packed_kernel, quantized_count
 
-    key = (str(model.device), str(getattr(model, "dtype", "")), packed_kernel(model),
+    kernel = packed_kernel(model)
+    key = (str(model.device), str(getattr(model, "dtype", "")), kernel,
            quantized_count(model) > 0,
            getattr(getattr(model, "config", None), "_attn_implementation", None),
-           torch.get_num_threads())
+           torch.get_num_threads(), kernel == "panel_int8" and int8_amx())
     per_model = _CURVES.setdefault(model, {})
     curve = per_model.get(key)
     if curve is None:

@@ -37,7 +37,8 @@ block-quantized — with non-negative q (GGUF Q4_1: the default model's body), o
 no offset (GGUF Q8_0: its tied output layer) — as llama.cpp runs them: the activations
 rounded to 8 bits per block of 32, the products integer dot products
 (``structspec/_native/qdot.c``: AVX512-VNNI, or AVX2) — a quarter of the instructions per
-weight and row of the float32 kernels, for every pass size. Outputs differ from the float32
+weight and row of the float32 kernels, for every pass size; on a CPU with AMX, passes of
+:func:`amx_from_rows` rows or more leave the dot products to its tiles (the same bits). Outputs differ from the float32
 model by the activations' rounding (~0.4% of a layer's largest output), so it is not a
 lossless kernel; it keeps what speculation needs: a row's numbers are bitwise the same
 whatever the pass size (integer sums are exact), and with the row-exact attention of
@@ -75,7 +76,8 @@ KERNELS = ("panel", "onednn")
 #: 7: AVX-512 kernels where the CPU has them (session 19).
 #: 8: "panel_int8" and row-exact attention (session 21). 9: "panel_int8" rounds activations
 #: with vectors (session 22). 10: signed kernels (the output layer), next panels prefetched.
-KERNEL_REVISION = 10
+#: 11: "panel_int8" passes of 6+ rows on AMX tiles where the CPU has them (session 40).
+KERNEL_REVISION = 11
 #: Passes of up to this many rows read a layer's exactly quantized panels where it has them
 #: (whole passes of the default model, 1 thread, paired rounds: 1 row 0.72 of the float32
 #: panels, 2 rows 0.86, 4 rows 0.89, 6 rows 1.00 — there the widening costs what the bytes
@@ -110,6 +112,10 @@ COST_STEPS_AVX512 = {"panel": ((12, 12), (24, 24)),
 #: (AVX512-VNNI) or 3 (AVX2), near-even.
 COST_STEPS_INT8 = {True: ((6, 6), (12, 12), (18, 18), (24, 24)),
                    False: ((3, 3), (6, 6), (9, 9), (12, 12), (15, 15), (18, 18), (24, 24))}
+#: The same where passes of 6 rows or more run on AMX tiles (``run_amx`` in ``qdot.c``): up
+#: to 5 rows one VNNI block, then blocks of 16 rows (each block a tile product per 32-k block
+#: and panel, whatever its rows).
+COST_STEPS_INT8_AMX = ((5, 5), (16, 16), (32, 32))
 #: AVX2 with narrow panels (4-bit weights: the default model's body): passes of 2 rows or more
 #: run the half-panel kernels in near-even blocks of at most 12 (the signed output layer from
 #: 2 to 7 rows, then blocks of 3).
@@ -511,6 +517,43 @@ def int8_vnni() -> bool:
     return bool(qdot is not None and qdot.vnni())
 
 
+def int8_amx() -> bool:
+    """Whether ``"panel_int8"`` passes of :func:`amx_from_rows` rows or more run on AMX tiles
+    (the CPU and OS allow them, :func:`use_amx` has not turned them off, and the VNNI kernels
+    run)."""
+    qdot = _native.load("qdot")
+    return bool(qdot is not None and hasattr(qdot, "amx") and qdot.amx())
+
+
+def use_amx(on: bool) -> bool:
+    """Run ``"panel_int8"`` passes of several rows on AMX tiles where the CPU has them (the
+    default) or on the VNNI kernels: the same results, other speeds (for tests and A/B
+    runs). Returns the previous state. Process-wide: cost curves measured before no longer
+    describe the kernels."""
+    qdot = _native.load("qdot")
+    if qdot is None or not hasattr(qdot, "set_amx"):
+        return False
+    return bool(qdot.set_amx(on))
+
+
+def amx_from_rows() -> int:
+    """The smallest ``"panel_int8"`` passes that run on AMX tiles where :func:`int8_amx` is
+    true (6 by default: below it one VNNI block costs less); 0 where qdot has no AMX
+    kernels."""
+    qdot = _native.load("qdot")
+    return int(qdot.amx_from()) if qdot is not None and hasattr(qdot, "amx_from") else 0
+
+
+def use_amx_from(rows: int) -> int:
+    """Run ``"panel_int8"`` passes of ``rows`` rows or more on AMX tiles (where they run): the
+    same results, other speeds (for tests and A/B runs). Returns the previous bound (0 where
+    qdot has no AMX kernels). Process-wide, like :func:`use_amx`."""
+    qdot = _native.load("qdot")
+    if qdot is None or not hasattr(qdot, "set_amx_from"):
+        return 0
+    return int(qdot.set_amx_from(int(rows)))
+
+
 def avx512() -> bool:
     """Whether the panel kernels run their AVX-512 versions (the CPU has AVX-512F and
     :func:`use_avx512` has not turned them off)."""
@@ -546,6 +589,8 @@ def cost_steps(model: nn.Module) -> tuple[tuple[int, int], ...] | None:
         vnni = int8_vnni()
         if not vnni and half_panels() and narrow_count(model) * 2 > int8_count(model):
             return COST_STEPS_INT8_NARROW
+        if vnni and int8_amx():
+            return COST_STEPS_INT8_AMX
         return COST_STEPS_INT8[vnni]
     table = COST_STEPS_AVX512 if avx512() else COST_STEPS
     steps = None if kernel is None else table.get(kernel)
