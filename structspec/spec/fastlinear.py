@@ -38,10 +38,11 @@ no offset (GGUF Q8_0: its tied output layer) — as llama.cpp runs them: the act
 rounded to 8 bits per block of 32, the products integer dot products
 (``structspec/_native/qdot.c``: AVX512-VNNI, or AVX2) — a quarter of the instructions per
 weight and row of the float32 kernels, for every pass size; on a CPU with AMX, passes of
-:func:`amx_from_rows` rows or more leave the dot products to its tiles (the same bits). Outputs differ from the float32
-model by the activations' rounding (~0.4% of a layer's largest output), so it is not a
-lossless kernel; it keeps what speculation needs: a row's numbers are bitwise the same
-whatever the pass size (integer sums are exact), and with the row-exact attention of
+:func:`amx_from_rows` rows or more leave the dot products to its tiles (the same bits).
+Outputs differ from the float32 model by the activations' rounding (~0.4% of a layer's
+largest output), so it is not a lossless kernel; it keeps what speculation needs: a row's
+numbers are bitwise the same whatever the pass size (integer sums are exact), and with the
+row-exact attention of
 :mod:`structspec.spec.attention` speculative decoding gives exactly what plain decoding gives
 *with this kernel* (without it, SDPA's ~1e-7 differences between pass shapes cross rounding
 boundaries and grow to ~0.4 in the logits). Other layers run as ``"panel"``.
