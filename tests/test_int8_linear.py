@@ -42,15 +42,17 @@ pytestmark = pytest.mark.skipif(
 
 @contextlib.contextmanager
 def qdot_kernels(isa: str):
-    """Run ``isa``'s kernels for the block: ``"avx2"``, ``"vnni"`` (AMX off) or ``"amx"``
-    (VNNI, with every pass of one row or more on AMX tiles); the previous choice is restored
-    afterwards. Skips where the CPU lacks them."""
-    before = QDOT.set_vnni(isa != "avx2"), QDOT.set_amx(isa == "amx")
-    rows = QDOT.set_amx_from(1 if isa == "amx" else QDOT.amx_from())
+    """Run ``isa``'s kernels for the block: ``"avx2"``, ``"vnni"`` (AMX off), ``"amx"``
+    (VNNI, with every pass of one row or more on AMX tiles) or ``"amx6"`` (AMX from 6 rows,
+    the default: a last block of 1-5 rows after full tile blocks runs on VNNI); the previous
+    choice is restored afterwards. Skips where the CPU lacks them."""
+    tiles = isa.startswith("amx")
+    before = QDOT.set_vnni(isa != "avx2"), QDOT.set_amx(tiles)
+    rows = QDOT.set_amx_from({"amx": 1, "amx6": 6}.get(isa, QDOT.amx_from()))
     try:
         if isa != "avx2" and not QDOT.vnni():
             pytest.skip("this CPU has no AVX512-VNNI")
-        if isa == "amx" and not QDOT.amx():
+        if tiles and not QDOT.amx():
             pytest.skip("this CPU or OS runs no AMX tiles")
         yield
     finally:
@@ -59,10 +61,11 @@ def qdot_kernels(isa: str):
         QDOT.set_amx_from(rows)
 
 
-@pytest.fixture(params=["avx2", "vnni", "amx"])
+@pytest.fixture(params=["avx2", "vnni", "amx", "amx6"])
 def qdot_isa(request):
-    """Run the test with the AVX2 kernels, the AVX512-VNNI ones and the AMX ones (each
-    skipped where the CPU has none); the previous choice is restored afterwards."""
+    """Run the test with the AVX2 kernels, the AVX512-VNNI ones and the AMX ones, from one row
+    and as by default (each skipped where the CPU has none); the previous choice is restored
+    afterwards."""
     with qdot_kernels(request.param):
         yield request.param
 
@@ -151,7 +154,8 @@ def test_outputs_follow_the_documented_arithmetic(qdot_isa, n, k, bias, kind):
     assert layer.int8 and (layer._signed, layer._narrow) == (signed, narrow)
     assert not layer.quantized
     assert (recover(lin.weight.detach().numpy()).q.min() < 0) == signed
-    x = torch.randn(9, k, generator=torch.Generator().manual_seed(k))
+    # 21 rows: a 16-row tile block and 5 rows more (on VNNI where the tiles run from 6)
+    x = torch.randn(21, k, generator=torch.Generator().manual_seed(k))
     with torch.inference_mode():
         got = layer(x).double().numpy()
         exact = lin(x).double().numpy()
@@ -170,14 +174,14 @@ def test_rows_are_bitwise_independent_of_the_pass_and_the_isa(n, blocks, rows, b
                                                               threads, kind):
     """A row's outputs are the same bits in a pass of any size, with the AVX2 kernels (the
     narrow ones where the panels allow, or not), the AVX512-VNNI ones and AMX tiles (from
-    one row)."""
+    one row, and from six with a last block of a few rows on VNNI)."""
     k = blocks * BLOCK
     layer = fl.PackedLinear(_MAKERS[kind](n, k, bias, seed), "panel_int8")
     assert layer.int8 and (layer._signed, layer._narrow) == _KINDS[kind]
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed)) * 3
     narrow_before = QDOT.set_halves(True)
     isas = [("avx2", True), ("avx2", False)] + ([("vnni", True)] if QDOT.vnni() else []) \
-        + ([("amx", True)] if QDOT.amx() else [])
+        + ([("amx", True), ("amx6", True)] if QDOT.amx() else [])
     try:
         outs = []
         with torch.inference_mode(), torch_threads(threads):

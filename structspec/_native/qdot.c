@@ -702,7 +702,7 @@ static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
  * stays, so one row costs more than with VNNI and many rows much less — see AMX_FROM. */
 static void run_amx(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
                     Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
-                    float *out, int threads, int sgn) {
+                    float *out, int threads, int sgn, Py_ssize_t rest_max) {
     typedef void (*fx)(const int8_t *, const float *, const float *, Py_ssize_t,
                        const uint8_t *, const float *, float *, Py_ssize_t, Py_ssize_t,
                        const char *);
@@ -712,27 +712,62 @@ static void run_amx(const int8_t *xq, const float *dx, const float *sx, Py_ssize
     static const fx signd[AX_MAXR + 1] = {NULL, kxs_1, kxs_2, kxs_3, kxs_4, kxs_5, kxs_6,
                                           kxs_7, kxs_8, kxs_9, kxs_10, kxs_11, kxs_12, kxs_13,
                                           kxs_14, kxs_15, kxs_16};
+    typedef void (*fv)(const int8_t *, const float *, const float *, Py_ssize_t,
+                       const uint8_t *, const uint8_t *, const float *, float *, Py_ssize_t,
+                       Py_ssize_t, const char *, Py_ssize_t);
+    static const fv vplain[VN_MAXR + 1] = {NULL, kv_1, kv_2, kv_3, kv_4, kv_5, kv_6};
+    static const fv vsignd[VN_MAXR + 1] = {NULL, ks_1, ks_2, ks_3, ks_4, ks_5, ks_6};
     const fx *table = sgn ? signd : plain;
-    Py_ssize_t np = panels_of(n), nb = k / QK, pstride = nb * QBYTES;
-#pragma omp parallel num_threads(threads) if (threads > 1 && np > 1)
+    Py_ssize_t np = panels_of(n), nb = k / QK, pstride = nb * QBYTES, pairs = (np + 1) / 2;
+    /* A last row block of at most rest_max rows (after full blocks of 16) runs on the VNNI
+     * kernels, per pair of panels while they are in L1: a tile block costs the same for 1 row
+     * as for 16, so 16 + 1 rows would cost two (signed panels: those rows as xq + 128, as
+     * the VNNI kernels read them). */
+    Py_ssize_t full = m / AX_MAXR * AX_MAXR, rest = m - full;
+    int vrest = m > AX_MAXR && rest > 0 && rest <= rest_max && rest <= VN_MAXR;
+    const int8_t *xr = xq + full * k;
+    int8_t *xs = NULL;
+    if (vrest && sgn) {
+        xs = malloc((size_t)(rest * k));
+        if (xs == NULL) vrest = 0;
+        else {
+            for (Py_ssize_t i = 0; i < rest * k; i++) xs[i] = (int8_t)((uint8_t)xr[i] ^ 0x80u);
+            xr = xs;
+        }
+    }
+    Py_ssize_t tiled = vrest ? full : m;
+#pragma omp parallel num_threads(threads) if (threads > 1 && pairs > 1)
     {
         amx_config(m < AX_MAXR ? (int)m : AX_MAXR); /* per thread: the configuration is thread state */
 #pragma omp for schedule(static)
-        for (Py_ssize_t p = 0; p < np; p++) {
-            Py_ssize_t c0 = p * PANEL, cols = n - c0 < PANEL ? n - c0 : PANEL;
-            float bias16[PANEL];
-            group_bias(bias16, bias, c0, cols, PANEL);
-            const char *next = prefetch_next && p + 1 < np
-                                   ? (const char *)(packed + (p + 1) * pstride)
-                                   : NULL;
-            for (Py_ssize_t r0 = 0; r0 < m; r0 += AX_MAXR) {
-                Py_ssize_t rows = m - r0 < AX_MAXR ? m - r0 : AX_MAXR;
-                table[rows](xq + r0 * k, dx + r0 * nb, sx + r0 * nb, k, packed + p * pstride,
-                            bias16, out + r0 * n + c0, n, cols, r0 == 0 ? next : NULL);
+        for (Py_ssize_t pi = 0; pi < pairs; pi++) {
+            for (Py_ssize_t p = 2 * pi; p < 2 * pi + 2 && p < np; p++) {
+                Py_ssize_t c0 = p * PANEL, cols = n - c0 < PANEL ? n - c0 : PANEL;
+                float bias16[PANEL];
+                group_bias(bias16, bias, c0, cols, PANEL);
+                const char *next = prefetch_next && p + 1 < np
+                                       ? (const char *)(packed + (p + 1) * pstride)
+                                       : NULL;
+                for (Py_ssize_t r0 = 0; r0 < tiled; r0 += AX_MAXR) {
+                    Py_ssize_t rows = tiled - r0 < AX_MAXR ? tiled - r0 : AX_MAXR;
+                    table[rows](xq + r0 * k, dx + r0 * nb, sx + r0 * nb, k,
+                                packed + p * pstride, bias16, out + r0 * n + c0, n, cols,
+                                r0 == 0 ? next : NULL);
+                }
+            }
+            if (vrest) {
+                Py_ssize_t c0 = pi * 2 * PANEL, cols = n - c0 < 2 * PANEL ? n - c0 : 2 * PANEL;
+                float bias32[2 * PANEL];
+                group_bias(bias32, bias, c0, cols, 2 * PANEL);
+                const uint8_t *p0 = packed + 2 * pi * pstride;
+                const uint8_t *p1 = cols > PANEL ? p0 + pstride : p0;
+                (sgn ? vsignd : vplain)[rest](xr, dx + full * nb, sx + full * nb, k, p0, p1,
+                                             bias32, out + full * n + c0, n, cols, NULL, 0);
             }
         }
         amx_release();
     }
+    free(xs);
 }
 #endif /* QD_AMX */
 #endif /* QD_X86 */
@@ -1012,7 +1047,7 @@ static PyObject *qd_linear(PyObject *self, PyObject *args) {
     if (sgn && vnni && !amx) /* the signed VNNI kernels read xq + 128 */
         for (size_t i = 0; i < (size_t)(m * k); i++) xq[i] = (int8_t)((uint8_t)xq[i] ^ 0x80u);
 #if QD_AMX
-    if (amx) run_amx(xq, dx, sx, m, k, w, n, b, o, threads, sgn);
+    if (amx) run_amx(xq, dx, sx, m, k, w, n, b, o, threads, sgn, amx_from - 1);
     else
 #endif
     if (vnni) run_vnni(xq, dx, sx, m, k, w, n, b, o, threads, sgn);

@@ -115,8 +115,8 @@ COST_STEPS_INT8 = {True: ((6, 6), (12, 12), (18, 18), (24, 24)),
                    False: ((3, 3), (6, 6), (9, 9), (12, 12), (15, 15), (18, 18), (24, 24))}
 #: The same where passes of 6 rows or more run on AMX tiles (``run_amx`` in ``qdot.c``): up
 #: to 5 rows one VNNI block, then blocks of 16 rows (each block a tile product per 32-k block
-#: and panel, whatever its rows).
-COST_STEPS_INT8_AMX = ((5, 5), (16, 16), (32, 32))
+#: and panel, whatever its rows), a last block of 1-5 rows on VNNI.
+COST_STEPS_INT8_AMX = ((5, 5), (16, 16), (21, 21), (32, 32))
 #: AVX2 with narrow panels (4-bit weights: the default model's body): passes of 2 rows or more
 #: run the half-panel kernels in near-even blocks of at most 12 (the signed output layer from
 #: 2 to 7 rows, then blocks of 3).
