@@ -350,9 +350,10 @@ VN_KERNEL(ks_, 4, 1) VN_KERNEL(ks_, 5, 1) VN_KERNEL(ks_, 6, 1)
     if (pf != NULL)                                                                        \
         for (int o_ = 0; o_ < QBYTES; o_ += 64) _mm_prefetch(pf + (BB) * QBYTES + o_, _MM_HINT_T1);
 /* Per block b: the tile product of block b + 1 is issued, block b's sums stored, and the
- * epilogue runs on block b - 1's, stored one step earlier (reading sums just stored by the
- * tiles stalls: they are not forwarded from the store). Blocks alternate between tiles 0/2/4
- * and 1/3/5, buffers 0 and 1. */
+ * epilogue runs on block b - 1's, stored one step earlier. Blocks alternate between tiles
+ * 0/2/4 and 1/3/5, buffers 0 and 1. (Measured on the Xeon of session 40: the tile work and the
+ * epilogue still add up rather than overlap; reading the sums at once, two blocks late, or
+ * with four sum tiles two products ahead took the same time.) */
 #define AX_KERNEL(NAME, R, SIGNED)                                                         \
     __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-int8"))) static void    \
     NAME##R(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,              \
@@ -696,10 +697,11 @@ static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
 #if QD_AMX
 /* AMX passes: per panel, the rows in blocks of 16 (the last one what is left), so the
  * panel's weights come from memory for the first block and from L1 for the others; the first
- * block prefetches the next panel into L2 as it computes. xq must hold a multiple of 16 rows (zeros past m): the tiles read 16 rows. Where
- * it pays (the default model's 210 body linears, 1 thread, this session's Xeon): the tiles
- * take a fixed ~16 cycles per block and panel whatever the rows, and the epilogue per row
- * stays, so one row costs more than with VNNI and many rows much less — see AMX_FROM. */
+ * block prefetches the next panel into L2 as it computes. xq must hold a multiple of 16 rows
+ * (zeros past m): a last block of fewer rows still reads 16. Where it pays: a tile block
+ * costs about the same whatever its rows (the tile product, its loads and the store of its
+ * sums: ~6 + 4 ns per block and panel on the Xeon of session 40) and the epilogue stays per
+ * row, so one row costs more than with VNNI and 8-16 rows much less — see AMX_FROM. */
 static void run_amx(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
                     Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
                     float *out, int threads, int sgn, Py_ssize_t rest_max) {
@@ -738,7 +740,8 @@ static void run_amx(const int8_t *xq, const float *dx, const float *sx, Py_ssize
     Py_ssize_t tiled = vrest ? full : m;
 #pragma omp parallel num_threads(threads) if (threads > 1 && pairs > 1)
     {
-        amx_config(m < AX_MAXR ? (int)m : AX_MAXR); /* per thread: the configuration is thread state */
+        /* per thread: the tile configuration is thread state */
+        amx_config(m < AX_MAXR ? (int)m : AX_MAXR);
 #pragma omp for schedule(static)
         for (Py_ssize_t pi = 0; pi < pairs; pi++) {
             for (Py_ssize_t p = 2 * pi; p < 2 * pi + 2 && p < np; p++) {
@@ -821,8 +824,9 @@ static int cpu_amx(void) {
 
 /* Whether the AMX kernels run (-1: not yet asked), and from how many rows (AMX_FROM). */
 static int amx_on = -1, amx_has = -1;
-/* The smallest passes that run on the tiles. The default model's 210 body linears, 1 thread,
- * weights streamed as in a pass (fastest of 5 sweeps, AMX / VNNI): ... */
+/* The smallest passes that run on the tiles. Whole passes of the default model over 150
+ * cached tokens, 1 thread (medians of interleaved rounds, AMX / VNNI): 2-5 nodes 1.005-1.015,
+ * 6 nodes 0.95-0.97, 8 nodes 0.91-0.93, 12 nodes 0.87-0.90, 16 nodes 0.91-0.93 (session 40). */
 #define AMX_FROM 6
 static int amx_from = AMX_FROM;
 static int has_amx(void) {
