@@ -279,6 +279,30 @@ def test_prefetching_the_next_panels_changes_no_bit(qdot_isa, signed):
     assert all(torch.equal(a, b) for a, b in zip(on, off, strict=True))
 
 
+def test_amx_switches_round_trip_and_keep_the_bits():
+    """``use_amx`` / ``use_amx_from`` return the previous setting and ``int8_amx`` /
+    ``amx_from_rows`` report the current one; a layer gives the same bits either way."""
+    layer = fl.PackedLinear(_q4_linear(40, 64, True, 5), "panel_int8")
+    x = torch.randn(19, 64, generator=torch.Generator().manual_seed(5))
+    before, rows = fl.use_amx(False), fl.amx_from_rows()
+    try:
+        assert not fl.int8_amx()
+        with torch.inference_mode():
+            off = layer(x)
+        assert fl.use_amx(True) is False
+        assert fl.int8_amx() == bool(QDOT.amx())
+        if fl.int8_amx():
+            assert rows == 6 and fl.use_amx_from(2) == 6 and fl.amx_from_rows() == 2
+        with torch.inference_mode():
+            assert torch.equal(layer(x), off)
+    finally:
+        fl.use_amx(before)
+        if rows:
+            fl.use_amx_from(rows)
+    with pytest.raises(ValueError, match="rows must be >= 1"):
+        QDOT.set_amx_from(0)
+
+
 def test_gather_refuses_ids_out_of_range():
     layer = fl.PackedLinear(_q8_linear(20, 32, False), "panel_int8")
     with pytest.raises(IndexError, match="out of range"):

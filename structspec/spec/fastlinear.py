@@ -42,10 +42,10 @@ weight and row of the float32 kernels, for every pass size; on a CPU with AMX, p
 Outputs differ from the float32 model by the activations' rounding (~0.4% of a layer's
 largest output), so it is not a lossless kernel; it keeps what speculation needs: a row's
 numbers are bitwise the same whatever the pass size (integer sums are exact), and with the
-row-exact attention of
-:mod:`structspec.spec.attention` speculative decoding gives exactly what plain decoding gives
-*with this kernel* (without it, SDPA's ~1e-7 differences between pass shapes cross rounding
-boundaries and grow to ~0.4 in the logits). Other layers run as ``"panel"``.
+row-exact attention of :mod:`structspec.spec.attention` speculative decoding gives exactly
+what plain decoding gives *with this kernel* (without it, SDPA's ~1e-7 differences between
+pass shapes cross rounding boundaries and grow to ~0.4 in the logits). Other layers run as
+``"panel"``.
 
 :func:`pack_linears` swaps modules in place and keeps the originals, so :func:`unpack_linears`
 restores the model exactly. Packed weights are an extra copy of every linear weight (≈ the
@@ -529,8 +529,8 @@ def int8_amx() -> bool:
 def use_amx(on: bool) -> bool:
     """Run ``"panel_int8"`` passes of several rows on AMX tiles where the CPU has them (the
     default) or on the VNNI kernels: the same results, other speeds (for tests and A/B
-    runs). Returns the previous state. Process-wide: cost curves measured before no longer
-    describe the kernels."""
+    runs). Returns the previous state. Process-wide; a model's cost curve is kept per
+    setting (:func:`structspec.spec.cost.device_cost_curve`)."""
     qdot = _native.load("qdot")
     if qdot is None or not hasattr(qdot, "set_amx"):
         return False
