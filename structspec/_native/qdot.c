@@ -702,7 +702,7 @@ static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
  * costs about the same whatever its rows (the tile product, its loads and the store of its
  * sums: ~6 + 4 ns per block and panel on the Xeon of session 40) and the epilogue stays per
  * row, so one row costs more than with VNNI and 8-16 rows much less — see AMX_FROM. */
-static void run_amx(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
+static void run_amx(int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
                     Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
                     float *out, int threads, int sgn, Py_ssize_t rest_max) {
     typedef void (*fx)(const int8_t *, const float *, const float *, Py_ssize_t,
@@ -724,19 +724,12 @@ static void run_amx(const int8_t *xq, const float *dx, const float *sx, Py_ssize
     /* A last row block of at most rest_max rows (after full blocks of 16) runs on the VNNI
      * kernels, per pair of panels while they are in L1: a tile block costs the same for 1 row
      * as for 16, so 16 + 1 rows would cost two (signed panels: those rows as xq + 128, as
-     * the VNNI kernels read them). */
+     * the VNNI kernels read them, rewritten in place: the tiles do not read them). */
     Py_ssize_t full = m / AX_MAXR * AX_MAXR, rest = m - full;
     int vrest = m > AX_MAXR && rest > 0 && rest <= rest_max && rest <= VN_MAXR;
-    const int8_t *xr = xq + full * k;
-    int8_t *xs = NULL;
-    if (vrest && sgn) {
-        xs = malloc((size_t)(rest * k));
-        if (xs == NULL) vrest = 0;
-        else {
-            for (Py_ssize_t i = 0; i < rest * k; i++) xs[i] = (int8_t)((uint8_t)xr[i] ^ 0x80u);
-            xr = xs;
-        }
-    }
+    int8_t *xr = xq + full * k;
+    if (vrest && sgn)
+        for (Py_ssize_t i = 0; i < rest * k; i++) xr[i] = (int8_t)((uint8_t)xr[i] ^ 0x80u);
     Py_ssize_t tiled = vrest ? full : m;
 #pragma omp parallel num_threads(threads) if (threads > 1 && pairs > 1)
     {
@@ -770,7 +763,6 @@ static void run_amx(const int8_t *xq, const float *dx, const float *sx, Py_ssize
         }
         amx_release();
     }
-    free(xs);
 }
 #endif /* QD_AMX */
 #endif /* QD_X86 */
