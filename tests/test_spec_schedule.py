@@ -104,3 +104,36 @@ def test_gate_doubles_the_pause_of_a_drafter_that_keeps_missing():
     assert pauses == [4, 8, 10, 10]  # doubled, up to max_pause
     g.record({"closers": True})  # a hit resets the pause
     assert miss_until_paused() == 2 and paused_for() == 4
+
+
+def test_a_shared_gate_starts_each_request_afresh_unless_a_drafter_never_hits():
+    """A gate carried by an acceptance model from request to request (``shared``, then
+    ``begin`` per request): a drafter that hit lately starts every request active, as with a
+    gate of its own; one that proposed in ``carry`` steps in a row without a hit, across
+    requests, starts the next request paused (``pause << 2`` steps), then probes again."""
+    from structspec.spec.cost import AcceptanceModel
+
+    acceptance = AcceptanceModel()
+    g = DrafterGate.shared(acceptance, window=2, pause=3)
+    assert DrafterGate.shared(acceptance, window=2, pause=3) is g  # carried
+    assert DrafterGate.shared(acceptance, window=4, pause=3) is not g  # other settings
+    g = DrafterGate.shared(acceptance, window=2, pause=3)
+    assert g.carry == 8
+    g.begin()
+    for _ in range(2):  # request 1: both miss a window and are paused
+        g.record({"values": False, "lookup": False})
+    assert not g.active("values") and not g.active("lookup")
+    g.begin()  # request 2: both afresh (neither has missed `carry` steps in a row)
+    assert g.active("values") and g.active("lookup")
+    for _ in range(6):
+        g.record({"values": False, "lookup": g.step % 2 == 0})
+        g._paused_until.clear()  # (keep both proposing: the pauses are not under test)
+    assert g._since_hit["values"] == 8 and g._since_hit["lookup"] <= 1
+    g.begin()  # request 3: values has missed 8 steps in a row across requests
+    assert not g.active("values") and g.active("lookup")
+    for _ in range(12):
+        g.record({})
+    assert g.active("values")  # paused 3 << 2 steps, then tried again
+    g.record({"values": True})
+    g.begin()
+    assert g.active("values")  # a hit: afresh again

@@ -442,6 +442,10 @@ class AcceptanceModel:
         self.splits: dict[tuple[bytes, bytes], dict[int, float]] = {}
         # The punctuation tokens the model ended free values with: token -> faded count.
         self.closers: dict[int, float] = {}
+        # The drafter gate of the decodes that share this model (a
+        # :class:`~structspec.spec.schedule.DrafterGate`, set by the decoder): which drafters
+        # sit out is carried from request to request of a kind, as the rates are.
+        self.gate: Any = None
 
     def record_split(self, key: tuple[bytes, bytes], chosen: int) -> None:
         """Count that where forced text starts with canonical token ``key[1]`` (after a token

@@ -558,7 +558,9 @@ def speculative_decode(
                                       else fresh_acceptance(model)),
                           min_nodes=free_nodes(curve) if curve is not None else 0)
     ctx.acceptance = scheduler.acceptance
-    gate = DrafterGate(config.window, config.probe_every, adaptive=config.adaptive)
+    gate = DrafterGate.shared(scheduler.acceptance, config.window, config.probe_every,
+                              adaptive=config.adaptive)
+    gate.begin()
     masks: MaskCache | None = None
 
     # Logits only where the constraint leaves a choice, from the output layer's input.

@@ -213,19 +213,59 @@ class DrafterGate:
     little: each stops costing nodes and drafting time. With a fixed pause such a drafter
     still drafted a third of the steps of a long answer.)
 
-    Not thread-safe; one per decode.
+    A gate can outlive its decode where the decodes share an :class:`AcceptanceModel`
+    (:meth:`shared`; call :meth:`begin` at each request's start). Each request then starts
+    afresh, as with a gate of its own — except drafters that proposed in ``carry`` steps in
+    a row, across requests, without a hit: those start it paused (``pause << 2`` steps, then
+    probe as usual). In code ``values`` and ``closers`` hit nothing (0 of ~600 nodes over
+    20 held-out functions) yet drafted the first ``window`` steps of every ~17-step request:
+    ~0.35 ms a pass. Carrying every pause across requests instead cost JSON 9% more passes
+    (``values`` and ``lookup`` hit there in bursts, each request's first steps the likeliest).
+
+    Not thread-safe; one per decode, or per shared acceptance model (copied per request).
     """
 
     def __init__(self, window: int = 8, pause: int = 16, adaptive: bool = True,
-                 max_pause: int = 256) -> None:
+                 max_pause: int = 256, carry: int | None = None) -> None:
         self.window = max(1, window)
         self.pause = max(0, pause)
         self.max_pause = max(self.pause, max_pause)
         self.adaptive = adaptive
+        self.carry = 4 * self.window if carry is None else max(1, carry)
         self._hits: dict[str, deque[bool]] = {}
         self._paused_until: dict[str, int] = {}
         self._strikes: dict[str, int] = {}
+        self._since_hit: dict[str, int] = {}  # steps proposed in a row without a hit
         self.step = 0
+
+    @classmethod
+    def shared(cls, acceptance: AcceptanceModel, window: int = 8, pause: int = 16,
+               adaptive: bool = True) -> DrafterGate:
+        """The gate ``acceptance`` carries (one with these settings; a new one, which it then
+        carries, where it has none or one with other settings)."""
+        gate = acceptance.gate
+        if not (isinstance(gate, cls) and gate.settings == (max(1, window), max(0, pause),
+                                                           adaptive)):
+            gate = acceptance.gate = cls(window, pause, adaptive)
+        return gate
+
+    @property
+    def settings(self) -> tuple[int, int, bool]:
+        """``(window, pause, adaptive)`` as in effect."""
+        return self.window, self.pause, self.adaptive
+
+    def begin(self) -> None:
+        """A request starts: every drafter afresh (an empty window, no pause), except those
+        that proposed in :attr:`carry` steps in a row without a hit, which start it paused
+        (their pauses keep doubling)."""
+        for name in set(self._hits) | set(self._paused_until):
+            if self._since_hit.get(name, 0) >= self.carry:
+                until = self.step + min(self.max_pause, self.pause << 2)
+                self._paused_until[name] = max(self._paused_until.get(name, -1), until)
+            else:
+                self._hits.pop(name, None)
+                self._paused_until.pop(name, None)
+                self._strikes.pop(name, None)
 
     def active(self, name: str) -> bool:
         """Whether ``name`` may draft in the current step."""
@@ -240,6 +280,7 @@ class DrafterGate:
         for name, hit in proposed.items():
             hits = self._hits.setdefault(name, deque(maxlen=self.window))
             hits.append(hit)
+            self._since_hit[name] = 0 if hit else self._since_hit.get(name, 0) + 1
             if hit:
                 self._strikes[name] = 0
             elif len(hits) == self.window and not any(hits):
