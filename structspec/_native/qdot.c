@@ -178,6 +178,12 @@ static void gather_columns(uint8_t *dst, const uint8_t *src, const int64_t *ids,
     }
 }
 
+/* The signed VNNI kernels read 8-bit activations as xq + 128 (bytes 0..255): n of them
+ * offset in place. */
+static void offset_for_signed(int8_t *xq, size_t n) {
+    for (size_t i = 0; i < n; i++) xq[i] = (int8_t)((uint8_t)xq[i] ^ 0x80u);
+}
+
 /* Quantize m rows of x (k floats each, k a multiple of 32): xq (m x k bytes), dx and sx
  * (m x k/32 floats), as described at the top. The plain loop is the reference the vector
  * one must match bit for bit (and what runs without x86). */
@@ -729,7 +735,7 @@ static void run_amx(int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
     int vrest = m > AX_MAXR && rest > 0 && rest <= rest_max && rest <= VN_MAXR;
     int8_t *xr = xq + full * k;
     if (vrest && sgn)
-        for (Py_ssize_t i = 0; i < rest * k; i++) xr[i] = (int8_t)((uint8_t)xr[i] ^ 0x80u);
+        offset_for_signed(xr, (size_t)(rest * k));
     Py_ssize_t tiled = vrest ? full : m;
 #pragma omp parallel num_threads(threads) if (threads > 1 && pairs > 1)
     {
@@ -1041,7 +1047,7 @@ static PyObject *qd_linear(PyObject *self, PyObject *args) {
     float *o = (float *)(uintptr_t)out;
     int vnni = use_vnni();
     if (sgn && vnni && !amx) /* the signed VNNI kernels read xq + 128 */
-        for (size_t i = 0; i < (size_t)(m * k); i++) xq[i] = (int8_t)((uint8_t)xq[i] ^ 0x80u);
+        offset_for_signed(xq, (size_t)(m * k));
 #if QD_AMX
     if (amx) run_amx(xq, dx, sx, m, k, w, n, b, o, threads, sgn, amx_from - 1);
     else
