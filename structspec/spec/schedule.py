@@ -227,10 +227,8 @@ class DrafterGate:
 
     def __init__(self, window: int = 8, pause: int = 16, adaptive: bool = True,
                  max_pause: int = 256, carry: int | None = None) -> None:
-        self.window = max(1, window)
-        self.pause = max(0, pause)
+        self.window, self.pause, self.adaptive = self._settings(window, pause, adaptive)
         self.max_pause = max(self.pause, max_pause)
-        self.adaptive = adaptive
         self.carry = 4 * self.window if carry is None else max(1, carry)
         self._hits: dict[str, deque[bool]] = {}
         self._paused_until: dict[str, int] = {}
@@ -244,10 +242,15 @@ class DrafterGate:
         """The gate ``acceptance`` carries (one with these settings; a new one, which it then
         carries, where it has none or one with other settings)."""
         gate = acceptance.gate
-        if not (isinstance(gate, cls) and gate.settings == (max(1, window), max(0, pause),
-                                                           adaptive)):
+        if not (isinstance(gate, cls)
+                and gate.settings == cls._settings(window, pause, adaptive)):
             gate = acceptance.gate = cls(window, pause, adaptive)
         return gate
+
+    @staticmethod
+    def _settings(window: int, pause: int, adaptive: bool) -> tuple[int, int, bool]:
+        """``(window, pause, adaptive)`` as a gate made with them runs them."""
+        return max(1, window), max(0, pause), adaptive
 
     @property
     def settings(self) -> tuple[int, int, bool]:
