@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from structspec.automata.base import TokenMask
 from structspec.sampling import SamplingParams, probabilities
@@ -160,3 +162,76 @@ def test_walk_tree_greedy_follows_argmax_and_respects_the_budget():
     acc = walk_tree(tree, logits, c, masks, g, None, eos_ids=frozenset({0}), budget=10,
                     validation_threshold=0.3)
     assert acc.path[:2] == (0, 1)
+
+
+class _ByState:
+    """A constraint over 8 tokens (0 = EOS) whose mask changes with the state (the depth):
+    token ``t`` is legal at depth ``s`` unless ``(t + s) % 3 == 0``; EOS from depth 2 on."""
+
+    vocab_size = 8
+    initial = 0
+
+    def allowed(self, s):
+        ids = [t for t in range(1, 8) if (t + s) % 3] + ([0] if s >= 2 else [])
+        return TokenMask.from_ids(ids, 8)
+
+    def advance(self, s, t):
+        return s + 1 if t in self.allowed(s) else None
+
+    def is_accepting(self, s):
+        return s >= 2
+
+    def forced(self, s):
+        return b""
+
+
+def _reference_greedy_walk(tree, logits, c, eos, budget):
+    """The walk before its no-mask shortcut: every node's row masked, then its argmax."""
+    path = [0]
+    while True:
+        node = path[-1]
+        state = tree.states[node]
+        if c.is_accepting(state) and c.allowed(state).count() <= len(eos):
+            return tuple(path), None, "complete"
+        if len(path) - 1 >= budget:
+            return tuple(path), None, "limit"
+        allowed = MaskCache(8, "cpu").get(c.allowed(state))
+        token = int(torch.argmax(logits[node].masked_fill(~allowed, float("-inf"))))
+        if token in eos:
+            return tuple(path), token, "eos"
+        kids = [k for k in tree.children[node] if tree.tokens[k] == token]
+        if not kids:
+            return tuple(path), token, "bonus"
+        path.append(kids[0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_greedy_walk_skips_masks_only_where_the_result_cannot_change(data):
+    """Where the row's unmasked argmax is a drafted child the walk takes it without a mask;
+    path, token and outcome equal an always-masking walk on random legal trees and logits
+    with ties (small integers), illegal maxima and EOS."""
+    c = _ByState()
+    tokens, parents, depths, states = [3], [-1], [0], [0]
+    for _ in range(data.draw(st.integers(0, 9))):
+        parent = data.draw(st.integers(0, len(tokens) - 1))
+        s = states[parent]
+        used = {tokens[k] for k in range(1, len(tokens)) if parents[k] == parent}
+        legal = [t for t in range(1, 8) if (t + s) % 3 and t not in used]
+        if not legal:
+            continue
+        tokens.append(data.draw(st.sampled_from(legal)))
+        parents.append(parent)
+        depths.append(depths[parent] + 1)
+        states.append(s + 1)
+    tree = DraftTree(tuple(tokens), tuple(parents), tuple(depths), tuple(states),
+                     tuple("r" if i == 0 else "d" for i in range(len(tokens))))
+    values = data.draw(st.lists(st.integers(-2, 3), min_size=8 * len(tokens),
+                                max_size=8 * len(tokens)))
+    logits = torch.tensor(values, dtype=torch.float32).reshape(len(tokens), 8)
+    budget = data.draw(st.integers(1, 6))
+    eos = frozenset({0})
+    acc = walk_tree(tree, logits, c, MaskCache(8, "cpu"), SamplingParams(), None,
+                    eos_ids=eos, budget=budget)
+    assert (acc.path, acc.token, acc.outcome) == _reference_greedy_walk(tree, logits, c, eos,
+                                                                         budget)
