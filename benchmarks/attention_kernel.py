@@ -3,7 +3,8 @@
 The kernel has three variants of its inner loops, which give bitwise the same numbers
 (``tests/test_attention_exact.py``): the one-pair loops (``0``: one (head, row) pair's
 accumulators in registers, the keys reloaded for every pair), AVX2 register tiles (``1``:
-three pairs per key load) and AVX-512VL tiles (``2``: six pairs; 32 vector registers).
+three pairs per key load) and AVX-512 tiles (``2``: six pairs; 32 vector registers; 512-bit
+vectors for the scores, the softmax and, head size a multiple of 64, the weighted sums).
 ``set_tiles`` switches between them in one process, so this script alternates them round
 by round — on a shared machine that drifts by ±10% from minute to minute, only paired
 figures say anything — and reports, per shape, the fastest round of each and the median of

@@ -229,7 +229,7 @@ def test_queries_and_masks_of_any_layout_give_the_contiguous_bits(hq, hkv, lq):
 
 
 def _modes() -> list[int]:
-    """The kernel's loop variants this CPU runs (2 needs AVX-512VL)."""
+    """The kernel's loop variants this CPU runs (2 needs AVX-512F/VL/DQ)."""
     return list(range(ATTEND.max_tiles() + 1))
 
 
@@ -264,6 +264,45 @@ def test_register_tiles_give_bitwise_the_one_pair_loops_results(hkv, group, d, l
             ATTEND.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), hq, hkv, lq, lk, d,
                           0 if mask is None else mask.data_ptr(), kind, 0.3, out.data_ptr(),
                           threads)
+            outs.append(out)
+    finally:
+        ATTEND.set_tiles(before)
+    assert torch.isfinite(outs[0]).all()
+    for out in outs[1:]:
+        assert torch.equal(out, outs[0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(hkv=st.integers(1, 3), group=st.integers(1, 3), lq=st.integers(1, 24),
+       cached=st.integers(0, 300), kind=st.sampled_from([1, 2, 3]), spread=st.sampled_from(
+           [0.1, 1.0, 30.0]), seed=st.integers(0, 2**16))
+def test_the_loops_agree_where_every_row_sees_the_cache(hkv, group, lq, cached, kind, spread,
+                                                        seed):
+    """Tree passes: every row sees the ``cached`` keys, then a tree-like pattern among the
+    last ``lq`` (each row itself and some of the rows before it). The tiles skip the per-key
+    visibility test over the keys every pair of a tile sees, and the 512-bit loops (head size
+    64) run 16 keys a vector: bitwise the one-pair loops' results, from flat to peaked
+    scores (``spread``), for long caches (several key chunks) and odd key counts."""
+    hq, lk, d = hkv * group, cached + lq, 64
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(hq, lq, d, generator=g) * spread
+    k, v = torch.randn(hkv, lk, d, generator=g), torch.randn(hkv, lk, d, generator=g)
+    tree = torch.rand(lq, lq, generator=g) < 0.5
+    tree = (tree.tril() | torch.eye(lq, dtype=torch.bool))
+    visible = torch.cat([torch.ones(lq, cached, dtype=torch.bool), tree], dim=1)
+    mask = None
+    if kind == 2:
+        mask = torch.zeros(lq, lk).masked_fill(~visible, torch.finfo(torch.float32).min)
+    elif kind == 3:
+        mask = visible.contiguous().view(torch.uint8)
+    outs = []
+    before = ATTEND.set_tiles(0)
+    try:
+        for mode in _modes():
+            ATTEND.set_tiles(mode)
+            out = torch.empty(1, lq, hq, d)
+            ATTEND.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), hq, hkv, lq, lk, d,
+                          0 if mask is None else mask.data_ptr(), kind, 0.125, out.data_ptr(), 1)
             outs.append(out)
     finally:
         ATTEND.set_tiles(before)

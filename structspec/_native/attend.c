@@ -148,6 +148,75 @@ __attribute__((target("avx2,fma"))) static void softmax_row(float *s, Py_ssize_t
     }
 }
 
+#define AT_Z512 "avx2,fma,avx512f,avx512vl,avx512dq"
+/* exp8 on 16 lanes: the same operations in every lane, so the same bits. */
+__attribute__((target(AT_Z512))) static inline __m512 exp16(__m512 x) {
+    const __m512 hi = _mm512_set1_ps(88.3762626647949f), lo = _mm512_set1_ps(-87.3365447505f);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx),
+                                                   _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+/* softmax_row with 16 keys per vector (an 8-key tail as there): the same result bit for bit
+ * (the max is exact in any order; every other step is per lane). */
+__attribute__((target(AT_Z512))) static void softmax_row16(float *s, Py_ssize_t lk,
+                                                          Py_ssize_t nb, int kind,
+                                                          const void *mask_row,
+                                                          Py_ssize_t visible_to) {
+    const float ninf = -INFINITY;
+    const Py_ssize_t n = nb * KB, n16 = n & ~(Py_ssize_t)15;
+    for (Py_ssize_t j = lk; j < n; j++) s[j] = ninf;
+    if (kind == MASK_CAUSAL) {
+        for (Py_ssize_t j = visible_to + 1; j < lk; j++) s[j] = ninf;
+    } else if (kind == MASK_FLOAT) {
+        const float *mr = (const float *)mask_row;
+        const __m512 lim = _mm512_set1_ps(MASKED), minf = _mm512_set1_ps(ninf);
+        Py_ssize_t j = 0;
+        for (; j + 16 <= lk; j += 16) {
+            __m512 m = _mm512_loadu_ps(mr + j);
+            __m512 x = _mm512_add_ps(_mm512_loadu_ps(s + j), m);
+            __mmask16 masked = _mm512_cmp_ps_mask(m, lim, _CMP_LT_OQ);
+            _mm512_storeu_ps(s + j, _mm512_mask_blend_ps(masked, x, minf));
+        }
+        for (; j < lk; j++) s[j] = mr[j] < MASKED ? ninf : s[j] + mr[j];
+    } else if (kind == MASK_BOOL) {
+        const uint8_t *mr = (const uint8_t *)mask_row;
+        for (Py_ssize_t j = 0; j < lk; j++)
+            if (!mr[j]) s[j] = ninf;
+    }
+    __m512 mv = _mm512_set1_ps(ninf);
+    Py_ssize_t j = 0;
+    for (; j < n16; j += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(s + j));
+    float m = _mm512_reduce_max_ps(mv);
+    for (; j < n; j++) m = s[j] > m ? s[j] : m;
+    const __m512 mm = _mm512_set1_ps(m), zero = _mm512_setzero_ps(),
+                 minf = _mm512_set1_ps(ninf);
+    for (j = 0; j < n16; j += 16) {
+        __m512 x = _mm512_loadu_ps(s + j);
+        __mmask16 keep = _mm512_cmp_ps_mask(x, minf, _CMP_NEQ_OQ);
+        _mm512_storeu_ps(s + j, _mm512_mask_blend_ps(keep, zero, exp16(_mm512_sub_ps(x, mm))));
+    }
+    if (j < n) { /* an 8-key tail: exp8 on the same lanes' operations */
+        __m256 x = _mm256_loadu_ps(s + j);
+        __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(ninf), _CMP_NEQ_OQ);
+        _mm256_storeu_ps(s + j, _mm256_blendv_ps(_mm256_setzero_ps(),
+                                                 exp8(_mm256_sub_ps(x, _mm256_set1_ps(m))),
+                                                 keep));
+    }
+}
+
 /* o (d floats) += p_j * v_j and *l += p_j for keys [j0, j1) in order, skipping p_j = 0
  * (exactly nothing to add). */
 __attribute__((target("avx2,fma"))) static void weighted_sum(const float *p, const float *v,
@@ -252,8 +321,12 @@ __attribute__((target("avx2,fma"))) static void transpose_keys(const float *k, P
  *           (adding fma(0, v, o) instead would turn an o of -0, from an underflow, into +0);
  *           the keys every pair sees (the cache, the bulk) take the branch-free path.
  * NR up to SC_MAXR: 6 where AVX-512VL gives 32 vector registers (24 accumulators + 4 keys +
- * a broadcast), 3 with AVX2's 16. The key (value) vectors are 256 bits wide either way: on
- * the CPUs this was measured on, 512-bit FMAs do not run more lanes per cycle. */
+ * a broadcast), 3 with AVX2's 16. With AVX-512 (mode 2) the scores, the softmax and (head
+ * size a multiple of 64) the weighted sums run on 512-bit vectors (scz_, softmax_row16,
+ * wsz_ below): on the Zen 4 these tiles were written for, 512-bit FMAs ran no more lanes per
+ * cycle, but the Xeon of sessions 33-42 runs two; there a 16-row tree over 460 keys took 0.60
+ * of the 256-bit tiles' time, a 110-row prompt 0.56 (benchmarks/attention_kernel.py,
+ * docs/performance.md, session 42). */
 #define SC_MAXR 6
 #define SC_ROWS(F) F(0) F(1) F(2) F(3) F(4) F(5)
 #define SC_DECL(r) __m256 a##r##0 = _mm256_setzero_ps(), a##r##1 = a##r##0, a##r##2 = a##r##0, \
@@ -330,16 +403,25 @@ __attribute__((target("avx2,fma"))) static void transpose_keys(const float *k, P
         _mm256_storeu_ps(a + 16, o##r##2), _mm256_storeu_ps(a + 24, o##r##3);             \
     }
 /* acc[r][0..d) += p_r[j] * v_j for the keys [j0, j1) pair r sees, in order (d a multiple of
- * 32), 32 dims at a time. */
+ * 32), 32 dims at a time. Keys below jb are seen by every pair (the cache under a tree
+ * mask): their p_r[j] are all > 0, so they need no test (the same FMAs as the tested path
+ * takes where every pair sees the key). */
 #define WS_KERNEL(NAME, TGT, R)                                                            \
     __attribute__((target(TGT))) static void NAME##R(                                      \
         const float *const *pr, const float *v, Py_ssize_t j0, Py_ssize_t j1,             \
-        Py_ssize_t d, float *const *acc) {                                                \
+        Py_ssize_t d, float *const *acc, Py_ssize_t jb) {                                 \
         enum { NR = R };                                                                  \
+        Py_ssize_t jm = jb < j0 ? j0 : jb > j1 ? j1 : jb;                                 \
         for (Py_ssize_t t0 = 0; t0 < d; t0 += 32) {                                       \
             SC_ROWS(WS_DECL)                                                              \
             SC_ROWS(WS_LOAD)                                                              \
-            for (Py_ssize_t j = j0; j < j1; j++) {                                        \
+            for (Py_ssize_t j = j0; j < jm; j++) {                                        \
+                const float *vj = v + j * d + t0;                                         \
+                __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);            \
+                __m256 v2 = _mm256_loadu_ps(vj + 16), v3 = _mm256_loadu_ps(vj + 24);      \
+                SC_ROWS(WS_FMA)                                                           \
+            }                                                                             \
+            for (Py_ssize_t j = jm; j < j1; j++) {                                        \
                 unsigned seen = 0u SC_ROWS(WS_BIT);                                       \
                 if (!seen) continue;                                                      \
                 const float *vj = v + j * d + t0;                                         \
@@ -359,6 +441,112 @@ __attribute__((target("avx2,fma"))) static void transpose_keys(const float *k, P
 #define AT_NARROW "avx2,fma"
 SC_KERNEL(scw_, AT_WIDE, 1) SC_KERNEL(scw_, AT_WIDE, 2) SC_KERNEL(scw_, AT_WIDE, 3)
 SC_KERNEL(scw_, AT_WIDE, 4) SC_KERNEL(scw_, AT_WIDE, 5) SC_KERNEL(scw_, AT_WIDE, 6)
+
+/* The weighted sums with 512-bit vectors where the head dimension is a multiple of 64: a
+ * pair's 64 dims in four registers, so a key costs half the FMAs of the 256-bit tiles. Each
+ * element still sees o[t] = fma(p_j, v_j[t], o[t]) for the same keys in the same order, so
+ * the results are bitwise theirs. */
+#define WZ_DECL(r) __m512 z##r##0, z##r##1, z##r##2, z##r##3;
+#define WZ_LOAD(r)                                                                         \
+    if (NR > r) {                                                                          \
+        const float *a = acc[r] + t0;                                                      \
+        z##r##0 = _mm512_loadu_ps(a), z##r##1 = _mm512_loadu_ps(a + 16);                  \
+        z##r##2 = _mm512_loadu_ps(a + 32), z##r##3 = _mm512_loadu_ps(a + 48);             \
+    }
+#define WZ_BFMA(r)                                                                         \
+    {                                                                                      \
+        __m512 s_ = _mm512_set1_ps(pr[r][j]);                                              \
+        z##r##0 = _mm512_fmadd_ps(s_, w0, z##r##0);                                        \
+        z##r##1 = _mm512_fmadd_ps(s_, w1, z##r##1);                                        \
+        z##r##2 = _mm512_fmadd_ps(s_, w2, z##r##2);                                        \
+        z##r##3 = _mm512_fmadd_ps(s_, w3, z##r##3);                                        \
+    }
+#define WZ_FMA(r) if (NR > r) WZ_BFMA(r)
+#define WZ_FMA_IF(r) if (NR > r && (seen >> (r) & 1u)) WZ_BFMA(r)
+#define WZ_STORE(r)                                                                        \
+    if (NR > r) {                                                                          \
+        float *a = acc[r] + t0;                                                            \
+        _mm512_storeu_ps(a, z##r##0), _mm512_storeu_ps(a + 16, z##r##1);                  \
+        _mm512_storeu_ps(a + 32, z##r##2), _mm512_storeu_ps(a + 48, z##r##3);             \
+    }
+#define WZ_VLOAD                                                                           \
+    const float *vj = v + j * d + t0;                                                      \
+    __m512 w0 = _mm512_loadu_ps(vj), w1 = _mm512_loadu_ps(vj + 16);                        \
+    __m512 w2 = _mm512_loadu_ps(vj + 32), w3 = _mm512_loadu_ps(vj + 48);
+#define WZ_KERNEL(NAME, R)                                                                 \
+    __attribute__((target(AT_Z512))) static void NAME##R(                                  \
+        const float *const *pr, const float *v, Py_ssize_t j0, Py_ssize_t j1,             \
+        Py_ssize_t d, float *const *acc, Py_ssize_t jb) {                                 \
+        enum { NR = R };                                                                  \
+        Py_ssize_t jm = jb < j0 ? j0 : jb > j1 ? j1 : jb;                                 \
+        for (Py_ssize_t t0 = 0; t0 < d; t0 += 64) {                                       \
+            SC_ROWS(WZ_DECL)                                                              \
+            SC_ROWS(WZ_LOAD)                                                              \
+            for (Py_ssize_t j = j0; j < jm; j++) {                                        \
+                WZ_VLOAD                                                                  \
+                SC_ROWS(WZ_FMA)                                                           \
+            }                                                                             \
+            for (Py_ssize_t j = jm; j < j1; j++) {                                        \
+                unsigned seen = 0u SC_ROWS(WS_BIT);                                       \
+                if (!seen) continue;                                                      \
+                WZ_VLOAD                                                                  \
+                if (seen == (1u << NR) - 1u) {                                            \
+                    SC_ROWS(WZ_FMA)                                                       \
+                } else {                                                                  \
+                    SC_ROWS(WZ_FMA_IF)                                                    \
+                }                                                                         \
+            }                                                                             \
+            SC_ROWS(WZ_STORE)                                                             \
+        }                                                                                 \
+    }
+WZ_KERNEL(wsz_, 1) WZ_KERNEL(wsz_, 2) WZ_KERNEL(wsz_, 3)
+WZ_KERNEL(wsz_, 4) WZ_KERNEL(wsz_, 5) WZ_KERNEL(wsz_, 6)
+
+/* The scores with 512-bit vectors: two 8-key blocks joined in one register (the keys'
+ * layout unchanged), eight blocks per step, so a key costs half the FMAs. A key's score
+ * is still acc = fma(q[t], k[t], acc) over t in order in one lane, then acc * scale. */
+#define SZ_DECL(r) __m512 y##r##0 = _mm512_setzero_ps(), y##r##1 = y##r##0, y##r##2 = y##r##0, \
+                          y##r##3 = y##r##0;
+#define SZ_FMA(r)                                                                          \
+    if (NR > r) {                                                                          \
+        __m512 s_ = _mm512_set1_ps(qr[r][t]);                                              \
+        y##r##0 = _mm512_fmadd_ps(s_, k0, y##r##0);                                        \
+        y##r##1 = _mm512_fmadd_ps(s_, k1, y##r##1);                                        \
+        y##r##2 = _mm512_fmadd_ps(s_, k2, y##r##2);                                        \
+        y##r##3 = _mm512_fmadd_ps(s_, k3, y##r##3);                                        \
+    }
+#define SZ_STORE(r)                                                                        \
+    if (NR > r) {                                                                          \
+        float *o = sr[r] + b * KB;                                                         \
+        _mm512_storeu_ps(o, _mm512_mul_ps(y##r##0, sc));                                   \
+        _mm512_storeu_ps(o + 16, _mm512_mul_ps(y##r##1, sc));                              \
+        _mm512_storeu_ps(o + 32, _mm512_mul_ps(y##r##2, sc));                              \
+        _mm512_storeu_ps(o + 48, _mm512_mul_ps(y##r##3, sc));                              \
+    }
+#define SZ_JOIN(P) _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(P)),          \
+                                      _mm256_loadu_ps((P) + d * KB), 1)
+#define SZ_KERNEL(NAME, R)                                                                 \
+    __attribute__((target(AT_Z512))) static void NAME##R(                                  \
+        const float *const *qr, const float *kt, Py_ssize_t b0, Py_ssize_t b1,            \
+        Py_ssize_t d, float scale, float *const *sr) {                                    \
+        enum { NR = R };                                                                  \
+        const __m512 sc = _mm512_set1_ps(scale);                                          \
+        Py_ssize_t b = b0;                                                                \
+        for (; b + 8 <= b1; b += 8) {                                                     \
+            const float *kb = kt + b * d * KB;                                            \
+            SC_ROWS(SZ_DECL)                                                              \
+            for (Py_ssize_t t = 0; t < d; t++) {                                          \
+                const float *kk = kb + t * KB;                                            \
+                __m512 k0 = SZ_JOIN(kk), k1 = SZ_JOIN(kk + 2 * d * KB);                   \
+                __m512 k2 = SZ_JOIN(kk + 4 * d * KB), k3 = SZ_JOIN(kk + 6 * d * KB);      \
+                SC_ROWS(SZ_FMA)                                                           \
+            }                                                                             \
+            SC_ROWS(SZ_STORE)                                                             \
+        }                                                                                 \
+        if (b < b1) scw_##R(qr, kt, b, b1, d, scale, sr);                                 \
+    }
+SZ_KERNEL(scz_, 1) SZ_KERNEL(scz_, 2) SZ_KERNEL(scz_, 3)
+SZ_KERNEL(scz_, 4) SZ_KERNEL(scz_, 5) SZ_KERNEL(scz_, 6)
 SC_KERNEL(scn_, AT_NARROW, 1) SC_KERNEL(scn_, AT_NARROW, 2) SC_KERNEL(scn_, AT_NARROW, 3)
 WS_KERNEL(wsw_, AT_WIDE, 1) WS_KERNEL(wsw_, AT_WIDE, 2) WS_KERNEL(wsw_, AT_WIDE, 3)
 WS_KERNEL(wsw_, AT_WIDE, 4) WS_KERNEL(wsw_, AT_WIDE, 5) WS_KERNEL(wsw_, AT_WIDE, 6)
@@ -367,11 +555,12 @@ WS_KERNEL(wsn_, AT_NARROW, 1) WS_KERNEL(wsn_, AT_NARROW, 2) WS_KERNEL(wsn_, AT_N
 typedef void (*scores_fn)(const float *const *, const float *, Py_ssize_t, Py_ssize_t,
                           Py_ssize_t, float, float *const *);
 typedef void (*wsum_fn)(const float *const *, const float *, Py_ssize_t, Py_ssize_t,
-                        Py_ssize_t, float *const *);
-static const scores_fn SC_WIDE[SC_MAXR + 1] = {NULL, scw_1, scw_2, scw_3, scw_4, scw_5, scw_6};
+                        Py_ssize_t, float *const *, Py_ssize_t);
 static const scores_fn SC_NARROW[SC_MAXR + 1] = {NULL, scn_1, scn_2, scn_3, NULL, NULL, NULL};
 static const wsum_fn WS_WIDE[SC_MAXR + 1] = {NULL, wsw_1, wsw_2, wsw_3, wsw_4, wsw_5, wsw_6};
 static const wsum_fn WS_NARROW[SC_MAXR + 1] = {NULL, wsn_1, wsn_2, wsn_3, NULL, NULL, NULL};
+static const wsum_fn WS_ZMM[SC_MAXR + 1] = {NULL, wsz_1, wsz_2, wsz_3, wsz_4, wsz_5, wsz_6};
+static const scores_fn SC_ZMM[SC_MAXR + 1] = {NULL, scz_1, scz_2, scz_3, scz_4, scz_5, scz_6};
 
 /* A tile of up to TILE (head, row) pairs sharing key head kh: scores chunk by chunk of
  * CHUNK keys (a chunk of keys stays in L1 while every pair of the tile reads it), the
@@ -383,15 +572,23 @@ __attribute__((target("avx2,fma"))) static void attend_tile(
     const float *q, const float *kt, const float *v, const Py_ssize_t *heads,
     const Py_ssize_t *rows, int n, Py_ssize_t lq, Py_ssize_t lk, Py_ssize_t hq, Py_ssize_t d,
     float scale, int kind, const void *mask, Py_ssize_t ldm, Py_ssize_t sqh, Py_ssize_t sqr,
-    const Py_ssize_t *visible, float *s, float *acc, float *out, int mode) {
-    Py_ssize_t width = ((lk + KB - 1) / KB) * KB, span = lk;
+    const Py_ssize_t *visible, const Py_ssize_t *seen_to, float *s, float *acc, float *out,
+    int mode) {
+    Py_ssize_t width = ((lk + KB - 1) / KB) * KB, span = lk, bulk = lk;
     if (kind == MASK_CAUSAL) { /* keys past the tile's last visible one are masked: skip them */
-        Py_ssize_t last = 0;
-        for (int r = 0; r < n; r++) last = rows[r] > last ? rows[r] : last;
+        Py_ssize_t last = 0, least = lq;
+        for (int r = 0; r < n; r++) {
+            last = rows[r] > last ? rows[r] : last;
+            least = rows[r] < least ? rows[r] : least;
+        }
         span = last + lk - lq + 1;
+        bulk = least + lk - lq + 1;
     } else if (visible != NULL) { /* the same with a mask: its rows' last visible keys */
         span = 1;
-        for (int r = 0; r < n; r++) span = visible[rows[r]] > span ? visible[rows[r]] : span;
+        for (int r = 0; r < n; r++) {
+            span = visible[rows[r]] > span ? visible[rows[r]] : span;
+            bulk = seen_to[rows[r]] < bulk ? seen_to[rows[r]] : bulk;
+        }
     }
     Py_ssize_t nb = (span + KB - 1) / KB;
     const float *qr[TILE];
@@ -402,8 +599,8 @@ __attribute__((target("avx2,fma"))) static void attend_tile(
         ar[r] = acc + r * d;
     }
     int maxr = mode == 2 ? SC_MAXR : 3;
-    const scores_fn *sc = mode == 2 ? SC_WIDE : SC_NARROW;
-    const wsum_fn *ws = mode == 2 ? WS_WIDE : WS_NARROW;
+    const scores_fn *sc = mode == 2 ? SC_ZMM : SC_NARROW;
+    const wsum_fn *ws = mode != 2 ? WS_NARROW : d % 64 ? WS_WIDE : WS_ZMM;
     for (Py_ssize_t c = 0; c < nb; c += CHUNK_BLOCKS) {
         Py_ssize_t c1 = c + CHUNK_BLOCKS < nb ? c + CHUNK_BLOCKS : nb;
         if (mode == 0) {
@@ -419,7 +616,10 @@ __attribute__((target("avx2,fma"))) static void attend_tile(
         const void *mrow = NULL;
         if (kind == MASK_FLOAT) mrow = (const float *)mask + rows[r] * ldm;
         else if (kind == MASK_BOOL) mrow = (const uint8_t *)mask + rows[r] * ldm;
-        softmax_row(sr[r], span, nb, kind, mrow, rows[r] + lk - lq);
+        if (mode == 2)
+            softmax_row16(sr[r], span, nb, kind, mrow, rows[r] + lk - lq);
+        else
+            softmax_row(sr[r], span, nb, kind, mrow, rows[r] + lk - lq);
     }
     float l[TILE];
     memset(acc, 0, (size_t)(n * d) * sizeof(float));
@@ -432,26 +632,29 @@ __attribute__((target("avx2,fma"))) static void attend_tile(
         } else {
             for (int r = 0; r < n; r += maxr) {
                 int nr = n - r < maxr ? n - r : maxr;
-                ws[nr]((const float *const *)(sr + r), v, j, j1, d, ar + r);
+                ws[nr]((const float *const *)(sr + r), v, j, j1, d, ar + r, bulk);
             }
         }
     }
     if (tiled) /* the sums of the weights, each in key order: zeros (+0) add nothing to a
-                * sum >= +0, so no branch; four pairs' chains interleaved (an add's latency) */
-        for (int r = 0; r < n; r += 4) {
-            const float *p0 = sr[r], *p1 = sr[r + 1 < n ? r + 1 : r];
-            const float *p2 = sr[r + 2 < n ? r + 2 : r], *p3 = sr[r + 3 < n ? r + 3 : r];
-            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+                * sum >= +0, so no branch; eight pairs' chains interleaved (an add's latency) */
+        for (int r = 0; r < n; r += 8) {
+            const float *p[8];
+            for (int i = 0; i < 8; i++) p[i] = sr[r + i < n ? r + i : r];
+            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f, s4 = 0.0f, s5 = 0.0f,
+                  s6 = 0.0f, s7 = 0.0f;
             for (Py_ssize_t j = 0; j < span; j++) {
-                s0 += p0[j];
-                s1 += p1[j];
-                s2 += p2[j];
-                s3 += p3[j];
+                s0 += p[0][j];
+                s1 += p[1][j];
+                s2 += p[2][j];
+                s3 += p[3][j];
+                s4 += p[4][j];
+                s5 += p[5][j];
+                s6 += p[6][j];
+                s7 += p[7][j];
             }
-            l[r] = s0;
-            if (r + 1 < n) l[r + 1] = s1;
-            if (r + 2 < n) l[r + 2] = s2;
-            if (r + 3 < n) l[r + 3] = s3;
+            const float sums[8] = {s0, s1, s2, s3, s4, s5, s6, s7};
+            for (int i = 0; i < 8 && r + i < n; i++) l[r + i] = sums[i];
         }
     for (int r = 0; r < n; r++) {
         float *o = out + (rows[r] * hq + heads[r]) * d;
@@ -462,15 +665,17 @@ __attribute__((target("avx2,fma"))) static void attend_tile(
 }
 #endif
 
-/* Which loops run: 2 = the register tiles with AVX-512VL's registers, 1 = with AVX2's,
- * 0 = the one-pair loops (scores8 / weighted_sum). All give bitwise the same results
- * (tests/test_attention_exact.py); set_tiles() switches, for those tests and A/B runs. */
+/* Which loops run: 2 = the register tiles with AVX-512's registers and 512-bit vectors,
+ * 1 = with AVX2's, 0 = the one-pair loops (scores8 / weighted_sum). All give bitwise the
+ * same results (tests/test_attention_exact.py); set_tiles() switches, for those tests and
+ * A/B runs. */
 static int tiles_mode = -1;
 
 static int cpu_wide(void) {
 #if AT_X86
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq");
 #else
     return 0;
 #endif
@@ -503,7 +708,7 @@ static PyObject *at_set_tiles(PyObject *self, PyObject *args) {
     int mode;
     if (!PyArg_ParseTuple(args, "i", &mode)) return NULL;
     if (mode < 0 || mode > 2 || (mode == 2 && !cpu_wide())) {
-        PyErr_SetString(PyExc_ValueError, "set_tiles: 0, 1, or 2 where the CPU has AVX-512VL");
+        PyErr_SetString(PyExc_ValueError, "set_tiles: 0, 1, or 2 where the CPU has AVX-512F/VL/DQ");
         return NULL;
     }
     int before = tiles();
@@ -567,9 +772,10 @@ static PyObject *at_attend(PyObject *self, PyObject *args) {
     /* Under a mask, each row's keys end at its last visible one: a pass that prefills the
      * prompt with the first tree has a causal prompt under its tree mask, and the keys past
      * a row's last visible one would only add exact zeros (as MASK_CAUSAL skips them). */
-    Py_ssize_t *visible = NULL;
+    Py_ssize_t *visible = NULL, *seen_to = NULL;
     if (kind == MASK_FLOAT || kind == MASK_BOOL) {
-        visible = malloc((size_t)lq * sizeof(Py_ssize_t));
+        visible = malloc((size_t)(2 * lq) * sizeof(Py_ssize_t));
+        seen_to = visible + lq;
         if (visible == NULL) {
             free(kt);
             return PyErr_NoMemory();
@@ -587,6 +793,16 @@ static PyObject *at_attend(PyObject *self, PyObject *args) {
                 while (j > 0 && !mr[j - 1]) j--;
             }
             visible[i] = j;
+            /* the first masked key: every key before it is visible to row i */
+            Py_ssize_t f = 0;
+            if (kind == MASK_FLOAT) {
+                const float *mr = (const float *)(uintptr_t)maskp + i * ldm;
+                while (f < j && !(mr[f] < MASKED)) f++;
+            } else {
+                const uint8_t *mr = (const uint8_t *)(uintptr_t)maskp + i * ldm;
+                while (f < j && mr[f]) f++;
+            }
+            seen_to[i] = f;
         }
     transpose_keys(k, hkv, lk, nb, d, kt);
     /* tiles: the (head, row) pairs of one key head, TILE at a time */
@@ -612,7 +828,7 @@ static PyObject *at_attend(PyObject *self, PyObject *args) {
             }
             attend_tile(q, kt + kh * nb * d * KB, v + kh * lk * d, heads, rows, n, lq, lk, hq,
                         d, scale, kind, (const void *)(uintptr_t)maskp, ldm, sqh, sqr, visible,
-                        s, s + TILE * nb * KB, out, mode);
+                        seen_to, s, s + TILE * nb * KB, out, mode);
         }
         free(s);
     }
@@ -632,9 +848,9 @@ static PyMethodDef METHODS[] = {
     {"available", at_available, METH_NOARGS,
      "available(): whether this CPU runs the kernel (AVX2 + FMA)."},
     {"max_tiles", at_max_tiles, METH_NOARGS,
-     "max_tiles(): the widest loops this CPU runs (2 with AVX-512VL, else 1)."},
+     "max_tiles(): the widest loops this CPU runs (2 with AVX-512F/VL/DQ, else 1)."},
     {"tiles", at_tiles, METH_NOARGS,
-     "tiles(): which loops run: 0 one pair at a time, 1 AVX2 register tiles, 2 AVX-512VL."},
+     "tiles(): which loops run: 0 one pair at a time, 1 AVX2 register tiles, 2 AVX-512."},
     {"set_tiles", at_set_tiles, METH_VARARGS,
      "set_tiles(mode): switch the loops (bitwise the same results); returns the old mode."},
     {"attend", at_attend, METH_VARARGS,

@@ -78,7 +78,8 @@ KERNELS = ("panel", "onednn")
 #: 8: "panel_int8" and row-exact attention (session 21). 9: "panel_int8" rounds activations
 #: with vectors (session 22). 10: signed kernels (the output layer), next panels prefetched.
 #: 11: "panel_int8" passes of 6+ rows on AMX tiles where the CPU has them (session 40).
-KERNEL_REVISION = 11
+#: 12: row-exact attention on 512-bit vectors where the CPU has AVX-512 (session 42).
+KERNEL_REVISION = 12
 #: Passes of up to this many rows read a layer's exactly quantized panels where it has them
 #: (whole passes of the default model, 1 thread, paired rounds: 1 row 0.72 of the float32
 #: panels, 2 rows 0.86, 4 rows 0.89, 6 rows 1.00 — there the widening costs what the bytes
