@@ -663,6 +663,21 @@ __attribute__((target("avx2,fma"))) static void attend_tile(
             _mm256_storeu_ps(o + t, _mm256_div_ps(_mm256_loadu_ps(ar[r] + t), lv));
     }
 }
+
+/* The first of mr[0..n) below MASKED (n if none), eight at a time: a tree pass's rows see
+ * the whole cache, so the scan runs over it for every row and layer. */
+__attribute__((target("avx2,fma"))) static Py_ssize_t first_masked(const float *mr,
+                                                                  Py_ssize_t n) {
+    const __m256 lim = _mm256_set1_ps(MASKED);
+    Py_ssize_t f = 0;
+    for (; f + 8 <= n; f += 8) {
+        int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(mr + f), lim, _CMP_LT_OQ));
+        if (bits) return f + __builtin_ctz((unsigned)bits);
+    }
+    while (f < n && !(mr[f] < MASKED)) f++;
+    return f;
+}
+
 #endif
 
 /* Which loops run: 2 = the register tiles with AVX-512's registers and 512-bit vectors,
@@ -796,8 +811,7 @@ static PyObject *at_attend(PyObject *self, PyObject *args) {
             /* the first masked key: every key before it is visible to row i */
             Py_ssize_t f = 0;
             if (kind == MASK_FLOAT) {
-                const float *mr = (const float *)(uintptr_t)maskp + i * ldm;
-                while (f < j && !(mr[f] < MASKED)) f++;
+                f = first_masked((const float *)(uintptr_t)maskp + i * ldm, j);
             } else {
                 const uint8_t *mr = (const uint8_t *)(uintptr_t)maskp + i * ldm;
                 while (f < j && mr[f]) f++;
