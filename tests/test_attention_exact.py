@@ -233,6 +233,27 @@ def _modes() -> list[int]:
     return list(range(ATTEND.max_tiles() + 1))
 
 
+def _assert_modes_agree(q, k, v, mask, kind, scale, threads):
+    """Run ``attend`` in every loop variant this CPU has (``q`` ``[Hq, lq, d]``, ``k``/``v``
+    ``[Hkv, lk, d]``) and assert finite, bitwise equal outputs."""
+    (hq, lq, d), (hkv, lk) = q.shape, k.shape[:2]
+    outs = []
+    before = ATTEND.set_tiles(0)
+    try:
+        for mode in _modes():
+            ATTEND.set_tiles(mode)
+            out = torch.empty(1, lq, hq, d)
+            ATTEND.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), hq, hkv, lq, lk, d,
+                          0 if mask is None else mask.data_ptr(), kind, scale, out.data_ptr(),
+                          threads)
+            outs.append(out)
+    finally:
+        ATTEND.set_tiles(before)
+    assert torch.isfinite(outs[0]).all()
+    for out in outs[1:]:
+        assert torch.equal(out, outs[0])
+
+
 @settings(max_examples=60, deadline=None)
 @given(hkv=st.integers(1, 4), group=st.integers(1, 4), d=st.sampled_from([8, 24, 32, 64, 96]),
        lq=st.integers(1, 30), extra=st.integers(0, 80), kind=st.sampled_from([0, 1, 2, 3]),
@@ -255,21 +276,7 @@ def test_register_tiles_give_bitwise_the_one_pair_loops_results(hkv, group, d, l
         mask += torch.randn(lq, lk, generator=g) * visible
     elif kind == 3:
         mask = visible.contiguous().view(torch.uint8)
-    outs = []
-    before = ATTEND.set_tiles(0)
-    try:
-        for mode in _modes():
-            ATTEND.set_tiles(mode)
-            out = torch.empty(1, lq, hq, d)
-            ATTEND.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), hq, hkv, lq, lk, d,
-                          0 if mask is None else mask.data_ptr(), kind, 0.3, out.data_ptr(),
-                          threads)
-            outs.append(out)
-    finally:
-        ATTEND.set_tiles(before)
-    assert torch.isfinite(outs[0]).all()
-    for out in outs[1:]:
-        assert torch.equal(out, outs[0])
+    _assert_modes_agree(q, k, v, mask, kind, 0.3, threads)
 
 
 @settings(max_examples=40, deadline=None)
@@ -295,20 +302,7 @@ def test_the_loops_agree_where_every_row_sees_the_cache(hkv, group, lq, cached, 
         mask = torch.zeros(lq, lk).masked_fill(~visible, torch.finfo(torch.float32).min)
     elif kind == 3:
         mask = visible.contiguous().view(torch.uint8)
-    outs = []
-    before = ATTEND.set_tiles(0)
-    try:
-        for mode in _modes():
-            ATTEND.set_tiles(mode)
-            out = torch.empty(1, lq, hq, d)
-            ATTEND.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), hq, hkv, lq, lk, d,
-                          0 if mask is None else mask.data_ptr(), kind, 0.125, out.data_ptr(), 1)
-            outs.append(out)
-    finally:
-        ATTEND.set_tiles(before)
-    assert torch.isfinite(outs[0]).all()
-    for out in outs[1:]:
-        assert torch.equal(out, outs[0])
+    _assert_modes_agree(q, k, v, mask, kind, 0.125, 1)
 
 
 def test_a_key_masked_for_one_row_of_a_tile_is_skipped_not_added_as_zero():

@@ -45,26 +45,31 @@
 enum { MASK_NONE = 0, MASK_CAUSAL = 1, MASK_FLOAT = 2, MASK_BOOL = 3 };
 
 #if AT_X86
-/* exp(x) for 8 floats, the same polynomial in every lane (Cephes' expf: range reduction by
- * ln 2 in two parts, degree-5 polynomial; ~1 ulp). x <= 0 here (scores minus their max). */
-__attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
-    const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365447505f);
-    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx),
-                                                   _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
+#define AT_Z512 "avx2,fma,avx512f,avx512vl,avx512dq"
+/* exp(x) for a vector of floats, the same polynomial in every lane (Cephes' expf: range
+ * reduction by ln 2 in two parts, degree-5 polynomial; ~1 ulp). x <= 0 here (scores minus
+ * their max). One body for both widths (exp8, exp16): a row's softmax must see the same
+ * operations whichever width its keys were in. */
+#define EXP_FN(NAME, TGT, VT, VIT, P, ROUND, CASTI)                                        \
+    __attribute__((target(TGT))) static inline VT NAME(VT x) {                             \
+        const VT hi = P##_set1_ps(88.3762626647949f), lo = P##_set1_ps(-87.3365447505f);   \
+        x = P##_min_ps(P##_max_ps(x, lo), hi);                                             \
+        VT fx = ROUND(P##_mul_ps(x, P##_set1_ps(1.44269504088896341f)),                    \
+                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);                      \
+        x = P##_fnmadd_ps(fx, P##_set1_ps(0.693359375f), x);                               \
+        x = P##_fnmadd_ps(fx, P##_set1_ps(-2.12194440e-4f), x);                            \
+        VT y = P##_set1_ps(1.9875691500e-4f);                                              \
+        y = P##_fmadd_ps(y, x, P##_set1_ps(1.3981999507e-3f));                             \
+        y = P##_fmadd_ps(y, x, P##_set1_ps(8.3334519073e-3f));                             \
+        y = P##_fmadd_ps(y, x, P##_set1_ps(4.1665795894e-2f));                             \
+        y = P##_fmadd_ps(y, x, P##_set1_ps(1.6666665459e-1f));                             \
+        y = P##_fmadd_ps(y, x, P##_set1_ps(5.0000001201e-1f));                             \
+        y = P##_fmadd_ps(y, P##_mul_ps(x, x), P##_add_ps(x, P##_set1_ps(1.0f)));           \
+        VIT e = P##_slli_epi32(P##_add_epi32(P##_cvtps_epi32(fx), P##_set1_epi32(127)), 23); \
+        return P##_mul_ps(y, CASTI(e));                                                    \
+    }
+EXP_FN(exp8, "avx2,fma", __m256, __m256i, _mm256, _mm256_round_ps, _mm256_castsi256_ps)
+EXP_FN(exp16, AT_Z512, __m512, __m512i, _mm512, _mm512_roundscale_ps, _mm512_castsi512_ps)
 
 /* Scores of one query row against key blocks [b0, b1) of kt (8-key blocks, d-major: block b
  * holds kt[b][t][0..7]), into s[b*8 ...]. One FMA chain over t per key, in order; 8 blocks at
@@ -146,27 +151,6 @@ __attribute__((target("avx2,fma"))) static void softmax_row(float *s, Py_ssize_t
         __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(ninf), _CMP_NEQ_OQ);
         _mm256_storeu_ps(s + j, _mm256_blendv_ps(zero, exp8(_mm256_sub_ps(x, mm)), keep));
     }
-}
-
-#define AT_Z512 "avx2,fma,avx512f,avx512vl,avx512dq"
-/* exp8 on 16 lanes: the same operations in every lane, so the same bits. */
-__attribute__((target(AT_Z512))) static inline __m512 exp16(__m512 x) {
-    const __m512 hi = _mm512_set1_ps(88.3762626647949f), lo = _mm512_set1_ps(-87.3365447505f);
-    x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-    __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
-    x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fx),
-                                                   _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
 }
 
 /* softmax_row with 16 keys per vector (an 8-key tail as there): the same result bit for bit
@@ -312,8 +296,9 @@ __attribute__((target("avx2,fma"))) static void transpose_keys(const float *k, P
  * keys (values) for every pair (with the scalar key transpose and mask loops of session 22:
  * 20 GMAC/s on the default model's shapes — 9 query heads over 3 key heads, 64 dims, ~460
  * keys — about a third of the FMA units' rate). The tiles below load each key (value)
- * vector once for NR pairs and keep NR x 4 accumulators in registers. Every element still sees the same
- * operations in the same order as in the loops above, so the results are bitwise theirs:
+ * vector once for NR pairs and keep NR x 4 accumulators in registers. Every element still
+ * sees the same operations in the same order as in the loops above, so the results are
+ * bitwise theirs:
  *   scores: acc = fma(q[t], k_j[t], acc) for t = 0..d-1 from 0, then acc * scale;
  *   sums:   o[t] = fma(p_j, v_j[t], o[t]) for the keys a pair sees, in order. A key masked
  *           for some pairs of the tile (p_j = 0 exactly where masked: a visible key's exp
