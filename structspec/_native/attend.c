@@ -309,8 +309,8 @@ __attribute__((target("avx2,fma"))) static void transpose_keys(const float *k, P
  * a broadcast), 3 with AVX2's 16. With AVX-512 (mode 2) the scores, the softmax and (head
  * size a multiple of 64) the weighted sums run on 512-bit vectors (scz_, softmax_row16,
  * wsz_ below): on the Zen 4 these tiles were written for, 512-bit FMAs ran no more lanes per
- * cycle, but the Xeon of sessions 33-42 runs two; there a 16-row tree over 460 keys took 0.60
- * of the 256-bit tiles' time, a 110-row prompt 0.56 (benchmarks/attention_kernel.py,
+ * cycle, but on the Xeon of sessions 33-42 a 16-row tree over 460 keys took 0.65 of the
+ * 256-bit tiles' time, a 110-row prompt 0.60 (benchmarks/attention_kernel.py,
  * docs/performance.md, session 42). */
 #define SC_MAXR 6
 #define SC_ROWS(F) F(0) F(1) F(2) F(3) F(4) F(5)
