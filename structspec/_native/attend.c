@@ -114,14 +114,14 @@ __attribute__((target("avx2,fma"))) static void scores8(const float *q, const fl
     }
 }
 
-/* Scores s (nb*8 floats) of one row to probabilities: masked (and padding past lk) to
- * -inf first, then exp(s - max), 0 where masked. */
-__attribute__((target("avx2,fma"))) static void softmax_row(float *s, Py_ssize_t lk,
-                                                            Py_ssize_t nb, int kind,
+/* Scores s (n floats, n = nb*8 >= lk) of one row with its masked keys and the padding past
+ * lk set to -inf. */
+__attribute__((target("avx2,fma"))) static void mask_scores(float *s, Py_ssize_t lk,
+                                                            Py_ssize_t n, int kind,
                                                             const void *mask_row,
                                                             Py_ssize_t visible_to) {
     const float ninf = -INFINITY;
-    for (Py_ssize_t j = lk; j < nb * KB; j++) s[j] = ninf;
+    for (Py_ssize_t j = lk; j < n; j++) s[j] = ninf;
     if (kind == MASK_CAUSAL) {
         for (Py_ssize_t j = visible_to + 1; j < lk; j++) s[j] = ninf;
     } else if (kind == MASK_FLOAT) { /* vectorised: each lane's s[j] + mr[j] is the same */
@@ -139,66 +139,66 @@ __attribute__((target("avx2,fma"))) static void softmax_row(float *s, Py_ssize_t
         for (Py_ssize_t j = 0; j < lk; j++)
             if (!mr[j]) s[j] = ninf;
     }
-    __m256 mv = _mm256_set1_ps(ninf);
+}
+
+/* Eight masked scores s[0..8) to exp(s - m), 0 where -inf. */
+__attribute__((target("avx2,fma"))) static inline void probs8(float *s, __m256 mm) {
+    __m256 x = _mm256_loadu_ps(s);
+    __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+    _mm256_storeu_ps(s, _mm256_blendv_ps(_mm256_setzero_ps(), exp8(_mm256_sub_ps(x, mm)), keep));
+}
+
+/* Scores s (nb*8 floats) of one row to probabilities: masked (and padding past lk) to
+ * -inf first, then exp(s - max), 0 where masked. */
+__attribute__((target("avx2,fma"))) static void softmax_row(float *s, Py_ssize_t lk,
+                                                            Py_ssize_t nb, int kind,
+                                                            const void *mask_row,
+                                                            Py_ssize_t visible_to) {
+    mask_scores(s, lk, nb * KB, kind, mask_row, visible_to);
+    __m256 mv = _mm256_set1_ps(-INFINITY);
     for (Py_ssize_t j = 0; j < nb * KB; j += KB) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
     float lanes[KB];
     _mm256_storeu_ps(lanes, mv);
     float m = lanes[0];
     for (int i = 1; i < KB; i++) m = lanes[i] > m ? lanes[i] : m;
-    const __m256 mm = _mm256_set1_ps(m), zero = _mm256_setzero_ps();
-    for (Py_ssize_t j = 0; j < nb * KB; j += KB) {
-        __m256 x = _mm256_loadu_ps(s + j);
-        __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(ninf), _CMP_NEQ_OQ);
-        _mm256_storeu_ps(s + j, _mm256_blendv_ps(zero, exp8(_mm256_sub_ps(x, mm)), keep));
-    }
+    const __m256 mm = _mm256_set1_ps(m);
+    for (Py_ssize_t j = 0; j < nb * KB; j += KB) probs8(s + j, mm);
 }
 
-/* softmax_row with 16 keys per vector (an 8-key tail as there): the same result bit for bit
- * (the max is exact in any order; every other step is per lane). */
+/* softmax_row with the max and the exponentials on 16 keys per vector (an 8-key tail as
+ * there): the same result bit for bit (the max is exact in any order; every other step is
+ * per lane). */
 __attribute__((target(AT_Z512))) static void softmax_row16(float *s, Py_ssize_t lk,
                                                           Py_ssize_t nb, int kind,
                                                           const void *mask_row,
                                                           Py_ssize_t visible_to) {
-    const float ninf = -INFINITY;
     const Py_ssize_t n = nb * KB, n16 = n & ~(Py_ssize_t)15;
-    for (Py_ssize_t j = lk; j < n; j++) s[j] = ninf;
-    if (kind == MASK_CAUSAL) {
-        for (Py_ssize_t j = visible_to + 1; j < lk; j++) s[j] = ninf;
-    } else if (kind == MASK_FLOAT) {
+    const __m512 minf = _mm512_set1_ps(-INFINITY);
+    Py_ssize_t j = 0;
+    if (kind == MASK_FLOAT) { /* as mask_scores, 16 keys a step (a tree pass's every row) */
         const float *mr = (const float *)mask_row;
-        const __m512 lim = _mm512_set1_ps(MASKED), minf = _mm512_set1_ps(ninf);
-        Py_ssize_t j = 0;
+        const __m512 lim = _mm512_set1_ps(MASKED);
         for (; j + 16 <= lk; j += 16) {
-            __m512 m = _mm512_loadu_ps(mr + j);
-            __m512 x = _mm512_add_ps(_mm512_loadu_ps(s + j), m);
-            __mmask16 masked = _mm512_cmp_ps_mask(m, lim, _CMP_LT_OQ);
+            __m512 mk = _mm512_loadu_ps(mr + j);
+            __m512 x = _mm512_add_ps(_mm512_loadu_ps(s + j), mk);
+            __mmask16 masked = _mm512_cmp_ps_mask(mk, lim, _CMP_LT_OQ);
             _mm512_storeu_ps(s + j, _mm512_mask_blend_ps(masked, x, minf));
         }
-        for (; j < lk; j++) s[j] = mr[j] < MASKED ? ninf : s[j] + mr[j];
-    } else if (kind == MASK_BOOL) {
-        const uint8_t *mr = (const uint8_t *)mask_row;
-        for (Py_ssize_t j = 0; j < lk; j++)
-            if (!mr[j]) s[j] = ninf;
     }
-    __m512 mv = _mm512_set1_ps(ninf);
-    Py_ssize_t j = 0;
-    for (; j < n16; j += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(s + j));
+    /* the rest of a float mask (from j), or the other kinds, and the padding past lk */
+    mask_scores(s + j, lk - j, n - j, kind, kind == MASK_FLOAT ? (const float *)mask_row + j
+                                                               : mask_row, visible_to);
+    __m512 mv = minf;
+    for (j = 0; j < n16; j += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(s + j));
     float m = _mm512_reduce_max_ps(mv);
     for (; j < n; j++) m = s[j] > m ? s[j] : m;
-    const __m512 mm = _mm512_set1_ps(m), zero = _mm512_setzero_ps(),
-                 minf = _mm512_set1_ps(ninf);
+    const __m512 mm = _mm512_set1_ps(m), zero = _mm512_setzero_ps();
     for (j = 0; j < n16; j += 16) {
         __m512 x = _mm512_loadu_ps(s + j);
         __mmask16 keep = _mm512_cmp_ps_mask(x, minf, _CMP_NEQ_OQ);
         _mm512_storeu_ps(s + j, _mm512_mask_blend_ps(keep, zero, exp16(_mm512_sub_ps(x, mm))));
     }
-    if (j < n) { /* an 8-key tail: exp8 on the same lanes' operations */
-        __m256 x = _mm256_loadu_ps(s + j);
-        __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(ninf), _CMP_NEQ_OQ);
-        _mm256_storeu_ps(s + j, _mm256_blendv_ps(_mm256_setzero_ps(),
-                                                 exp8(_mm256_sub_ps(x, _mm256_set1_ps(m))),
-                                                 keep));
-    }
+    if (j < n) probs8(s + j, _mm256_set1_ps(m));
 }
 
 /* o (d floats) += p_j * v_j and *l += p_j for keys [j0, j1) in order, skipping p_j = 0
@@ -387,40 +387,43 @@ __attribute__((target("avx2,fma"))) static void transpose_keys(const float *k, P
         _mm256_storeu_ps(a, o##r##0), _mm256_storeu_ps(a + 8, o##r##1);                   \
         _mm256_storeu_ps(a + 16, o##r##2), _mm256_storeu_ps(a + 24, o##r##3);             \
     }
+/* Key j's 32 value dims from t0, as four vectors v0..v3. */
+#define WS_VLOAD                                                                           \
+    const float *vj = v + j * d + t0;                                                      \
+    __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);                         \
+    __m256 v2 = _mm256_loadu_ps(vj + 16), v3 = _mm256_loadu_ps(vj + 24);
 /* acc[r][0..d) += p_r[j] * v_j for the keys [j0, j1) pair r sees, in order (d a multiple of
- * 32), 32 dims at a time. Keys below jb are seen by every pair (the cache under a tree
+ * STEP), STEP dims at a time (the macros P##_DECL ... P##_STORE: WS_ for 256-bit vectors,
+ * WZ_ for 512-bit ones, below). Keys below jb are seen by every pair (the cache under a tree
  * mask): their p_r[j] are all > 0, so they need no test (the same FMAs as the tested path
  * takes where every pair sees the key). */
-#define WS_KERNEL(NAME, TGT, R)                                                            \
-    __attribute__((target(TGT))) static void NAME##R(                                      \
-        const float *const *pr, const float *v, Py_ssize_t j0, Py_ssize_t j1,             \
-        Py_ssize_t d, float *const *acc, Py_ssize_t jb) {                                 \
-        enum { NR = R };                                                                  \
-        Py_ssize_t jm = jb < j0 ? j0 : jb > j1 ? j1 : jb;                                 \
-        for (Py_ssize_t t0 = 0; t0 < d; t0 += 32) {                                       \
-            SC_ROWS(WS_DECL)                                                              \
-            SC_ROWS(WS_LOAD)                                                              \
-            for (Py_ssize_t j = j0; j < jm; j++) {                                        \
-                const float *vj = v + j * d + t0;                                         \
-                __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);            \
-                __m256 v2 = _mm256_loadu_ps(vj + 16), v3 = _mm256_loadu_ps(vj + 24);      \
-                SC_ROWS(WS_FMA)                                                           \
-            }                                                                             \
-            for (Py_ssize_t j = jm; j < j1; j++) {                                        \
-                unsigned seen = 0u SC_ROWS(WS_BIT);                                       \
-                if (!seen) continue;                                                      \
-                const float *vj = v + j * d + t0;                                         \
-                __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);            \
-                __m256 v2 = _mm256_loadu_ps(vj + 16), v3 = _mm256_loadu_ps(vj + 24);      \
-                if (seen == (1u << NR) - 1u) {                                            \
-                    SC_ROWS(WS_FMA)                                                       \
-                } else {                                                                  \
-                    SC_ROWS(WS_FMA_IF)                                                    \
-                }                                                                         \
-            }                                                                             \
-            SC_ROWS(WS_STORE)                                                             \
-        }                                                                                 \
+#define WSUM_KERNEL(NAME, TGT, R, P, STEP)                                                  \
+    __attribute__((target(TGT))) static void NAME##R(                                       \
+        const float *const *pr, const float *v, Py_ssize_t j0, Py_ssize_t j1,               \
+        Py_ssize_t d, float *const *acc, Py_ssize_t jb) {                                   \
+        enum { NR = R };                                                                    \
+        Py_ssize_t jm = jb < j0 ? j0 : jb > j1 ? j1 : jb;                                   \
+        for (Py_ssize_t t0 = 0; t0 < d; t0 += STEP) {                                       \
+            SC_ROWS(P##_DECL)                                                               \
+            SC_ROWS(P##_LOAD)                                                               \
+            for (Py_ssize_t j = j0; j < jm; j++) {                                          \
+                P##_VLOAD                                                                   \
+                SC_ROWS(P##_FMA)                                                            \
+            }                                                                               \
+            for (Py_ssize_t j = jm; j < j1; j++) {                                          \
+                unsigned seen = 0u SC_ROWS(WS_BIT);                                         \
+                if (!seen) continue;                                                        \
+                P##_VLOAD                                                                   \
+                if (seen == (1u << NR) - 1u) {                                              \
+                    SC_ROWS(P##_FMA)                                                        \
+                } else {                                                                    \
+                    SC_ROWS(P##_FMA_IF)                                                     \
+                }                                                                           \
+            }                                                                               \
+            SC_ROWS(P##_STORE)                                                              \
+        }                                                                                   \
     }
+#define WS_KERNEL(NAME, TGT, R) WSUM_KERNEL(NAME, TGT, R, WS, 32)
 
 #define AT_WIDE "avx2,fma,avx512f,avx512vl"
 #define AT_NARROW "avx2,fma"
@@ -458,32 +461,7 @@ SC_KERNEL(scw_, AT_WIDE, 4) SC_KERNEL(scw_, AT_WIDE, 5) SC_KERNEL(scw_, AT_WIDE,
     const float *vj = v + j * d + t0;                                                      \
     __m512 w0 = _mm512_loadu_ps(vj), w1 = _mm512_loadu_ps(vj + 16);                        \
     __m512 w2 = _mm512_loadu_ps(vj + 32), w3 = _mm512_loadu_ps(vj + 48);
-#define WZ_KERNEL(NAME, R)                                                                 \
-    __attribute__((target(AT_Z512))) static void NAME##R(                                  \
-        const float *const *pr, const float *v, Py_ssize_t j0, Py_ssize_t j1,             \
-        Py_ssize_t d, float *const *acc, Py_ssize_t jb) {                                 \
-        enum { NR = R };                                                                  \
-        Py_ssize_t jm = jb < j0 ? j0 : jb > j1 ? j1 : jb;                                 \
-        for (Py_ssize_t t0 = 0; t0 < d; t0 += 64) {                                       \
-            SC_ROWS(WZ_DECL)                                                              \
-            SC_ROWS(WZ_LOAD)                                                              \
-            for (Py_ssize_t j = j0; j < jm; j++) {                                        \
-                WZ_VLOAD                                                                  \
-                SC_ROWS(WZ_FMA)                                                           \
-            }                                                                             \
-            for (Py_ssize_t j = jm; j < j1; j++) {                                        \
-                unsigned seen = 0u SC_ROWS(WS_BIT);                                       \
-                if (!seen) continue;                                                      \
-                WZ_VLOAD                                                                  \
-                if (seen == (1u << NR) - 1u) {                                            \
-                    SC_ROWS(WZ_FMA)                                                       \
-                } else {                                                                  \
-                    SC_ROWS(WZ_FMA_IF)                                                    \
-                }                                                                         \
-            }                                                                             \
-            SC_ROWS(WZ_STORE)                                                             \
-        }                                                                                 \
-    }
+#define WZ_KERNEL(NAME, R) WSUM_KERNEL(NAME, AT_Z512, R, WZ, 64)
 WZ_KERNEL(wsz_, 1) WZ_KERNEL(wsz_, 2) WZ_KERNEL(wsz_, 3)
 WZ_KERNEL(wsz_, 4) WZ_KERNEL(wsz_, 5) WZ_KERNEL(wsz_, 6)
 
