@@ -296,8 +296,31 @@ class ParserStacks:
 
     def _feed_python(self, stack: int, terminal: int) -> tuple[int, int]:
         """``feed_low`` in Python (the twin of the ``lalr_sim`` kernel's ``feed``)."""
-        # The reductions run on a scratch list of states pushed over the part of the
-        # stack not popped yet (as in takes_low); only the final stack is interned.
+        shift, base, pushed, low = self._simulate(stack, terminal)
+        if shift is None:
+            return -1, low
+        for st in pushed:
+            base = self._push(base, st)
+        return self._push(base, shift), low
+
+    def takes_low(self, stack: int, terminal: int) -> tuple[bool, int]:
+        """Whether ``feed(stack, terminal)`` succeeds, and the lowest height it reads — the
+        same simulation, without interning the stacks it passes through. Pure; memoized."""
+        key = (stack, terminal)
+        got = self._feed.get(key)
+        if got is not None:
+            return got[0] >= 0, got[1]
+        got = self._takes.get(key)
+        if got is None:
+            shift, _, _, low = self._simulate(stack, terminal)
+            got = self._takes[key] = (shift is not None, low)
+        return got
+
+    def _simulate(self, stack: int, terminal: int) -> tuple[int | None, int, list[int], int]:
+        """Run ``terminal``'s reductions from ``stack`` on a scratch list of states pushed
+        over the part of the stack not popped yet, interning nothing: ``(the state it
+        shifts to, or None where the terminal is refused; that unpopped part; the states
+        pushed over it; the lowest height read)``. Pure."""
         t = self.tables
         actions, nodes, gotos = t.actions, self._nodes, t.gotos
         rule_len, rule_lhs = t.rule_len, t.rule_lhs
@@ -308,14 +331,9 @@ class ParserStacks:
         while True:
             code = actions[top].get(terminal)
             if code is None:
-                res = -1
-                break
+                return None, base, pushed, low
             if code >= 0:
-                s = base
-                for st in pushed:
-                    s = self._push(s, st)
-                res = self._push(s, code)
-                break
+                return code, base, pushed, low
             rule = -code - 1
             n = rule_len[rule]
             if n <= len(pushed):
@@ -331,56 +349,8 @@ class ParserStacks:
             under = pushed[-1] if pushed else nodes[base][1]
             top = gotos[under].get(rule_lhs[rule])
             if top is None:  # pragma: no cover - lark's tables always have the goto
-                res = -1
-                break
+                return None, base, pushed, low
             pushed.append(top)
-        return res, low
-
-    def takes_low(self, stack: int, terminal: int) -> tuple[bool, int]:
-        """Whether ``feed(stack, terminal)`` succeeds, and the lowest height it reads — the
-        same simulation on a scratch list, without interning the stacks it passes through.
-        Pure; memoized."""
-        key = (stack, terminal)
-        got = self._feed.get(key)
-        if got is not None:
-            return got[0] >= 0, got[1]
-        got = self._takes.get(key)
-        if got is None:
-            t = self.tables
-            actions, nodes, gotos = t.actions, self._nodes, t.gotos
-            rule_len, rule_lhs = t.rule_len, t.rule_lhs
-            base = stack  # the part of the stack not popped yet
-            low = nodes[stack][2]
-            pushed: list[int] = []  # states pushed on top of it
-            top = nodes[stack][1]
-            while True:
-                code = actions[top].get(terminal)
-                if code is None:
-                    got = (False, low)
-                    break
-                if code >= 0:
-                    got = (True, low)
-                    break
-                rule = -code - 1
-                n = rule_len[rule]
-                if n <= len(pushed):
-                    if n:
-                        del pushed[-n:]
-                else:
-                    for _ in range(n - len(pushed)):
-                        base = nodes[base][0]
-                    pushed.clear()
-                    h = nodes[base][2]
-                    if h < low:
-                        low = h
-                under = pushed[-1] if pushed else nodes[base][1]
-                top = gotos[under].get(rule_lhs[rule])
-                if top is None:  # pragma: no cover - lark's tables always have the goto
-                    got = (False, low)
-                    break
-                pushed.append(top)
-            self._takes[key] = got
-        return got
 
     def find_signature(self, sigs: Signatures, stack: int) -> tuple | None:
         """A value kept in ``sigs`` by ``store_signature`` for a stack whose states agree
