@@ -411,7 +411,9 @@ def decode_dfa(data: dict[str, Any]) -> ByteDFA:
     n = int(data["n"])
     classes = np.frombuffer(base64.b64decode(data["classes"]), dtype=np.uint8)  # [256]
     cols = np.frombuffer(zlib.decompress(base64.b64decode(data["table"])), dtype="<i4")
-    table = cols.reshape(n, -1)[:, classes].astype(np.int32)  # [n, 256]
+    # (the gather is already a fresh native int32 array: no second copy — python.lark's
+    # two string DFAs hold ~51k states, 53 MB each at 256 columns)
+    table = cols.reshape(n, -1)[:, classes].astype(np.int32, copy=False)  # [n, 256]
     accepting = np.zeros(n, dtype=bool)
     accepting[data["accepting"]] = True
     return ByteDFA(table, accepting, int(data["start"]))
