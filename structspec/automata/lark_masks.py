@@ -150,55 +150,50 @@ class MaskBuilder:
                  hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per row: :func:`apply_effect`'s kind of bytes ``[lo, hi)`` (a ``\\n``, a form feed
         only, neither); the columns after the last ``\\n`` or form feed."""
-        width = int(hi.max()) if hi.size else 0  # bytes past every hi do not matter
+        # A comment's or a string's lexer state reaches nearly the whole vocabulary here,
+        # each token whole (a lexing tree's first level): those rows read the per-token
+        # effects computed once (46 ms of every such state's first mask before, 0.6 now).
         kind = np.zeros(rows.size, dtype=np.int64)
-        cols = np.zeros(rows.size, dtype=np.int64)
-        if width == 0:
-            return kind, cols
-        # Most tokens hold no \n or form feed: theirs is kind 0 and the spaces and tabs of
-        # the segment — counted once per token where the segment is the whole token (a
-        # lexing tree's first level), on byte masks otherwise. A comment's or a string's
-        # lexer state reaches nearly the whole vocabulary here, where int64 arrays of every
-        # row's columns took 50-200 ms; the few tokens with a reset take the general path.
-        has_reset, spaces, tabs = self._whitespace()
-        resets = has_reset[rows]
-        whole = ~resets & (lo == 0) & (hi == self.tt.lengths[rows])  # a whole token: counted
+        spaces, tabs = np.zeros_like(kind), np.zeros_like(kind)
+        whole = (lo == 0) & (hi == self.tt.lengths[rows])
         if whole.any():
             at = rows[whole]
-            cols[whole] = spaces[at] + self.rt.tab_len * tabs[at]
-        plain = np.flatnonzero(~resets & ~whole)
-        if plain.size:
-            data = self.tt.data[rows[plain], :width]  # [R, W] uint8
-            pos = np.arange(width)[None, :]
-            seg = (pos >= lo[plain, None]) & (pos < hi[plain, None])
-            cols[plain] = (np.count_nonzero((data == 32) & seg, axis=1)
-                           + self.rt.tab_len * np.count_nonzero((data == 9) & seg, axis=1))
-        mixed = np.flatnonzero(resets)
-        if mixed.size:
-            data = self.tt.data[rows[mixed], :width]
-            pos = np.arange(width)[None, :]
-            seg = (pos >= lo[mixed, None]) & (pos < hi[mixed, None])
-            is_nl = (data == 10) & seg
-            reset = is_nl | ((data == 12) & seg)
-            has = reset.any(axis=1)
-            kind[mixed] = np.where(is_nl.any(axis=1), 1, np.where(has, 2, 0))
-            last = np.where(has, width - 1 - np.argmax(reset[:, ::-1], axis=1), -1)
-            after = seg & (pos > last[:, None])
-            cols[mixed] = (np.count_nonzero((data == 32) & after, axis=1)
-                           + self.rt.tab_len * np.count_nonzero((data == 9) & after, axis=1))
+            kind[whole], spaces[whole], tabs[whole] = (a[at] for a in self._whole_effects())
+        part = np.flatnonzero(~whole)
+        if part.size:
+            kind[part], spaces[part], tabs[part] = self._segment_effects(
+                rows[part], lo[part], hi[part])
         # (every count from TAB_REFUSED on means the same: a refused tab)
-        return kind, np.minimum(cols, TAB_REFUSED)
+        return kind, np.minimum(spaces + self.rt.tab_len * tabs, TAB_REFUSED)
 
-    def _whitespace(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per token row: whether its bytes hold a ``\\n`` or a form feed, and its spaces and
-        tabs. Memoized."""
-        got = getattr(self, "_ws_rows", None)  # (absent from builders pickled before it)
+    def _whole_effects(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_segment_effects` of every token row, whole. Memoized."""
+        got = getattr(self, "_whole", None)  # (absent from builders pickled before it)
         if got is None:
-            data = self.tt.data
-            got = self._ws_rows = (((data == 10) | (data == 12)).any(axis=1),
-                                   np.count_nonzero(data == 32, axis=1).astype(np.int64),
-                                   np.count_nonzero(data == 9, axis=1).astype(np.int64))
+            tt = self.tt
+            got = self._whole = self._segment_effects(
+                np.arange(tt.data.shape[0]), np.zeros_like(tt.lengths), tt.lengths)
         return got
+
+    def _segment_effects(self, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row: the kind of bytes ``[lo, hi)`` (as :meth:`_effects`), and the spaces and
+        the tabs after their last ``\\n`` or form feed."""
+        width = int(hi.max()) if hi.size else 0  # bytes past every hi do not matter
+        if width == 0:
+            zero = np.zeros(rows.size, dtype=np.int64)
+            return zero, zero, zero
+        data = self.tt.data[rows, :width]  # [R, W] uint8
+        pos = np.arange(width)[None, :]
+        seg = (pos >= lo[:, None]) & (pos < hi[:, None])
+        is_nl = (data == 10) & seg
+        reset = is_nl | ((data == 12) & seg)
+        has = reset.any(axis=1)
+        kind = np.where(is_nl.any(axis=1), 1, np.where(has, 2, 0))
+        last = np.where(has, width - 1 - np.argmax(reset[:, ::-1], axis=1), -1)
+        after = seg & (pos > last[:, None])
+        return (kind, np.count_nonzero((data == 32) & after, axis=1),
+                np.count_nonzero((data == 9) & after, axis=1))
 
     def _split_nl(self, end: int, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray
                   ) -> list[tuple[tuple[int, int] | None, np.ndarray]]:
