@@ -1,0 +1,121 @@
+"""Trees sized by the device: where the cost curve carries many nodes for free (a GPU), the
+``None`` budgets widen to those nodes and free text's draft head beam with them; a CPU's
+rising curve keeps the defaults; explicit settings are never changed; and the wide trees
+stay lossless (speculative greedy == plain greedy on the tiny random model)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_decode
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_spec_draft_head import _random_head
+
+from structspec.automata.regex import compile_regex
+from structspec.engine import decode, free_text
+from structspec.errors import GenerationError
+from structspec.sampling import SamplingParams
+from structspec.spec import SpecConfig, speculative_decode
+from structspec.spec.cost import CostCurve, free_nodes
+from structspec.spec.decode import (
+    AUTO_BUDGETS,
+    NARROW_HEAD,
+    WIDE_HEAD,
+    WIDE_MAX_NODES,
+    WIDE_MIN_FREE,
+)
+from structspec.vocab import Vocabulary
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+GREEDY = SamplingParams()
+#: A launch-bound GPU's curve: every size up to 64 nodes costs what one node does.
+FLAT = CostCurve((1, 64), (0.018, 0.018))
+#: A CPU's: each node adds ~4% of a one-node pass.
+RISING = CostCurve((1, 2, 4, 8, 16, 32), (0.0225, 0.0231, 0.0243, 0.0262, 0.0318, 0.0425))
+WORDS = ["weather", "in", "Paris", "for", "3", "days", "red", "the", "id", "is", "42", "hello",
+         "{", '"name"', ":", "blue", "tag", ","]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    vocab = Vocabulary.from_tokenizer(tiny_model.tokenizer, eos_token_ids=tiny_model.eos_token_ids)
+    constraints = {"tag": compile_regex(
+        r'\{"id":[0-9]{1,3},"tag":"(red|green|blue)","ok":(true|false)\}', vocab),
+        "free": free_text(vocab)}
+    return (tiny_model.model, tiny_model.tokenizer, vocab, constraints,
+            _random_head(tiny_model.model))
+
+
+def test_the_curves_free_nodes():
+    assert free_nodes(FLAT) == 63 >= WIDE_MIN_FREE
+    assert free_nodes(RISING) < WIDE_MIN_FREE
+
+
+@pytest.mark.parametrize("structured", [True, False])
+def test_auto_budgets_widen_only_where_nodes_are_free(structured):
+    kind = "structured" if structured else "free"
+    nodes, branches = AUTO_BUDGETS[kind]
+    cfg = SpecConfig()
+    assert cfg.budgets(structured) == (nodes, branches)
+    assert cfg.budgets(structured, free_nodes(RISING)) == (nodes, branches)
+    assert cfg.budgets(structured, WIDE_MIN_FREE - 1) == (nodes, branches)
+    wide, wide_branches = cfg.budgets(structured, free_nodes(FLAT))
+    assert wide == WIDE_MAX_NODES
+    assert wide_branches == round(branches * WIDE_MAX_NODES / nodes)
+    assert cfg.budgets(structured, 20) == (20, round(branches * 20 / nodes))
+    # Explicit bounds stand, whatever the device.
+    assert SpecConfig(max_nodes=8, num_speculations=2).budgets(structured, 63) == (8, 2)
+    assert SpecConfig(max_nodes=8).budgets(structured, 63)[0] == 8
+
+
+def test_the_head_beam_resolves_its_none_values_only():
+    opts = SpecConfig().options
+    assert (opts["draft_head_topk"], opts["draft_head_min_prob"]) == NARROW_HEAD
+    opts = SpecConfig().options_for(wide=True)
+    assert (opts["draft_head_topk"], opts["draft_head_min_prob"]) == WIDE_HEAD
+    opts = SpecConfig(draft_head_topk=2, draft_head_min_prob=0.3).options_for(wide=True)
+    assert (opts["draft_head_topk"], opts["draft_head_min_prob"]) == (2, 0.3)
+    opts = SpecConfig(draft_head_topk=5).options_for(wide=True)
+    assert (opts["draft_head_topk"], opts["draft_head_min_prob"]) == (5, WIDE_HEAD[1])
+    with pytest.raises(ValueError, match="draft_head_topk"):
+        SpecConfig(draft_head_topk=-1)
+    with pytest.raises(ValueError, match="draft_head_min_prob"):
+        SpecConfig(draft_head_min_prob=1.5)
+
+
+@pytest.mark.parametrize(("name", "curve", "wide", "beam"), [
+    ("free", FLAT, True, WIDE_HEAD), ("tag", FLAT, True, NARROW_HEAD),
+    ("free", RISING, False, NARROW_HEAD), ("tag", RISING, False, NARROW_HEAD)])
+def test_decoding_reports_the_trees_it_sized(tiny, name, curve, wide, beam):
+    model, tok, vocab, constraints, head = tiny
+    prompt = tok.encode("the id is 42 and the tag is red", add_special_tokens=False)
+    try:
+        stats = speculative_decode(model, vocab, prompt, constraints[name], max_new_tokens=12,
+                                   sampling=GREEDY, tokenizer=tok,
+                                   config=SpecConfig(draft_head=head, cost_curve=curve)).stats
+    except GenerationError as exc:  # the token budget ran out: the error carries the stats
+        stats = exc.stats
+    assert stats.wide is wide and stats.draft_head_beam == beam
+    expected = WIDE_MAX_NODES if wide else AUTO_BUDGETS["free" if name == "free"
+                                                        else "structured"][0]
+    assert stats.max_nodes == expected
+    assert max(stats.budgets, default=0) <= expected
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=10),
+       name=st.sampled_from(["tag", "free"]), max_new=st.integers(1, 40),
+       head_on=st.booleans())
+def test_wide_trees_are_lossless(tiny, words, name, max_new, head_on):
+    model, tok, vocab, constraints, head = tiny
+    prompt = tok.encode(" ".join(words), add_special_tokens=False)
+    c = constraints[name]
+    plain = run_decode(decode, model, vocab, prompt, c, max_new_tokens=max_new, sampling=GREEDY)
+    cfg = SpecConfig(draft_head=head if head_on else False, cost_curve=FLAT, window=2)
+    spec = run_decode(speculative_decode, model, vocab, prompt, c, max_new_tokens=max_new,
+                      sampling=GREEDY, config=cfg, tokenizer=tok)
+    assert spec[:3] == plain[:3]
+    if spec[3] is not None:
+        assert spec[3].stats.wide and spec[3].stats.max_nodes == WIDE_MAX_NODES
