@@ -692,7 +692,6 @@ def main(argv: list[str] | None = None) -> int:
                 "draft_model_passes": s_stats.draft_model_passes,
                 "draft_head": s_stats.draft_head,
                 "max_nodes": s_stats.max_nodes, "wide": s_stats.wide,
-                "draft_head_beam": s_stats.draft_head_beam,
                 "time_split": s_stats.time_split(),
             })
         if peers is not None:  # the same number of new tokens, end to end
@@ -707,7 +706,6 @@ def main(argv: list[str] | None = None) -> int:
               f"tok/s x{row['speedup']:.2f} (e2e x{row['speedup_e2e']:.2f}) "
               f"tok/pass={row.get('tokens_per_pass', 0):.2f} acc={row.get('acceptance', {})}",
               flush=True)
-    beam = next((r["draft_head_beam"] for r in rows if r.get("draft_head_beam")), None)
     summary = {
         "task": args.task, "data": args.data, "offset": args.offset, "n": len(rows),
         "shuffle": args.shuffle, "skipped": skipped, "lenient": args.lenient,
@@ -724,11 +722,12 @@ def main(argv: list[str] | None = None) -> int:
         "threads": torch.get_num_threads(),
         "load": round(os.getloadavg()[0], 2),
         "cost_model": spec_cfg.cost_model, "cost_curve_from": args.cost_curve,
-        # as the runs resolved them (None: the config's auto values, from the cost curve)
+        # the node bound as the runs resolved it (--max-nodes, or the auto one: 16 or 8,
+        # wider where the cost curve carries more nodes for free)
         "max_nodes": max((r.get("max_nodes", 0) for r in rows), default=args.max_nodes),
         "wide": any(r.get("wide") for r in rows),
-        "draft_head_topk": beam[0] if beam else spec_cfg.draft_head_topk,
-        "draft_head_min_prob": beam[1] if beam else spec_cfg.draft_head_min_prob,
+        "draft_head_topk": spec_cfg.draft_head_topk,
+        "draft_head_min_prob": spec_cfg.draft_head_min_prob,
         "draft_model": args.draft_model,
         "draft_head": next((r.get("draft_head") for r in rows if r.get("draft_head")), None),
         "prefix_cache": not args.no_prefix_cache,

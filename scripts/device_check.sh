@@ -83,8 +83,10 @@ for dtype in float32 bfloat16; do
   [ -f $data/HumanEval-SingleLineInfilling.jsonl ] && run code $dtype "${TASK_N:-10}" \
     --data $data/HumanEval-SingleLineInfilling.jsonl
   run prose $dtype "${TASK_N:-10}"
-  # Prose with larger head trees, which a flat cost curve leaves free (session 34: on a
-  # CPU with the H200's curve, 2.10 tokens per pass instead of 1.96, drafting dearer).
+  # Prose with a deeper head beam too (the runs above already widen the node bound to the
+  # free nodes of a flat curve, session 44): session 34, on a CPU with the H200's curve,
+  # 2.10 tokens per pass instead of 1.96, but more head levels a pass, which on a GPU cost
+  # launches and a read-back each: this measures whether they pay.
   [ "$dtype" = float32 ] && TAG=wide run prose $dtype "${TASK_N:-10}" \
     --max-nodes 32 --head-topk 2 --head-min-prob 0.02
 done

@@ -1,7 +1,7 @@
 """Trees sized by the device: where the cost curve carries many nodes for free (a GPU), the
-``None`` budgets widen to those nodes and free text's draft head beam with them; a CPU's
-rising curve keeps the defaults; explicit settings are never changed; and the wide trees
-stay lossless (speculative greedy == plain greedy on the tiny random model)."""
+``None`` node budgets widen to those nodes; a CPU's rising curve keeps the defaults;
+explicit bounds are never changed; and the wide trees stay lossless (speculative greedy ==
+plain greedy on the tiny random model, with and without a draft head)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,7 @@ from structspec.errors import GenerationError
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec.cost import CostCurve, free_nodes
-from structspec.spec.decode import (
-    AUTO_BUDGETS,
-    NARROW_HEAD,
-    WIDE_HEAD,
-    WIDE_MAX_NODES,
-    WIDE_MIN_FREE,
-)
+from structspec.spec.decode import AUTO_BUDGETS, WIDE_MAX_NODES, WIDE_MIN_FREE
 from structspec.vocab import Vocabulary
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -60,34 +54,16 @@ def test_auto_budgets_widen_only_where_nodes_are_free(structured):
     assert cfg.budgets(structured) == (nodes, branches)
     assert cfg.budgets(structured, free_nodes(RISING)) == (nodes, branches)
     assert cfg.budgets(structured, WIDE_MIN_FREE - 1) == (nodes, branches)
-    wide, wide_branches = cfg.budgets(structured, free_nodes(FLAT))
-    assert wide == WIDE_MAX_NODES
-    assert wide_branches == round(branches * WIDE_MAX_NODES / nodes)
-    assert cfg.budgets(structured, 20) == (20, round(branches * 20 / nodes))
+    assert cfg.budgets(structured, free_nodes(FLAT)) == (WIDE_MAX_NODES, branches)
+    assert cfg.budgets(structured, 20) == (20, branches)
     # Explicit bounds stand, whatever the device.
     assert SpecConfig(max_nodes=8, num_speculations=2).budgets(structured, 63) == (8, 2)
     assert SpecConfig(max_nodes=8).budgets(structured, 63)[0] == 8
 
 
-def test_the_head_beam_resolves_its_none_values_only():
-    opts = SpecConfig().options
-    assert (opts["draft_head_topk"], opts["draft_head_min_prob"]) == NARROW_HEAD
-    opts = SpecConfig().options_for(wide=True)
-    assert (opts["draft_head_topk"], opts["draft_head_min_prob"]) == WIDE_HEAD
-    opts = SpecConfig(draft_head_topk=2, draft_head_min_prob=0.3).options_for(wide=True)
-    assert (opts["draft_head_topk"], opts["draft_head_min_prob"]) == (2, 0.3)
-    opts = SpecConfig(draft_head_topk=5).options_for(wide=True)
-    assert (opts["draft_head_topk"], opts["draft_head_min_prob"]) == (5, WIDE_HEAD[1])
-    with pytest.raises(ValueError, match="draft_head_topk"):
-        SpecConfig(draft_head_topk=-1)
-    with pytest.raises(ValueError, match="draft_head_min_prob"):
-        SpecConfig(draft_head_min_prob=1.5)
-
-
-@pytest.mark.parametrize(("name", "curve", "wide", "beam"), [
-    ("free", FLAT, True, WIDE_HEAD), ("tag", FLAT, True, NARROW_HEAD),
-    ("free", RISING, False, NARROW_HEAD), ("tag", RISING, False, NARROW_HEAD)])
-def test_decoding_reports_the_trees_it_sized(tiny, name, curve, wide, beam):
+@pytest.mark.parametrize(("name", "curve", "wide"), [
+    ("free", FLAT, True), ("tag", FLAT, True), ("free", RISING, False), ("tag", RISING, False)])
+def test_decoding_reports_the_trees_it_sized(tiny, name, curve, wide):
     model, tok, vocab, constraints, head = tiny
     prompt = tok.encode("the id is 42 and the tag is red", add_special_tokens=False)
     try:
@@ -96,7 +72,7 @@ def test_decoding_reports_the_trees_it_sized(tiny, name, curve, wide, beam):
                                    config=SpecConfig(draft_head=head, cost_curve=curve)).stats
     except GenerationError as exc:  # the token budget ran out: the error carries the stats
         stats = exc.stats
-    assert stats.wide is wide and stats.draft_head_beam == beam
+    assert stats.wide is wide
     expected = WIDE_MAX_NODES if wide else AUTO_BUDGETS["free" if name == "free"
                                                         else "structured"][0]
     assert stats.max_nodes == expected

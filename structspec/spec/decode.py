@@ -108,20 +108,17 @@ AUTO_BUDGETS = {"structured": (16, 8), "free": (8, 4)}
 #: Where the device's cost curve carries at least :data:`WIDE_MIN_FREE` speculative nodes
 #: for (almost) nothing (:func:`~structspec.spec.cost.free_nodes`: a GPU running a small
 #: model, whose pass is bound by kernel launches — one node and 32 cost the same on the H200
-#: of session 32), the ``None`` budgets widen to those free nodes, at most
-#: :data:`WIDE_MAX_NODES` (branches in proportion), and for free text the draft head's
-#: ``None`` beam to :data:`WIDE_HEAD`: nodes that cost nothing should carry the drafts that
-#: hit less often.
-#: With such a curve (the H200's, ``benchmarks/speculative.py --cost-curve``) 20 held-out
-#: code tasks took 592 passes instead of 668 and 20 prose prompts 1,164 instead of 1,222
-#: (docs/performance.md, session 44). A CPU's curve rises from the second node on: its
-#: budgets and beam stay :data:`AUTO_BUDGETS` and :data:`NARROW_HEAD`.
+#: of session 32), the ``None`` node bound widens to those free nodes, at most
+#: :data:`WIDE_MAX_NODES`: nodes that cost nothing should carry the drafts that hit less
+#: often. With the H200's curve (``benchmarks/speculative.py --cost-curve``) 20 held-out code
+#: tasks took 595 passes instead of 668, 40 BFCL calls 229 instead of 248 and 20 prose
+#: prompts 1,187 instead of 1,222 (docs/performance.md, session 44). Not widened with it:
+#: the branch bound (more branches for the other drafters: prose 1,221 passes) and the draft
+#: head's beam (a lower floor drafts deeper, and on a GPU each further level of the head —
+#: kernel launches and a read-back — costs about what its extra tokens save). A CPU's curve
+#: rises from the second node on: its bounds stay :data:`AUTO_BUDGETS`.
 WIDE_MIN_FREE = 16
 WIDE_MAX_NODES = 32
-#: ``(draft_head_topk, draft_head_min_prob)`` where ``None``: on a device whose passes
-#: price every node, and on one where nodes are free (above).
-NARROW_HEAD = (3, 0.15)
-WIDE_HEAD = (6, 0.02)
 
 
 @dataclass(frozen=True)
@@ -172,14 +169,12 @@ class SpecConfig:
             a :class:`~structspec.spec.draft_head.DraftHead` uses that head (a mismatch
             raises :class:`~structspec.spec.draft_head.DraftHeadMismatchError`).
         draft_head_topk: the head's beam width: paths expanded per level, and tokens per
-            expanded path; ``None``: 3, or for free text 6 where the device's passes carry
-            many nodes for free (:data:`NARROW_HEAD`, :data:`WIDE_HEAD`).
+            expanded path.
         draft_head_branch_levels: levels below the frontier where the head branches
             (deeper, each path is extended by its likeliest token only).
         draft_head_max_depth: the head drafts at most this many levels per step.
         draft_head_min_prob: the head drafts no path its own probabilities give less than
-            this, and expands none; ``None``: 0.15, or 0.02 where nodes are free (as for
-            ``draft_head_topk``).
+            this, and expands none.
         draft_head_first_min_prob: the same bound for its first level (the tokens right
             below the frontier), which costs no further head step: by default 0, so its
             ``draft_head_topk`` guesses there are always offered and the cost plan decides
@@ -227,10 +222,10 @@ class SpecConfig:
     draft_model_topk: int = 2
     draft_model_branch_levels: int = 2
     draft_head: Any = "auto"
-    draft_head_topk: int | None = None
+    draft_head_topk: int = 3
     draft_head_branch_levels: int = 6
     draft_head_max_depth: int = 6
-    draft_head_min_prob: float | None = None
+    draft_head_min_prob: float = 0.15
     draft_head_first_min_prob: float = 0.0
     corpus: Any = None
     corpus_branches: int = 1
@@ -247,8 +242,7 @@ class SpecConfig:
         for name in ("validation_threshold", "min_acceptance", "memory_threshold",
                      "draft_head_min_prob", "draft_head_first_min_prob", "corpus_min_share"):
             value = getattr(self, name)
-            if value is None and name in ("validation_threshold", "memory_threshold",
-                                          "draft_head_min_prob"):
+            if value is None and name in ("validation_threshold", "memory_threshold"):
                 continue
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ValueError(f"{name} must be a number, got {value!r}")
@@ -260,7 +254,7 @@ class SpecConfig:
                      "draft_model_topk", "draft_model_branch_levels", "draft_head_topk",
                      "draft_head_branch_levels", "draft_head_max_depth", "corpus_branches"):
             value = getattr(self, name)
-            if value is None and name in ("num_speculations", "max_nodes", "draft_head_topk"):
+            if value is None and name in ("num_speculations", "max_nodes"):
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
@@ -290,7 +284,7 @@ class SpecConfig:
             # by every request made with this config.
             object.__setattr__(self, "corpus", TokenCorpus.load(self.corpus))
         for name in ("draft_head_min_prob", "draft_head_first_min_prob"):
-            if getattr(self, name) is not None and not 0 <= getattr(self, name) <= 1:
+            if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
         if not 0 <= self.corpus_min_share <= 1:
             raise ValueError(f"corpus_min_share must be in [0, 1], got "
@@ -309,25 +303,16 @@ class SpecConfig:
 
     @property
     def options(self) -> dict[str, Any]:
-        """Per-drafter knobs, as drafters read them from the context, on a device whose
-        passes price every node (:meth:`options_for` a given one)."""
-        return self.options_for(wide=False)
-
-    def options_for(self, wide: bool) -> dict[str, Any]:
-        """Per-drafter knobs, the ``None`` ones resolved for free text on a device whose
-        passes carry many nodes for free (``wide``: :data:`WIDE_MIN_FREE`) or not."""
-        topk, min_prob = WIDE_HEAD if wide else NARROW_HEAD
+        """Per-drafter knobs, as drafters read them from the context."""
         return {"lookup_max_n": self.lookup_max_n, "topk": self.topk,
                 "alternatives_max": self.alternatives_max, "values_max": self.values_max,
                 "nested_rounds": self.nested_rounds,
                 "draft_model_topk": self.draft_model_topk,
                 "draft_model_branch_levels": self.draft_model_branch_levels,
-                "draft_head_topk": topk if self.draft_head_topk is None
-                else self.draft_head_topk,
+                "draft_head_topk": self.draft_head_topk,
                 "draft_head_branch_levels": self.draft_head_branch_levels,
                 "draft_head_max_depth": self.draft_head_max_depth,
-                "draft_head_min_prob": min_prob if self.draft_head_min_prob is None
-                else self.draft_head_min_prob,
+                "draft_head_min_prob": self.draft_head_min_prob,
                 "draft_head_first_min_prob": self.draft_head_first_min_prob,
                 "corpus_branches": self.corpus_branches,
                 "corpus_min_share": self.corpus_min_share}
@@ -335,12 +320,11 @@ class SpecConfig:
     def budgets(self, structured: bool, free: int = 0) -> tuple[int, int]:
         """``(max_nodes, num_speculations)``, the ``None`` ones from :data:`AUTO_BUDGETS`, or
         where the device's passes carry ``free`` speculative nodes for (almost) nothing and
-        ``free >= WIDE_MIN_FREE``, widened to them (at most :data:`WIDE_MAX_NODES`; the
-        branches in proportion)."""
+        ``free >= WIDE_MIN_FREE``, the node bound widened to them (at most
+        :data:`WIDE_MAX_NODES`)."""
         nodes, branches = AUTO_BUDGETS["structured" if structured else "free"]
-        if free >= WIDE_MIN_FREE and free > nodes:
-            wide = min(free, WIDE_MAX_NODES)
-            nodes, branches = wide, max(branches, round(branches * wide / nodes))
+        if free >= WIDE_MIN_FREE:
+            nodes = max(nodes, min(free, WIDE_MAX_NODES))
         return (nodes if self.max_nodes is None else self.max_nodes,
                 branches if self.num_speculations is None else self.num_speculations)
 
@@ -369,11 +353,9 @@ class SpecStats(DecodeStats):
             nothing else (see :func:`certain_tokens`); the next pass computes their KV.
         memory_pressure_steps: steps whose budget was halved under memory pressure.
         cost_curve: the device cost curve the plan used (ms and relative), if any.
-        wide: the curve carried many nodes for free, so the ``None`` budgets and head beam
-            were widened (:data:`WIDE_MIN_FREE`).
+        wide: the curve carried many nodes for free, so the ``None`` budgets were widened
+            (:data:`WIDE_MIN_FREE`).
         max_nodes: the speculative node bound the scheduler started from.
-        draft_head_beam: ``(draft_head_topk, draft_head_min_prob)`` as resolved, when a
-            draft head drafted.
         pass_log: ``(tree nodes, cached tokens before the pass, seconds)`` of each
             verification pass but the first (which also prefills the prompt): what passes
             cost inside the decode loop, to hold against the cost curve measured at start-up
@@ -397,7 +379,6 @@ class SpecStats(DecodeStats):
     cost_curve: dict[str, Any] | None = None
     wide: bool = False
     max_nodes: int = 0
-    draft_head_beam: tuple[int, float] | None = None
     pass_log: list[tuple[int, int, float]] = field(default_factory=list)
 
     @property
@@ -568,10 +549,6 @@ def speculative_decode(
         text_index=TextIndex(prompt_bytes) if config.enabled else None,
     )
     structured = _structured(constraint, vocab)
-    # Free text only: under a constraint, a wider beam of the head takes the free nodes
-    # from lookup's and values' drafts, which hit more (20 held-out code tasks on the H200's
-    # curve: 643 passes with WIDE_HEAD, 592 with NARROW_HEAD, both at 32 nodes).
-    ctx.options = config.options_for(wide=free >= WIDE_MIN_FREE and not structured)
     # "auto": the shipped head wherever one matches. The first head cost more than it
     # gained under a grammar (HumanEval code: 2.61x decode without it, 2.41x with it); the
     # retrained one drafts code too (benchmarks/speculative.py --task code, back to back:
@@ -599,9 +576,6 @@ def speculative_decode(
     stats.cost_curve = curve.as_dict() if curve is not None else None
     stats.wide = free >= WIDE_MIN_FREE
     stats.max_nodes = max_nodes if config.enabled else 0
-    if head is not None:
-        stats.draft_head_beam = (ctx.options["draft_head_topk"],
-                                 ctx.options["draft_head_min_prob"])
     threshold = config.memory_threshold
     min_acceptance = config.min_acceptance
     if curve is not None and not structured:  # free text: shrink only where it stops paying
