@@ -516,8 +516,12 @@ def speculative_decode(
     start = time.perf_counter()
 
     curve = None
-    if config.enabled and config.cost_model and config.max_nodes != 0:
-        curve = config.cost_curve if config.cost_curve is not None else device_cost_curve(model)
+    if config.enabled:
+        check_tree_support(model)  # refused before its cost curve is measured by tree passes
+        probe_tree_support(model)
+        if config.cost_model and config.max_nodes != 0:
+            curve = (config.cost_curve if config.cost_curve is not None
+                     else device_cost_curve(model))
     free = free_nodes(curve) if curve is not None else 0
     if config.enabled:
         # The most the cache holds at once: the prompt, the output, and a pass's tree.
@@ -526,7 +530,6 @@ def speculative_decode(
         cache = tree_cache(model, most)
         check_positions(model, len(prompt_ids), most)
         check_tree_support(model, cache)
-        probe_tree_support(model)
     else:
         cache = DynamicCache(config=model.config)
     past_len = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
