@@ -79,22 +79,24 @@ run() {  # task, dtype, n, extra args (TAG=x names the result speculative_<task>
     | grep -v "Loading weights"
 }
 data=$STAGE
+# The task files travel in call 3 (../shared is not there); a task without its file is skipped.
 json_data=(); [ -f $data/bfcl_dev.jsonl ] && json_data=(--data $data/bfcl_dev.jsonl)
 code_data=(); [ -f $data/HumanEval-SingleLineInfilling.jsonl ] \
   && code_data=(--data $data/HumanEval-SingleLineInfilling.jsonl)
 # float32 (the default model's dtype on every device) with the defaults: the node bound
 # widens to the curve's free nodes there (session 44).
-run json float32 "${TASK_N:-10}" "${json_data[@]}"
-run code float32 "${TASK_N:-10}" "${code_data[@]}"
+[ ${#json_data[@]} -gt 0 ] && run json float32 "${TASK_N:-10}" "${json_data[@]}"
+[ ${#code_data[@]} -gt 0 ] && run code float32 "${TASK_N:-10}" "${code_data[@]}"
 run prose float32 "${TASK_N:-10}"
 # Prose with a deeper head beam too (session 34, on a CPU with the H200's curve: 2.10
 # tokens per pass instead of 1.96, but ~1.9 more head levels a pass, each kernel launches
 # and a read-back on a GPU): this measures whether they pay.
 TAG=wide run prose float32 "${TASK_N:-10}" --max-nodes 32 --head-topk 2 --head-min-prob 0.02
 # The bounds before session 44 (16 structured, 8 free text), to measure the widening.
-TAG=narrow run code float32 "${TASK_N:-10}" --max-nodes 16 "${code_data[@]}"
+[ ${#code_data[@]} -gt 0 ] && TAG=narrow run code float32 "${TASK_N:-10}" --max-nodes 16 \
+  "${code_data[@]}"
 TAG=narrow run prose float32 "${TASK_N:-10}" --max-nodes 8
 # bfloat16 (other models' CUDA default; not lossless in practice, session 32) as time allows.
-run json bfloat16 "${TASK_N:-10}" "${json_data[@]}"
+[ ${#json_data[@]} -gt 0 ] && run json bfloat16 "${TASK_N:-10}" "${json_data[@]}"
 run prose bfloat16 "${TASK_N:-10}"
 echo "device check done"
