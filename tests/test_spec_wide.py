@@ -17,7 +17,7 @@ from structspec.errors import GenerationError
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec.cost import CostCurve, free_nodes
-from structspec.spec.decode import AUTO_BUDGETS, WIDE_MAX_NODES, WIDE_MIN_FREE
+from structspec.spec.decode import AUTO_BUDGETS, WIDE_MAX_NODES
 from structspec.vocab import Vocabulary
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -42,8 +42,8 @@ def tiny(tiny_model):
 
 
 def test_the_curves_free_nodes():
-    assert free_nodes(FLAT) == 63 >= WIDE_MIN_FREE
-    assert free_nodes(RISING) < WIDE_MIN_FREE
+    assert free_nodes(FLAT) == 63
+    assert free_nodes(RISING) < min(nodes for nodes, _ in AUTO_BUDGETS.values())
 
 
 @pytest.mark.parametrize("structured", [True, False])
@@ -53,7 +53,8 @@ def test_auto_budgets_widen_only_where_nodes_are_free(structured):
     cfg = SpecConfig()
     assert cfg.budgets(structured) == (nodes, branches)
     assert cfg.budgets(structured, free_nodes(RISING)) == (nodes, branches)
-    assert cfg.budgets(structured, WIDE_MIN_FREE - 1) == (nodes, branches)
+    assert cfg.budgets(structured, nodes) == (nodes, branches)
+    assert cfg.budgets(structured, nodes + 3) == (nodes + 3, branches)
     assert cfg.budgets(structured, free_nodes(FLAT)) == (WIDE_MAX_NODES, branches)
     assert cfg.budgets(structured, 20) == (20, branches)
     # Explicit bounds stand, whatever the device.

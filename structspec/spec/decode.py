@@ -105,10 +105,10 @@ DEFAULT_DRAFTERS = ("values", "closers", "lookup", TEXT_LOOKUP, COUNTING, "alter
 #: Speculative (nodes, branches) bounds when ``max_nodes``/``num_speculations`` are ``None``:
 #: structured output (few legal tokens per step) vs free text.
 AUTO_BUDGETS = {"structured": (16, 8), "free": (8, 4)}
-#: Where the device's cost curve carries at least :data:`WIDE_MIN_FREE` speculative nodes
-#: for (almost) nothing (:func:`~structspec.spec.cost.free_nodes`: a GPU running a small
-#: model, whose pass is bound by kernel launches — one node and 32 cost the same on the H200
-#: of session 32), the ``None`` node bound widens to those free nodes, at most
+#: Where the device's cost curve carries more speculative nodes than those bounds for
+#: (almost) nothing (:func:`~structspec.spec.cost.free_nodes`: a GPU running a small model,
+#: whose pass is bound by kernel launches — one node and 32 cost the same on the H200 of
+#: session 32), the ``None`` node bound widens to those free nodes, at most
 #: :data:`WIDE_MAX_NODES`: nodes that cost nothing should carry the drafts that hit less
 #: often. With the H200's curve (``benchmarks/speculative.py --cost-curve``) 20 held-out code
 #: tasks took 595 passes instead of 668, 40 BFCL calls 229 instead of 248 and 20 prose
@@ -117,7 +117,6 @@ AUTO_BUDGETS = {"structured": (16, 8), "free": (8, 4)}
 #: head's beam (a lower floor drafts deeper, and on a GPU each further level of the head —
 #: kernel launches and a read-back — costs about what its extra tokens save). A CPU's curve
 #: rises from the second node on: its bounds stay :data:`AUTO_BUDGETS`.
-WIDE_MIN_FREE = 16
 WIDE_MAX_NODES = 32
 
 
@@ -319,12 +318,10 @@ class SpecConfig:
 
     def budgets(self, structured: bool, free: int = 0) -> tuple[int, int]:
         """``(max_nodes, num_speculations)``, the ``None`` ones from :data:`AUTO_BUDGETS`, or
-        where the device's passes carry ``free`` speculative nodes for (almost) nothing and
-        ``free >= WIDE_MIN_FREE``, the node bound widened to them (at most
-        :data:`WIDE_MAX_NODES`)."""
+        where the device's passes carry ``free`` speculative nodes for (almost) nothing, the
+        node bound widened to them (at most :data:`WIDE_MAX_NODES`)."""
         nodes, branches = AUTO_BUDGETS["structured" if structured else "free"]
-        if free >= WIDE_MIN_FREE:
-            nodes = max(nodes, min(free, WIDE_MAX_NODES))
+        nodes = max(nodes, min(free, WIDE_MAX_NODES))
         return (nodes if self.max_nodes is None else self.max_nodes,
                 branches if self.num_speculations is None else self.num_speculations)
 
@@ -353,8 +350,8 @@ class SpecStats(DecodeStats):
             nothing else (see :func:`certain_tokens`); the next pass computes their KV.
         memory_pressure_steps: steps whose budget was halved under memory pressure.
         cost_curve: the device cost curve the plan used (ms and relative), if any.
-        wide: the curve carried many nodes for free, so the ``None`` budgets were widened
-            (:data:`WIDE_MIN_FREE`).
+        wide: the curve carried more nodes for free than :data:`AUTO_BUDGETS` bounds a
+            tree by, so an unset ``max_nodes`` was widened to them.
         max_nodes: the speculative node bound the scheduler started from.
         pass_log: ``(tree nodes, cached tokens before the pass, seconds)`` of each
             verification pass but the first (which also prefills the prompt): what passes
@@ -577,7 +574,8 @@ def speculative_decode(
     if not max_nodes:
         curve = None
     stats.cost_curve = curve.as_dict() if curve is not None else None
-    stats.wide = free >= WIDE_MIN_FREE
+    stats.wide = (config.max_nodes is None
+                  and max_nodes > AUTO_BUDGETS["structured" if structured else "free"][0])
     stats.max_nodes = max_nodes if config.enabled else 0
     threshold = config.memory_threshold
     min_acceptance = config.min_acceptance
