@@ -74,6 +74,7 @@ def test_decoding_reports_the_trees_it_sized(tiny, name, curve, wide):
     except GenerationError as exc:  # the token budget ran out: the error carries the stats
         stats = exc.stats
     assert stats.wide is wide
+    assert (stats.as_dict()["wide"], stats.as_dict()["max_nodes"]) == (wide, stats.max_nodes)
     expected = WIDE_MAX_NODES if wide else AUTO_BUDGETS["free" if name == "free"
                                                         else "structured"][0]
     assert stats.max_nodes == expected

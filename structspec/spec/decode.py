@@ -132,7 +132,7 @@ class SpecConfig:
             ``None``: 8 for structured output, 4 for free text (:data:`AUTO_BUDGETS`).
         max_nodes: maximum speculative nodes per step (branches and their forced
             extensions); ``None``: 16 for structured output, 8 for free text, or where the
-            device's passes carry many nodes for free, those nodes (at most 32;
+            device's passes carry more nodes than that for free, those nodes (at most 32;
             :data:`WIDE_MAX_NODES`). The forced chain from the root is bounded by
             ``draft_length`` only, so a pass runs at most ``1 + draft_length + max_nodes``
             tokens.
@@ -442,6 +442,8 @@ class SpecStats(DecodeStats):
             "certain_tokens": self.certain_tokens,
             "memory_pressure_steps": self.memory_pressure_steps,
             "cost_curve": self.cost_curve,
+            "max_nodes": self.max_nodes,
+            "wide": self.wide,
             "pass_ms_by_nodes": self.pass_ms_by_nodes(),
         })
         return out
