@@ -5,7 +5,10 @@ plain greedy on the tiny random model, with and without a draft head)."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
+import torch
 from conftest import run_decode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,10 +17,12 @@ from test_spec_draft_head import _random_head
 from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
 from structspec.errors import GenerationError
-from structspec.sampling import SamplingParams
+from structspec.masks import apply_mask, mask_to_bool
+from structspec.sampling import SamplingParams, probabilities
 from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec.cost import CostCurve, free_nodes
 from structspec.spec.decode import AUTO_BUDGETS, WIDE_MAX_NODES
+from structspec.spec.drafters import register_drafter
 from structspec.vocab import Vocabulary
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -97,3 +102,55 @@ def test_wide_trees_are_lossless(tiny, words, name, max_new, head_on):
     assert spec[:3] == plain[:3]
     if spec[3] is not None:
         assert spec[3].stats.wide and spec[3].stats.max_nodes == WIDE_MAX_NODES
+
+
+class _AllPairs:
+    """Drafts every pair below the root that it is given (a wide two-level tree)."""
+
+    name = "allpairs_test"
+    drafts: ClassVar[list[list[int]]] = []
+
+    def propose(self, ctx, builder, frontier):
+        for d in self.drafts:
+            builder.add_branch(frontier, d, self.name)
+
+
+register_drafter("allpairs_test", _AllPairs)
+
+
+def test_wide_sampled_trees_follow_the_target_distribution(tiny):
+    """Sampling through a tree wider than the free-text default (3 first tokens × 3
+    followers: 12 nodes, kept whole under a flat curve): two-token outputs under top-k=3
+    match the exact probabilities (chi-square), so the multi-draft rejection stays lossless
+    with many siblings at both levels."""
+    model, tok, vocab, constraints, _ = tiny
+    c = constraints["free"]
+    prompt = tok.encode("red green blue", add_special_tokens=False)
+    params = SamplingParams(temperature=1.0, top_k=3)
+    allowed = mask_to_bool(c.allowed(c.initial), model.config.vocab_size)
+
+    def dist(seq):
+        with torch.inference_mode():
+            row = model(input_ids=torch.tensor([seq])).logits[0, -1]
+        return probabilities(apply_mask(row, allowed), params)
+
+    p1 = dist(prompt)
+    exact = {}
+    for a in torch.topk(p1, 3).indices.tolist():
+        p2 = dist([*prompt, a])
+        for b in torch.topk(p2, 3).indices.tolist():
+            exact[(a, b)] = float(p1[a] * p2[b])
+    _AllPairs.drafts = [list(pair) for pair in exact]
+    cfg = SpecConfig(drafters=("allpairs_test",), forced=False, adaptive=False,
+                     cost_curve=FLAT, draft_head=False)
+    counts: dict[tuple[int, int], int] = dict.fromkeys(exact, 0)
+    n = 600
+    for seed in range(n):
+        out = speculative_decode(model, vocab, prompt, c, max_new_tokens=2,
+                                 sampling=SamplingParams(temperature=1.0, top_k=3, seed=seed),
+                                 config=cfg, tokenizer=tok)
+        counts[tuple(out.token_ids)] += 1
+        if seed == 0:  # the whole tree went into the first pass
+            assert out.stats.wide and out.stats.planned[0] == len(exact) + 3
+    stat = sum((counts[k] - n * p) ** 2 / (n * p) for k, p in exact.items())
+    assert stat < 36.0, (stat, counts, exact)  # chi-square, 8 df: P(X > 36) ≈ 2e-5
