@@ -143,6 +143,52 @@ def decode_both(model, vocab, tok, prompt, constraint, sampling, *, sparse_logit
     return plain, spec
 
 
+def exact_pairs(model, prompt: list[int], constraint, params, k: int = 3) -> dict:
+    """``{(a, b): P(a) P(b | a)}`` for the ``k`` likeliest first tokens ``a`` after ``prompt``
+    and each one's ``k`` likeliest followers ``b``: the target's exact distribution of
+    two-token outputs under ``params`` (top-k sampling with ``k``) and the first state's
+    mask of ``constraint`` (a constraint that allows the same tokens everywhere)."""
+    import torch
+
+    from structspec.masks import apply_mask, mask_to_bool
+    from structspec.sampling import probabilities
+
+    allowed = mask_to_bool(constraint.allowed(constraint.initial), model.config.vocab_size)
+
+    def dist(seq):
+        with torch.inference_mode():
+            row = model(input_ids=torch.tensor([seq])).logits[0, -1]
+        return probabilities(apply_mask(row, allowed), params)
+
+    p1 = dist(prompt)
+    exact = {}
+    for a in torch.topk(p1, k).indices.tolist():
+        p2 = dist([*prompt, a])
+        for b in torch.topk(p2, k).indices.tolist():
+            exact[(a, b)] = float(p1[a] * p2[b])
+    return exact
+
+
+def sampled_pairs_chi_square(model, vocab, tok, prompt: list[int], constraint, config,
+                             exact: dict, n: int, temperature: float = 1.0, top_k: int = 3):
+    """``(chi-square statistic, counts, the first run's stats)`` of ``n`` speculative
+    two-token samples (seeds ``0..n-1``) against ``exact`` (:func:`exact_pairs`)."""
+    from structspec.sampling import SamplingParams
+    from structspec.spec import speculative_decode
+
+    counts = dict.fromkeys(exact, 0)
+    first = None
+    for seed in range(n):
+        out = speculative_decode(model, vocab, prompt, constraint, max_new_tokens=2,
+                                 sampling=SamplingParams(temperature=temperature, top_k=top_k,
+                                                         seed=seed),
+                                 config=config, tokenizer=tok)
+        counts[tuple(out.token_ids)] += 1
+        first = first or out.stats
+    stat = sum((counts[key] - n * p) ** 2 / (n * p) for key, p in exact.items())
+    return stat, counts, first
+
+
 def run_generate(gen, **kwargs):
     """``(text, token ids, complete)`` of ``gen.run(**kwargs)``, or the partial output (with
     ``complete`` False) when the token budget ran out."""

@@ -9,16 +9,14 @@ import re
 from typing import ClassVar
 
 import pytest
-import torch
-from conftest import run_decode
+from conftest import exact_pairs, run_decode, sampled_pairs_chi_square
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
 from structspec.errors import GenerationError
-from structspec.masks import apply_mask, mask_to_bool
-from structspec.sampling import SamplingParams, probabilities
+from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, SpecStats, speculative_decode
 from structspec.spec.cost import AcceptanceModel
 from structspec.spec.decode import certain_tokens
@@ -251,32 +249,12 @@ def test_sampled_pairs_follow_the_target_distribution(tiny):
     model, tok, vocab, constraints = tiny
     c = constraints["free"]
     prompt = tok.encode("red green blue", add_special_tokens=False)
-    params = SamplingParams(temperature=1.0, top_k=3)
-    allowed = mask_to_bool(c.allowed(c.initial), model.config.vocab_size)
-
-    def dist(seq):
-        with torch.inference_mode():
-            row = model(input_ids=torch.tensor([seq])).logits[0, -1]
-        return probabilities(apply_mask(row, allowed), params)
-
-    p1 = dist(prompt)
-    firsts = torch.topk(p1, 3).indices.tolist()
-    exact = {}
-    for a in firsts:
-        p2 = dist([*prompt, a])
-        for b in torch.topk(p2, 3).indices.tolist():
-            exact[(a, b)] = float(p1[a] * p2[b])
-    _TopTwo.drafts = [[firsts[0], int(torch.argmax(dist([*prompt, firsts[0]])))],
-                      [firsts[2]]]
+    exact = exact_pairs(model, prompt, c, SamplingParams(temperature=1.0, top_k=3))
+    firsts = list(dict.fromkeys(a for a, _ in exact))
+    likeliest = max((p, b) for (a, b), p in exact.items() if a == firsts[0])[1]
+    _TopTwo.drafts = [[firsts[0], likeliest], [firsts[2]]]
     cfg = SpecConfig(drafters=("toptwo_test",), forced=False, adaptive=False)
-    counts: dict[tuple[int, int], int] = dict.fromkeys(exact, 0)
-    n = 800
-    for seed in range(n):
-        out = speculative_decode(model, vocab, prompt, c, max_new_tokens=2,
-                                 sampling=SamplingParams(temperature=1.0, top_k=3, seed=seed),
-                                 config=cfg, tokenizer=tok)
-        counts[tuple(out.token_ids)] += 1
-    stat = sum((counts[k] - n * p) ** 2 / (n * p) for k, p in exact.items())
+    stat, counts, _ = sampled_pairs_chi_square(model, vocab, tok, prompt, c, cfg, exact, 800)
     assert stat < 36.0, (stat, counts, exact)  # chi-square, 8 df: P(X > 36) ≈ 2e-5
 
 

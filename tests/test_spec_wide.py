@@ -8,8 +8,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import pytest
-import torch
-from conftest import run_decode
+from conftest import exact_pairs, run_decode, sampled_pairs_chi_square
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_spec_draft_head import _random_head
@@ -17,8 +16,7 @@ from test_spec_draft_head import _random_head
 from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
 from structspec.errors import GenerationError
-from structspec.masks import apply_mask, mask_to_bool
-from structspec.sampling import SamplingParams, probabilities
+from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec.cost import CostCurve, free_nodes
 from structspec.spec.decode import AUTO_BUDGETS, WIDE_MAX_NODES
@@ -126,31 +124,11 @@ def test_wide_sampled_trees_follow_the_target_distribution(tiny):
     model, tok, vocab, constraints, _ = tiny
     c = constraints["free"]
     prompt = tok.encode("red green blue", add_special_tokens=False)
-    params = SamplingParams(temperature=1.0, top_k=3)
-    allowed = mask_to_bool(c.allowed(c.initial), model.config.vocab_size)
-
-    def dist(seq):
-        with torch.inference_mode():
-            row = model(input_ids=torch.tensor([seq])).logits[0, -1]
-        return probabilities(apply_mask(row, allowed), params)
-
-    p1 = dist(prompt)
-    exact = {}
-    for a in torch.topk(p1, 3).indices.tolist():
-        p2 = dist([*prompt, a])
-        for b in torch.topk(p2, 3).indices.tolist():
-            exact[(a, b)] = float(p1[a] * p2[b])
+    exact = exact_pairs(model, prompt, c, SamplingParams(temperature=1.0, top_k=3))
     _AllPairs.drafts = [list(pair) for pair in exact]
     cfg = SpecConfig(drafters=("allpairs_test",), forced=False, adaptive=False,
                      cost_curve=FLAT, draft_head=False)
-    counts: dict[tuple[int, int], int] = dict.fromkeys(exact, 0)
-    n = 600
-    for seed in range(n):
-        out = speculative_decode(model, vocab, prompt, c, max_new_tokens=2,
-                                 sampling=SamplingParams(temperature=1.0, top_k=3, seed=seed),
-                                 config=cfg, tokenizer=tok)
-        counts[tuple(out.token_ids)] += 1
-        if seed == 0:  # the whole tree went into the first pass
-            assert out.stats.wide and out.stats.planned[0] == len(exact) + 3
-    stat = sum((counts[k] - n * p) ** 2 / (n * p) for k, p in exact.items())
+    stat, counts, first = sampled_pairs_chi_square(model, vocab, tok, prompt, c, cfg, exact,
+                                                   600)
+    assert first.wide and first.planned[0] == len(exact) + 3  # the whole tree, first pass
     assert stat < 36.0, (stat, counts, exact)  # chi-square, 8 df: P(X > 36) ≈ 2e-5
