@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -141,6 +142,28 @@ def decode_both(model, vocab, tok, prompt, constraint, sampling, *, sparse_logit
                       max_new_tokens=max_new_tokens, sampling=sampling, tokenizer=tok,
                       config=SpecConfig(sparse_logits=sparse_logits))
     return plain, spec
+
+
+class _FixedDrafts:
+    """Opens a branch for each token list of ``drafts`` at every step (see
+    :func:`fixed_drafter`)."""
+
+    name = "fixed_drafts_test"
+    drafts: ClassVar[list[list[int]]] = []
+
+    def propose(self, ctx, builder, frontier):
+        for d in self.drafts:
+            builder.add_branch(frontier, d, self.name)
+
+
+def fixed_drafter(drafts: list[list[int]]) -> str:
+    """The registry name of a drafter that opens one branch per token list of ``drafts``
+    below every step's root (registered on first use; the lists replace the last call's)."""
+    from structspec.spec.drafters import register_drafter
+
+    _FixedDrafts.drafts = [list(d) for d in drafts]
+    register_drafter(_FixedDrafts.name, _FixedDrafts)
+    return _FixedDrafts.name
 
 
 def exact_pairs(model, prompt: list[int], constraint, params, k: int = 3) -> dict:

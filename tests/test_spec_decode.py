@@ -9,7 +9,7 @@ import re
 from typing import ClassVar
 
 import pytest
-from conftest import exact_pairs, run_decode, sampled_pairs_chi_square
+from conftest import exact_pairs, fixed_drafter, run_decode, sampled_pairs_chi_square
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -230,20 +230,6 @@ def test_sampling_is_valid_and_reproducible(tiny, threshold):
         assert re.fullmatch(PATTERNS[name], vocab.decode_text(a.token_ids))
 
 
-class _TopTwo:
-    """Drafts the target's two most likely first tokens, each with its likeliest follower."""
-
-    name = "toptwo_test"
-    drafts: ClassVar[list[list[int]]] = []
-
-    def propose(self, ctx, builder, frontier):
-        for d in self.drafts:
-            builder.add_branch(frontier, d, self.name)
-
-
-register_drafter("toptwo_test", _TopTwo)
-
-
 def test_sampled_pairs_follow_the_target_distribution(tiny):
     """Two-token outputs under top-k=3: chi-square against exact probabilities."""
     model, tok, vocab, constraints = tiny
@@ -252,8 +238,9 @@ def test_sampled_pairs_follow_the_target_distribution(tiny):
     exact = exact_pairs(model, prompt, c, SamplingParams(temperature=1.0, top_k=3))
     firsts = list(dict.fromkeys(a for a, _ in exact))
     likeliest = max((p, b) for (a, b), p in exact.items() if a == firsts[0])[1]
-    _TopTwo.drafts = [[firsts[0], likeliest], [firsts[2]]]
-    cfg = SpecConfig(drafters=("toptwo_test",), forced=False, adaptive=False)
+    # The likeliest first token with its likeliest follower, and the third first token.
+    drafter = fixed_drafter([[firsts[0], likeliest], [firsts[2]]])
+    cfg = SpecConfig(drafters=(drafter,), forced=False, adaptive=False)
     stat, counts, _ = sampled_pairs_chi_square(model, vocab, tok, prompt, c, cfg, exact, 800)
     assert stat < 36.0, (stat, counts, exact)  # chi-square, 8 df: P(X > 36) ≈ 2e-5
 

@@ -5,10 +5,8 @@ plain greedy on the tiny random model, with and without a draft head)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import pytest
-from conftest import exact_pairs, run_decode, sampled_pairs_chi_square
+from conftest import exact_pairs, fixed_drafter, run_decode, sampled_pairs_chi_square
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_spec_draft_head import _random_head
@@ -20,7 +18,6 @@ from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
 from structspec.spec.cost import CostCurve, free_nodes
 from structspec.spec.decode import AUTO_BUDGETS, WIDE_MAX_NODES
-from structspec.spec.drafters import register_drafter
 from structspec.vocab import Vocabulary
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -102,20 +99,6 @@ def test_wide_trees_are_lossless(tiny, words, name, max_new, head_on):
         assert spec[3].stats.wide and spec[3].stats.max_nodes == WIDE_MAX_NODES
 
 
-class _AllPairs:
-    """Drafts every pair below the root that it is given (a wide two-level tree)."""
-
-    name = "allpairs_test"
-    drafts: ClassVar[list[list[int]]] = []
-
-    def propose(self, ctx, builder, frontier):
-        for d in self.drafts:
-            builder.add_branch(frontier, d, self.name)
-
-
-register_drafter("allpairs_test", _AllPairs)
-
-
 def test_wide_sampled_trees_follow_the_target_distribution(tiny):
     """Sampling through a tree wider than the free-text default (3 first tokens × 3
     followers: 12 nodes, kept whole under a flat curve): two-token outputs under top-k=3
@@ -125,8 +108,7 @@ def test_wide_sampled_trees_follow_the_target_distribution(tiny):
     c = constraints["free"]
     prompt = tok.encode("red green blue", add_special_tokens=False)
     exact = exact_pairs(model, prompt, c, SamplingParams(temperature=1.0, top_k=3))
-    _AllPairs.drafts = [list(pair) for pair in exact]
-    cfg = SpecConfig(drafters=("allpairs_test",), forced=False, adaptive=False,
+    cfg = SpecConfig(drafters=(fixed_drafter(list(exact)),), forced=False, adaptive=False,
                      cost_curve=FLAT, draft_head=False)
     stat, counts, first = sampled_pairs_chi_square(model, vocab, tok, prompt, c, cfg, exact,
                                                    600)
