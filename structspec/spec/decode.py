@@ -573,11 +573,8 @@ def speculative_decode(
     stats.draft_head = head.name if head is not None else None
     drafters = make_drafters(names) if config.enabled else []
     max_nodes, max_branches = config.budgets(structured, free)
-    if not max_nodes:
-        curve = None
     stats.cost_curve = curve.as_dict() if curve is not None else None
-    stats.wide = (config.max_nodes is None
-                  and max_nodes > AUTO_BUDGETS["structured" if structured else "free"][0])
+    stats.wide = max_nodes > config.budgets(structured)[0]  # (an explicit bound: equal)
     stats.max_nodes = max_nodes if config.enabled else 0
     threshold = config.memory_threshold
     min_acceptance = config.min_acceptance
