@@ -108,6 +108,7 @@ from structspec.spec.fastlinear import (  # noqa: E402
     use_avx512,
     use_half_panels,
 )
+from structspec.spec.fused_layers import fused_count, unfuse_layers  # noqa: E402
 from structspec.spec.habits import fresh_acceptance  # noqa: E402
 from structspec.spec.prefix import PrefixCache  # noqa: E402
 
@@ -463,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="run the 8-bit kernels' passes of several rows on AVX512-VNNI where "
                          "the CPU has AMX tiles (same outputs; to measure what the tiles "
                          "change)")
+    ap.add_argument("--no-fused-layers", action="store_true",
+                    help="run each attention projection and norm on its own, as before "
+                         "session 45 (same outputs; to measure what the fused layers change)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="runs per variant, each from the same acceptance statistics; the "
@@ -539,6 +543,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_pack:  # as a Generator does (no-ops off CPU)
         use_fast_cpu_paths(gen.loaded.model, quantized=not args.no_exact_quant,
                            int8_activations=not args.no_int8_activations)
+        if args.no_fused_layers:
+            unfuse_layers(gen.loaded.model)
     kernel = packed_kernel(gen.loaded.model)
     quantized = quantized_count(gen.loaded.model)
     if args.no_avx512:
@@ -715,6 +721,7 @@ def main(argv: list[str] | None = None) -> int:
         "exact_quantized_linears": quantized,
         "avx512_kernels": avx512(),
         "int8_amx": int8_amx(),
+        "fused_layers": fused_count(gen.loaded.model),
         "int8_half_panels": half_panels(),
         "sparse_logits": not args.no_sparse_logits,
         "attention": gen.loaded.model.config._attn_implementation,
