@@ -87,6 +87,7 @@ from structspec.spec.tree import DraftTree, TreeBuilder
 from structspec.spec.verify import (
     UnsupportedModelError,
     check_positions,
+    check_tree_cache,
     check_tree_support,
     keep_path,
     probe_tree_support,
@@ -528,7 +529,7 @@ def speculative_decode(
         most = len(prompt_ids) + max_new_tokens + 1 + config.draft_length + widest
         cache = tree_cache(model, most)
         check_positions(model, len(prompt_ids), most)
-        check_tree_support(model, cache)
+        check_tree_cache(cache)  # the model's side was checked above
     else:
         cache = DynamicCache(config=model.config)
     past_len = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0

@@ -90,14 +90,24 @@ def check_tree_support(model: Any, cache: Any | None = None) -> None:
             f"speculation."
         )
     if cache is not None:
-        from transformers.cache_utils import DynamicLayer
+        check_tree_cache(cache)
 
-        for i, layer in enumerate(getattr(cache, "layers", [])):
-            if type(layer) is not DynamicLayer:
-                raise UnsupportedModelError(
-                    f"cache layer {i} is a {type(layer).__name__}; tree verification needs "
-                    f"plain DynamicLayer layers"
-                )
+
+def check_tree_cache(cache: Any) -> None:
+    """Refuse a cache that tree verification cannot prune: every layer must be a plain
+    (full-attention) dynamic layer with ``keys``/``values`` tensors. Pure.
+
+    Raises:
+        UnsupportedModelError: a sliding-window or compressed layer.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    for i, layer in enumerate(getattr(cache, "layers", [])):
+        if type(layer) is not DynamicLayer:
+            raise UnsupportedModelError(
+                f"cache layer {i} is a {type(layer).__name__}; tree verification needs "
+                f"plain DynamicLayer layers"
+            )
 
 
 # Per model: the attention implementation it was probed with, and the refusal (``None``:
