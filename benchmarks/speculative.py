@@ -110,6 +110,7 @@ from structspec.spec.fastlinear import (  # noqa: E402
 )
 from structspec.spec.fused_layers import fused_count, unfuse_layers  # noqa: E402
 from structspec.spec.habits import fresh_acceptance  # noqa: E402
+from structspec.spec.kv_cache import use_roomy  # noqa: E402
 from structspec.spec.prefix import PrefixCache  # noqa: E402
 
 BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
@@ -467,6 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-fused-layers", action="store_true",
                     help="run each attention projection and norm on its own, as before "
                          "session 45 (same outputs; to measure what the fused layers change)")
+    ap.add_argument("--no-roomy-cache", action="store_true",
+                    help="append each pass's keys and values by concatenation, as before "
+                         "session 45 (same outputs; to measure what the roomy cache changes)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="runs per variant, each from the same acceptance statistics; the "
@@ -547,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
             unfuse_layers(gen.loaded.model)
     kernel = packed_kernel(gen.loaded.model)
     quantized = quantized_count(gen.loaded.model)
+    if args.no_roomy_cache:
+        use_roomy(False)
     if args.no_avx512:
         use_avx512(False)
     if args.no_amx:
@@ -722,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
         "avx512_kernels": avx512(),
         "int8_amx": int8_amx(),
         "fused_layers": fused_count(gen.loaded.model),
+        "roomy_cache": not args.no_roomy_cache,
         "int8_half_panels": half_panels(),
         "sparse_logits": not args.no_sparse_logits,
         "attention": gen.loaded.model.config._attn_implementation,

@@ -158,10 +158,10 @@ def decode(
         GenerationError: ``max_new_tokens`` was reached before the output was complete, or
             the constraint reached a state with no legal token.
     """
-    from transformers import DynamicCache
 
     # imported here: structspec.spec imports this module
     from structspec.spec.draft_head import captured_outputs
+    from structspec.spec.kv_cache import decoding_cache
     from structspec.spec.sparse_logits import SparseLogits
 
     if not prompt_ids:
@@ -177,7 +177,7 @@ def decode(
     sparse = SparseLogits.of(model, sparse_logits)
     out: list[int] = []
     with captured_outputs(None if sparse is None else sparse.norm) as captured:
-        cache = DynamicCache(config=model.config)
+        cache = decoding_cache(model, len(prompt_ids) + max_new_tokens)
         reused = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
         input_ids = torch.tensor([prompt_ids[reused:]], dtype=torch.long,
                                  device=device)  # [1, P']

@@ -252,14 +252,16 @@ __attribute__((target("avx2,fma"))) static void weighted_sum(const float *p, con
 }
 
 /* kt[h][b][t][0..7] = k[h][b*8 + i][t] (zeros past lk), 8 keys x 8 dims at a time through
- * registers (a pass's fixed cost: the scalar version was half of a 1-row call). */
+ * registers (a pass's fixed cost: the scalar version was half of a 1-row call). Head h's
+ * keys start at k + h * skh (rows of d floats). */
 __attribute__((target("avx2,fma"))) static void transpose_keys(const float *k, Py_ssize_t hkv,
                                                                Py_ssize_t lk, Py_ssize_t nb,
-                                                               Py_ssize_t d, float *kt) {
+                                                               Py_ssize_t d, Py_ssize_t skh,
+                                                               float *kt) {
     const __m256 zero = _mm256_setzero_ps();
     for (Py_ssize_t h = 0; h < hkv; h++)
         for (Py_ssize_t b = 0; b < nb; b++) {
-            const float *src = k + (h * lk + b * KB) * d;
+            const float *src = k + h * skh + b * KB * d;
             float *dst = kt + (h * nb + b) * d * KB;
             Py_ssize_t have = lk - b * KB < KB ? lk - b * KB : KB;
             for (Py_ssize_t t = 0; t < d; t += 8) {
@@ -707,25 +709,29 @@ static PyObject *at_tiles(PyObject *self, PyObject *args) {
 }
 
 /* attend(q, k, v, hq, hkv, lq, lk, d, mask_ptr, kind, scale, out, threads, ldm=lk,
- *        sqh=lq*d, sqr=d):
+ *        sqh=lq*d, sqr=d, skh=lk*d, svh=lk*d):
  * ldm, the mask's row stride in elements (>= lk: a mask wider than the keys is read in
  * place, without copying its first lk columns out); sqh and sqr, the query's head and row
  * strides (a query laid out [lq, hq, d], as transformers' projections leave it before their
- * transpose, is read in place) */
+ * transpose, is read in place); skh and svh, the keys' and values' head strides (>= lk*d:
+ * a cache with room to grow, its heads apart, is read in place; rows of d floats) */
 static PyObject *at_attend(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long qp, kp, vp, maskp, outp;
-    Py_ssize_t hq, hkv, lq, lk, d, ldm = -1, sqh = -1, sqr = -1;
+    Py_ssize_t hq, hkv, lq, lk, d, ldm = -1, sqh = -1, sqr = -1, skh = -1, svh = -1;
     int kind, threads;
     float scale;
-    if (!PyArg_ParseTuple(args, "KKKnnnnnKifKi|nnn", &qp, &kp, &vp, &hq, &hkv, &lq, &lk, &d,
-                          &maskp, &kind, &scale, &outp, &threads, &ldm, &sqh, &sqr))
+    if (!PyArg_ParseTuple(args, "KKKnnnnnKifKi|nnnnn", &qp, &kp, &vp, &hq, &hkv, &lq, &lk, &d,
+                          &maskp, &kind, &scale, &outp, &threads, &ldm, &sqh, &sqr, &skh,
+                          &svh))
         return NULL;
     if (ldm < 0) ldm = lk;
     if (sqh < 0) sqh = lq * d;
     if (sqr < 0) sqr = d;
+    if (skh < 0) skh = lk * d;
+    if (svh < 0) svh = lk * d;
     if (hq <= 0 || hkv <= 0 || hq % hkv != 0 || lq < 0 || lk <= 0 || d <= 0 || d % 8 != 0 ||
-        ldm < lk || (sqh < d && sqr < d) ||
+        ldm < lk || (sqh < d && sqr < d) || (hkv > 1 && (skh < lk * d || svh < lk * d)) ||
         d > MAX_D || kind < MASK_NONE || kind > MASK_BOOL ||
         ((kind == MASK_FLOAT || kind == MASK_BOOL) && maskp == 0) ||
         (kind == MASK_CAUSAL && lq > lk)) {
@@ -781,7 +787,7 @@ static PyObject *at_attend(PyObject *self, PyObject *args) {
             }
             seen_to[i] = f;
         }
-    transpose_keys(k, hkv, lk, nb, d, kt);
+    transpose_keys(k, hkv, lk, nb, d, skh, kt);
     /* tiles: the (head, row) pairs of one key head, TILE at a time */
     Py_ssize_t per_kh = group * lq, tiles_per = (per_kh + TILE - 1) / TILE;
     Py_ssize_t tiles = hkv * tiles_per;
@@ -803,7 +809,7 @@ static PyObject *at_attend(PyObject *self, PyObject *args) {
                 heads[r] = kh * group + pi / lq;
                 rows[r] = pi % lq;
             }
-            attend_tile(q, kt + kh * nb * d * KB, v + kh * lk * d, heads, rows, n, lq, lk, hq,
+            attend_tile(q, kt + kh * nb * d * KB, v + kh * svh, heads, rows, n, lq, lk, hq,
                         d, scale, kind, (const void *)(uintptr_t)maskp, ldm, sqh, sqr, visible,
                         seen_to, s, s + TILE * nb * KB, out, mode);
         }

@@ -141,12 +141,24 @@ def row_exact_attention(module: Any, query: torch.Tensor, key: torch.Tensor,
     sqr = q.stride(1) if lq > 1 else d
     if q.stride(-1) != 1 or sqh < d or sqr < d:  # not rows of d floats each
         q, sqh, sqr = q.contiguous(), lq * d, d
-    k, v = key[0].contiguous(), value[0].contiguous()
+    (k, skh), (v, svh) = _heads(key[0]), _heads(value[0])
     out = torch.empty(1, lq, hq, d, dtype=torch.float32)
     kernel.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), hq, hkv, lq, lk, d,
                   0 if mask is None else mask.data_ptr(), kind, float(scale), out.data_ptr(),
-                  torch.get_num_threads(), lk if mask is None else ldm, sqh, sqr)
+                  torch.get_num_threads(), lk if mask is None else ldm, sqh, sqr, skh, svh)
     return out
+
+
+def _heads(t: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``t`` ``[H, L, D]`` as the kernel reads it — each head's rows of ``D`` floats back to
+    back, heads ``stride`` floats apart — with that stride: in place where it is laid out so
+    (a contiguous tensor, or a cache with room to grow: :mod:`structspec.spec.kv_cache`),
+    else a contiguous copy."""
+    h, length, d = t.shape
+    if t.stride(-1) == 1 and (length == 1 or t.stride(1) == d) \
+            and (h == 1 or t.stride(0) >= length * d):
+        return t, (t.stride(0) if h > 1 else length * d)
+    return t.contiguous(), length * d
 
 
 def _register() -> None:

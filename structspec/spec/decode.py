@@ -502,7 +502,7 @@ def speculative_decode(
         DraftModelMismatchError: ``config.draft_model`` does not share the target's tokenizer.
         DraftHeadMismatchError: ``config.draft_head`` names a head of another model.
     """
-    from transformers import DynamicCache
+    from structspec.spec.kv_cache import decoding_cache  # (imports transformers)
 
     config = config or SpecConfig()
     if not prompt_ids:
@@ -527,11 +527,11 @@ def speculative_decode(
         # The most the cache holds at once: the prompt, the output, and a pass's tree.
         widest = max(config.budgets(True, free)[0], config.budgets(False, free)[0])
         most = len(prompt_ids) + max_new_tokens + 1 + config.draft_length + widest
-        cache = tree_cache(model, most)
+        cache = decoding_cache(model, most, tree_cache(model, most))
         check_positions(model, len(prompt_ids), most)
         check_tree_cache(cache)  # the model's side was checked above
     else:
-        cache = DynamicCache(config=model.config)
+        cache = decoding_cache(model, len(prompt_ids) + max_new_tokens + 1)
     past_len = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
     prefix = list(prompt_ids[past_len:-1])  # prefilled in the first verification pass
 

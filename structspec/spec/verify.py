@@ -102,8 +102,10 @@ def check_tree_cache(cache: Any) -> None:
     """
     from transformers.cache_utils import DynamicLayer
 
+    from structspec.spec.kv_cache import RoomyLayer
+
     for i, layer in enumerate(getattr(cache, "layers", [])):
-        if type(layer) is not DynamicLayer:
+        if type(layer) not in (DynamicLayer, RoomyLayer):
             raise UnsupportedModelError(
                 f"cache layer {i} is a {type(layer).__name__}; tree verification needs "
                 f"plain DynamicLayer layers"

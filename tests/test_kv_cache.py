@@ -1,0 +1,110 @@
+"""The cache that grows in place (structspec/spec/kv_cache.py): the keys and values a
+``DynamicLayer`` would hold after any sequence of appends, crops, tree pruning and foreign
+writes, and bitwise the same logits when a model decodes over it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from conftest import random_tree
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+from structspec.spec.kv_cache import RoomyLayer, decoding_cache
+from structspec.spec.verify import check_tree_cache, keep_path, rollback, verify_tree
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 6)),
+    st.tuples(st.just("crop"), st.integers(1, 4)),
+    st.tuples(st.just("prune"), st.integers(0, 2 ** 16)),
+    st.tuples(st.just("foreign"), st.integers(0, 3)),
+), min_size=1, max_size=25)
+
+
+def _cache(layer) -> DynamicCache:
+    cache = DynamicCache()
+    cache.layers = [layer]
+    cache.layer_class_to_replicate = None
+    return cache
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=OPS, room=st.integers(1, 12), seed=st.integers(0, 1000))
+def test_a_roomy_layer_holds_what_a_dynamic_layer_holds(ops, room, seed):
+    """Appends past the room (it doubles), crops (rollback), a verified tree's pruning
+    (keep_path: rows moved down in place) and a tensor set from outside (a batch reorder):
+    after each, the same keys and values as transformers' own layer."""
+    gen = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    ours, theirs = _cache(RoomyLayer(room)), _cache(DynamicLayer())
+    for op, arg in ops:
+        n = theirs.get_seq_length()
+        if op == "append":
+            k, v = torch.randn(1, 2, arg, 4, generator=gen), torch.randn(1, 2, arg, 4,
+                                                                         generator=gen)
+            a, b = ours.update(k, v, 0), theirs.update(k, v, 0)
+            assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        elif op == "crop" and n:
+            for c in (ours, theirs):
+                rollback(c, max(0, n - arg))
+        elif op == "prune" and n > 1:
+            past = rng.randrange(n)
+            picked = sorted(rng.sample(range(n - past), rng.randrange(1, n - past + 1)))
+            for c in (ours, theirs):
+                keep_path(c, past, picked)
+        elif op == "foreign" and n:
+            for c in (ours, theirs):  # what a reorder or another library leaves behind
+                layer = c.layers[0]
+                layer.keys = layer.keys.clone() + arg
+                layer.values = layer.values.clone() - arg
+        assert ours.get_seq_length() == theirs.get_seq_length()
+        if theirs.get_seq_length():
+            assert torch.equal(ours.layers[0].keys, theirs.layers[0].keys)
+            assert torch.equal(ours.layers[0].values, theirs.layers[0].values)
+
+
+def test_decoding_caches_grow_in_place_on_cpu_and_keep_other_layers(tiny_model):
+    model = tiny_model.model
+    cache = decoding_cache(model, 40)
+    assert [type(x) for x in cache.layers] == [RoomyLayer] * model.config.num_hidden_layers
+    check_tree_cache(cache)
+    lazy = decoding_cache(model, 40, DynamicCache())  # layers made as passes fill them
+    lazy.update(torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8), 0)
+    assert type(lazy.layers[0]) is RoomyLayer and lazy.layers[0]._k.shape[-2] == 40
+    mixed = DynamicCache()
+    mixed.layers = [DynamicSlidingWindowLayer(sliding_window=8), DynamicLayer()]
+    mixed.layer_class_to_replicate = None
+    decoding_cache(model, 40, mixed)
+    assert [type(x) for x in mixed.layers] == [DynamicSlidingWindowLayer, RoomyLayer]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_trees_over_a_roomy_cache_give_the_dynamic_caches_bits(tiny_model, seed):
+    """Prefill, then trees verified and pruned, then a rollback, over both caches: the same
+    logits bit for bit at every pass (the attention kernel reads the strided views in
+    place)."""
+    model = tiny_model.model
+    rng = random.Random(seed)
+    vocab = model.config.vocab_size
+    prompt = [rng.randrange(100, vocab) for _ in range(rng.randrange(3, 20))]
+    caches = [DynamicCache(config=model.config), decoding_cache(model, 8)]  # room: regrows
+    with torch.inference_mode():
+        outs = [model(torch.tensor([prompt]), cache=c, use_cache=True).logits for c in caches]
+        assert torch.equal(*outs)
+        past = len(prompt)
+        for _ in range(4):
+            tree = random_tree(rng, rng.randrange(2, 12), vocab)
+            outs = [verify_tree(model, c, tree, past) for c in caches]
+            assert torch.equal(*outs)
+            node = rng.randrange(len(tree))
+            for c in caches:
+                keep_path(c, past, tree.path(node))
+            past += len(tree.path(node))
+        for c in caches:
+            rollback(c, past - 2)
+        outs = [model(torch.tensor([[321]]), cache=c, use_cache=True).logits for c in caches]
+        assert torch.equal(*outs)
