@@ -108,3 +108,17 @@ def test_trees_over_a_roomy_cache_give_the_dynamic_caches_bits(tiny_model, seed)
             rollback(c, past - 2)
         outs = [model(torch.tensor([[321]]), cache=c, use_cache=True).logits for c in caches]
         assert torch.equal(*outs)
+
+
+def test_room_grows_by_doubling_and_holds_little_for_a_long_bound():
+    """A bound of 100,000 tokens for a request that stops after 20 allocates a few hundred;
+    a request that outgrows its bound keeps doubling (a logarithmic number of copies)."""
+    layer = RoomyLayer(100_000)
+    for _ in range(20):
+        layer.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
+    assert layer._k.shape[-2] <= 1 + 256
+    small, rooms = RoomyLayer(3), set()
+    for _ in range(2000):
+        small.update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4))
+        rooms.add(small._k.shape[-2])
+    assert small.get_seq_length() == 2000 and len(rooms) <= 6
