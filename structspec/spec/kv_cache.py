@@ -7,10 +7,9 @@ tenth of a pass over a long JSON-schema prompt. :class:`RoomyLayer` keeps its ke
 as views of storage with room to grow (doubling, up to the request's token bound, known
 before the first pass) and writes each pass's rows in place; cropping, the pruning of a
 verified tree (:func:`~structspec.spec.verify.keep_path`) and rollback stay views of the
-same storage, and
-the row-exact attention kernel reads the views in place. Anything that hands the layer a
-tensor of its own (a batch reorder, another library's code) is copied back into storage at
-the next update, so the layer behaves as a ``DynamicLayer`` in every case.
+same storage, and the row-exact attention kernel reads the views in place. Anything that
+hands the layer a tensor of its own (a batch reorder, another library's code) is copied back
+into storage at the next update, so the layer behaves as a ``DynamicLayer`` in every case.
 """
 
 from __future__ import annotations
