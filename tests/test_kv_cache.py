@@ -4,6 +4,7 @@ writes, and bitwise the same logits when a model decodes over it."""
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+from structspec.spec.attention import use_grouped_sdpa
 from structspec.spec.kv_cache import RoomyLayer, decoding_cache
 from structspec.spec.verify import check_tree_cache, keep_path, rollback, verify_tree
 
@@ -87,7 +89,9 @@ def test_trees_over_a_roomy_cache_give_the_dynamic_caches_bits(tiny_model, seed)
     """Prefill, then trees verified and pruned, then a rollback, over both caches: the same
     logits bit for bit at every pass (the attention kernel reads the strided views in
     place)."""
-    model = tiny_model.model
+    model = copy.deepcopy(tiny_model.model)
+    if not use_grouped_sdpa(model):  # the row-exact kernel, which reads the views in place
+        pytest.skip("the row-exact attention kernel does not run here")
     rng = random.Random(seed)
     vocab = model.config.vocab_size
     prompt = [rng.randrange(100, vocab) for _ in range(rng.randrange(3, 20))]
