@@ -108,7 +108,6 @@ from structspec.spec.fastlinear import (  # noqa: E402
     use_avx512,
     use_half_panels,
 )
-from structspec.spec.fused_layers import fused_count, unfuse_layers  # noqa: E402
 from structspec.spec.habits import fresh_acceptance  # noqa: E402
 from structspec.spec.kv_cache import use_roomy  # noqa: E402
 from structspec.spec.prefix import PrefixCache  # noqa: E402
@@ -465,9 +464,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="run the 8-bit kernels' passes of several rows on AVX512-VNNI where "
                          "the CPU has AMX tiles (same outputs; to measure what the tiles "
                          "change)")
-    ap.add_argument("--no-fused-layers", action="store_true",
-                    help="run each attention projection and norm on its own, as before "
-                         "session 45 (same outputs; to measure what the fused layers change)")
     ap.add_argument("--no-roomy-cache", action="store_true",
                     help="append each pass's keys and values by concatenation, as before "
                          "session 45 (same outputs; to measure what the roomy cache changes)")
@@ -547,8 +543,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_pack:  # as a Generator does (no-ops off CPU)
         use_fast_cpu_paths(gen.loaded.model, quantized=not args.no_exact_quant,
                            int8_activations=not args.no_int8_activations)
-        if args.no_fused_layers:
-            unfuse_layers(gen.loaded.model)
     kernel = packed_kernel(gen.loaded.model)
     quantized = quantized_count(gen.loaded.model)
     if args.no_roomy_cache:
@@ -727,7 +721,6 @@ def main(argv: list[str] | None = None) -> int:
         "exact_quantized_linears": quantized,
         "avx512_kernels": avx512(),
         "int8_amx": int8_amx(),
-        "fused_layers": fused_count(gen.loaded.model),
         "roomy_cache": not args.no_roomy_cache,
         "int8_half_panels": half_panels(),
         "sparse_logits": not args.no_sparse_logits,

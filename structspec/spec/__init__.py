@@ -16,9 +16,7 @@
 - :mod:`~structspec.spec.sparse_logits`: logits only for the tokens a row's state allows,
   where they are few (bitwise the whole rows'), in plain and speculative passes;
 - :mod:`~structspec.spec.attention`: grouped-query SDPA under tree masks on CPU;
-- :mod:`~structspec.spec.fused_layers`: an attention's projections in one call and torch's
-  fused RMSNorm, bitwise the numbers they replace;
-- :mod:`~structspec.spec.cpu_paths`: all three, in one call (:func:`use_fast_cpu_paths`);
+- :mod:`~structspec.spec.cpu_paths`: both, in one call (:func:`use_fast_cpu_paths`);
 - :mod:`~structspec.spec.kv_cache`: a key-value cache that grows in place (CPU decodes).
 """
 

@@ -2,9 +2,7 @@
 
 Packed linear layers (:mod:`structspec.spec.fastlinear`) and grouped-query attention kept
 grouped under tree masks (:mod:`structspec.spec.attention`): together they make a pass of a
-few tokens cost little more than a pass of one, which speculation on a CPU needs. Then the
-packed model's small layers take fewer calls (:mod:`structspec.spec.fused_layers`: bitwise
-the same numbers, every pass a little cheaper).
+few tokens cost little more than a pass of one, which speculation on a CPU needs.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ from typing import Any
 
 from structspec.spec.attention import use_grouped_sdpa
 from structspec.spec.fastlinear import available_kernels, pack_linears
-from structspec.spec.fused_layers import fuse_layers
 
 
 def use_fast_cpu_paths(model: Any, quantized: bool = True,
@@ -31,5 +28,4 @@ def use_fast_cpu_paths(model: Any, quantized: bool = True,
     # a no-op where no kernel runs or the model is not CPU float32
     pack_linears(model, kernel, quantized=quantized)
     use_grouped_sdpa(model)
-    fuse_layers(model)  # where the packing above applies; a no-op elsewhere
     return model

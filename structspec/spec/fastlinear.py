@@ -447,27 +447,12 @@ def replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module | No
 
 
 def unpack_linears(model: nn.Module) -> nn.Module:
-    """Undo :func:`pack_linears`: put the original ``nn.Linear`` modules back (also from
-    layers fused by :mod:`structspec.spec.fused_layers`, whose norms return to their own
-    forward). In place."""
+    """Undo :func:`pack_linears`: put the original ``nn.Linear`` modules back. In place."""
     for parent in list(model.modules()):
-        if isinstance(parent.__dict__.get("forward"), Unfusable):  # a fused norm
-            del parent.forward
         for name, child in list(parent.named_children()):
             if isinstance(child, PackedLinear):
                 setattr(parent, name, child.original)
-            elif isinstance(child, Unfusable):
-                setattr(parent, name, child.unfused())
     return model
-
-
-class Unfusable:
-    """What :mod:`structspec.spec.fused_layers` puts in place of a layer or a forward:
-    :func:`unpack_linears` takes it back (:meth:`unfused`: the original layer)."""
-
-    def unfused(self) -> Any:
-        """The original ``nn.Linear`` this stands for."""
-        raise NotImplementedError
 
 
 def is_packed(model: nn.Module) -> bool:
