@@ -158,7 +158,6 @@ def decode(
         GenerationError: ``max_new_tokens`` was reached before the output was complete, or
             the constraint reached a state with no legal token.
     """
-
     # imported here: structspec.spec imports this module
     from structspec.spec.draft_head import captured_outputs
     from structspec.spec.kv_cache import decoding_cache
