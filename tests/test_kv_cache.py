@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+from structspec.hf_compat import cache_kwargs
 from structspec.spec.attention import use_grouped_sdpa
 from structspec.spec.kv_cache import RoomyLayer, decoding_cache
 from structspec.spec.verify import check_tree_cache, keep_path, rollback, verify_tree
@@ -97,7 +98,8 @@ def test_trees_over_a_roomy_cache_give_the_dynamic_caches_bits(tiny_model, seed)
     prompt = [rng.randrange(100, vocab) for _ in range(rng.randrange(3, 20))]
     caches = [DynamicCache(config=model.config), decoding_cache(model, 8)]  # room: regrows
     with torch.inference_mode():
-        outs = [model(torch.tensor([prompt]), cache=c, use_cache=True).logits for c in caches]
+        outs = [model(torch.tensor([prompt]), **cache_kwargs(model, c), use_cache=True).logits
+                for c in caches]
         assert torch.equal(*outs)
         past = len(prompt)
         for _ in range(4):
@@ -110,7 +112,8 @@ def test_trees_over_a_roomy_cache_give_the_dynamic_caches_bits(tiny_model, seed)
             past += len(tree.path(node))
         for c in caches:
             rollback(c, past - 2)
-        outs = [model(torch.tensor([[321]]), cache=c, use_cache=True).logits for c in caches]
+        outs = [model(torch.tensor([[321]]), **cache_kwargs(model, c), use_cache=True).logits
+                for c in caches]
         assert torch.equal(*outs)
 
 
