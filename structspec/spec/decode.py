@@ -516,14 +516,14 @@ def speculative_decode(
     start = time.perf_counter()
 
     curve = None
+    free = 0  # speculative nodes the device's passes carry for (almost) nothing
     if config.enabled:
         check_tree_support(model)  # refused before its cost curve is measured by tree passes
         probe_tree_support(model)
         if config.cost_model and config.max_nodes != 0:
             curve = (config.cost_curve if config.cost_curve is not None
                      else device_cost_curve(model))
-    free = free_nodes(curve) if curve is not None else 0
-    if config.enabled:
+            free = free_nodes(curve)
         # The most the cache holds at once: the prompt, the output, and a pass's tree.
         widest = max(config.budgets(True, free)[0], config.budgets(False, free)[0])
         most = len(prompt_ids) + max_new_tokens + 1 + config.draft_length + widest
@@ -588,7 +588,7 @@ def speculative_decode(
                           memory_threshold=threshold or 1.0,
                           acceptance=(acceptance if acceptance is not None or not config.enabled
                                       else fresh_acceptance(model)),
-                          min_nodes=free if curve is not None else 0)
+                          min_nodes=free)
     ctx.acceptance = scheduler.acceptance
     gate = DrafterGate.shared(scheduler.acceptance, config.window, config.probe_every,
                               adaptive=config.adaptive)

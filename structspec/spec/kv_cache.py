@@ -117,7 +117,7 @@ def decoding_cache(model: Any, tokens: int, base: Any | None = None) -> Any:
     """The cache a decode of ``model`` uses for a request of up to ``tokens`` tokens (prompt,
     output and the largest tree at once): ``base`` (default: ``DynamicCache`` for the
     model's config), its full-attention layers made to grow in place on CPU. Elsewhere
-    ``base`` unchanged (on a GPU a pass's concatenation is not what a pass waits for)."""
+    ``base`` unchanged (not measured on a GPU)."""
     cache = base if base is not None else DynamicCache(config=model.config)
     if not _ROOMY[0] or getattr(model, "device", torch.device("cpu")).type != "cpu":
         return cache
