@@ -325,20 +325,21 @@ VN_KERNEL(ks_, 4, 1) VN_KERNEL(ks_, 5, 1) VN_KERNEL(ks_, 6, 1)
  * the vector units overlap. The epilogue is VN_SCALE's float steps for one panel, in the same
  * order, with the same zero-or-bias addition at the end: the same bits. SG: signed weights
  * (tdpbssd, activations as they are: no +128 and no correction). */
+#define AX_MAXR 16
 #define AX_ROWS16(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11) F(12) \
     F(13) F(14) F(15)
 #define AX_DECL(r) __m512 f##r = _mm512_setzero_ps();
 #define AX_EPI(r)                                                                          \
     if (NR > r) {                                                                          \
         __m512 isum = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)cb[r]));          \
-        f##r = _mm512_fmadd_ps(isum, _mm512_mul_ps(d, _mm512_set1_ps(dxb[(r) * nb])), f##r); \
-        if (!SG) f##r = _mm512_fmadd_ps(mo, _mm512_set1_ps(sxb[(r) * nb]), f##r);           \
+        f##r = _mm512_fmadd_ps(isum, _mm512_mul_ps(d, _mm512_set1_ps(dxb[r])), f##r);    \
+        if (!SG) f##r = _mm512_fmadd_ps(mo, _mm512_set1_ps(sxb[r]), f##r);                 \
     }
 #define AX_EPILOGUE(BUF, BB)                                                               \
     {                                                                                      \
         const float *s = (const float *)(const void *)(pp + (BB) * QBYTES + QK * PANEL);   \
         __m512 d = _mm512_loadu_ps(s), mo = _mm512_loadu_ps(s + PANEL);                   \
-        const float *dxb = dx + (BB), *sxb = sx + (BB);                                    \
+        const float *dxb = dx + (BB) * AX_MAXR, *sxb = sx + (BB) * AX_MAXR;                \
         int32_t(*cb)[PANEL] = buf[BUF];                                                    \
         (void)mo, (void)sxb;                                                               \
         AX_ROWS16(AX_EPI)                                                                  \
@@ -397,7 +398,6 @@ AX_KERNEL(kxs_, 1, 1) AX_KERNEL(kxs_, 2, 1) AX_KERNEL(kxs_, 3, 1) AX_KERNEL(kxs_
 AX_KERNEL(kxs_, 5, 1) AX_KERNEL(kxs_, 6, 1) AX_KERNEL(kxs_, 7, 1) AX_KERNEL(kxs_, 8, 1)
 AX_KERNEL(kxs_, 9, 1) AX_KERNEL(kxs_, 10, 1) AX_KERNEL(kxs_, 11, 1) AX_KERNEL(kxs_, 12, 1)
 AX_KERNEL(kxs_, 13, 1) AX_KERNEL(kxs_, 14, 1) AX_KERNEL(kxs_, 15, 1) AX_KERNEL(kxs_, 16, 1)
-#define AX_MAXR 16
 
 /* The tile configuration every AMX kernel runs under (palette 1; see AX_KERNEL). */
 struct amx_tiles {
@@ -708,7 +708,7 @@ static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
  * costs about the same whatever its rows (the tile product, its loads and the store of its
  * sums: ~6 + 4 ns per block and panel on the Xeon of session 40) and the epilogue stays per
  * row, so one row costs more than with VNNI and 8-16 rows much less — see AMX_FROM. */
-static void run_amx(int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
+static void run_amx(int8_t *xq, const float *dx, const float *sx, float *dxt, Py_ssize_t m,
                     Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
                     float *out, int threads, int sgn, Py_ssize_t rest_max) {
     typedef void (*fx)(const int8_t *, const float *, const float *, Py_ssize_t,
@@ -737,6 +737,15 @@ static void run_amx(int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
     if (vrest && sgn)
         offset_for_signed(xr, (size_t)(rest * k));
     Py_ssize_t tiled = vrest ? full : m;
+    /* The tile blocks' dx and sx by block, then row ([row block][b][16]): the epilogue finds
+     * a block's 16 scales at fixed offsets from one pointer (row-major, each row's address
+     * took a register of its own, and 32 of them spilled; the values are the same). */
+    float *sxt = dxt + (tiled + AX_MAXR - 1) / AX_MAXR * AX_MAXR * nb;
+    for (Py_ssize_t r = 0; r < tiled; r++)
+        for (Py_ssize_t b = 0; b < nb; b++) {
+            Py_ssize_t at = ((r / AX_MAXR) * nb + b) * AX_MAXR + r % AX_MAXR;
+            dxt[at] = dx[r * nb + b], sxt[at] = sx[r * nb + b];
+        }
 #pragma omp parallel num_threads(threads) if (threads > 1 && pairs > 1)
     {
         /* per thread: the tile configuration is thread state */
@@ -752,7 +761,7 @@ static void run_amx(int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
                                        : NULL;
                 for (Py_ssize_t r0 = 0; r0 < tiled; r0 += AX_MAXR) {
                     Py_ssize_t rows = tiled - r0 < AX_MAXR ? tiled - r0 : AX_MAXR;
-                    table[rows](xq + r0 * k, dx + r0 * nb, sx + r0 * nb, k,
+                    table[rows](xq + r0 * k, dxt + r0 * nb, sxt + r0 * nb, k,
                                 packed + p * pstride, bias16, out + r0 * n + c0, n, cols,
                                 r0 == 0 ? next : NULL);
                 }
@@ -1034,7 +1043,9 @@ static PyObject *qd_linear(PyObject *self, PyObject *args) {
      * for the tiles, rows up to a multiple of 16, zeros past m) */
     Py_ssize_t mpad = amx ? (m + 15) / 16 * 16 : m;
     size_t xbytes = ((size_t)(mpad * k) + 63) & ~(size_t)63;
-    char *scratch = malloc(xbytes + 2 * (size_t)(m * nb) * sizeof(float));
+    /* (AMX: and dx, sx again in the tiles' order, see run_amx) */
+    size_t floats = 2 * (size_t)(m * nb) + (amx ? 2 * (size_t)(mpad * nb) : 0);
+    char *scratch = malloc(xbytes + floats * sizeof(float));
     if (scratch == NULL) return PyErr_NoMemory();
     if (mpad > m) memset(scratch + m * k, 0, (size_t)((mpad - m) * k));
     int8_t *xq = (int8_t *)scratch;
@@ -1049,7 +1060,7 @@ static PyObject *qd_linear(PyObject *self, PyObject *args) {
     if (sgn && vnni && !amx) /* the signed VNNI kernels read xq + 128 */
         offset_for_signed(xq, (size_t)(m * k));
 #if QD_AMX
-    if (amx) run_amx(xq, dx, sx, m, k, w, n, b, o, threads, sgn, amx_from - 1);
+    if (amx) run_amx(xq, dx, sx, sx + m * nb, m, k, w, n, b, o, threads, sgn, amx_from - 1);
     else
 #endif
     if (vnni) run_vnni(xq, dx, sx, m, k, w, n, b, o, threads, sgn);
