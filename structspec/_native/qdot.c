@@ -324,7 +324,8 @@ VN_KERNEL(ks_, 4, 1) VN_KERNEL(ks_, 5, 1) VN_KERNEL(ks_, 6, 1)
  * The next block's tile product is issued before this block's epilogue, so the tile unit and
  * the vector units overlap. The epilogue is VN_SCALE's float steps for one panel, in the same
  * order, with the same zero-or-bias addition at the end: the same bits. SG: signed weights
- * (tdpbssd, activations as they are: no +128 and no correction). */
+ * (tdpbssd, activations as they are: no +128 and no correction). dx and sx: the row block's
+ * scales and offset sums by block, then row ([block][16], as run_amx lays them out). */
 #define AX_MAXR 16
 #define AX_ROWS16(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11) F(12) \
     F(13) F(14) F(15)
@@ -707,7 +708,8 @@ static void run_avx2(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
  * (zeros past m): a last block of fewer rows still reads 16. Where it pays: a tile block
  * costs about the same whatever its rows (the tile product, its loads and the store of its
  * sums: ~6 + 4 ns per block and panel on the Xeon of session 40) and the epilogue stays per
- * row, so one row costs more than with VNNI and 8-16 rows much less — see AMX_FROM. */
+ * row, so one row costs more than with VNNI and 8-16 rows much less — see AMX_FROM.
+ * dxt: room for 2 * (m rounded up to 16) * (k / 32) floats, the scales in the tiles' order. */
 static void run_amx(int8_t *xq, const float *dx, const float *sx, float *dxt, Py_ssize_t m,
                     Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
                     float *out, int threads, int sgn, Py_ssize_t rest_max) {
