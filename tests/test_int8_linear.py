@@ -42,13 +42,16 @@ pytestmark = pytest.mark.skipif(
 
 @contextlib.contextmanager
 def qdot_kernels(isa: str):
-    """Run ``isa``'s kernels for the block: ``"avx2"``, ``"vnni"`` (AMX off), ``"amx"``
-    (VNNI, with every pass of one row or more on AMX tiles) or ``"amx6"`` (AMX from 6 rows,
-    the default: a last block of 1-5 rows after full tile blocks runs on VNNI); the previous
-    choice is restored afterwards. Skips where the CPU lacks them."""
+    """Run ``isa``'s kernels for the block: ``"avx2"``, ``"vnni"`` (AMX off), ``"vnni-1p"``
+    (VNNI, one panel against every pass), ``"vnni-2p"`` (VNNI, two panels against every
+    pass), ``"amx"`` (VNNI, with every pass of one row or more on AMX tiles) or ``"amx6"``
+    (AMX from 6 rows, the default: a last block of 1-5 rows after full tile blocks runs on
+    VNNI); the previous choice is restored afterwards. Skips where the CPU lacks them."""
     tiles = isa.startswith("amx")
     before = QDOT.set_vnni(isa != "avx2"), QDOT.set_amx(tiles)
     rows = QDOT.set_amx_from({"amx": 1, "amx6": 6}.get(isa, QDOT.amx_from()))
+    panels = QDOT.set_one_panel(1, 0)
+    QDOT.set_one_panel(*{"vnni-1p": (1, 10**6), "vnni-2p": (1, 0)}.get(isa, panels))
     try:
         if isa != "avx2" and not QDOT.vnni():
             pytest.skip("this CPU has no AVX512-VNNI")
@@ -59,9 +62,10 @@ def qdot_kernels(isa: str):
         QDOT.set_vnni(before[0])
         QDOT.set_amx(before[1])
         QDOT.set_amx_from(rows)
+        QDOT.set_one_panel(*panels)
 
 
-@pytest.fixture(params=["avx2", "vnni", "amx", "amx6"])
+@pytest.fixture(params=["avx2", "vnni", "vnni-1p", "vnni-2p", "amx", "amx6"])
 def qdot_isa(request):
     """Run the test with the AVX2 kernels, the AVX512-VNNI ones and the AMX ones, from one row
     and as by default (each skipped where the CPU has none); the previous choice is restored
@@ -180,7 +184,8 @@ def test_rows_are_bitwise_independent_of_the_pass_and_the_isa(n, blocks, rows, b
     assert layer.int8 and (layer._signed, layer._narrow) == _KINDS[kind]
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(seed)) * 3
     narrow_before = QDOT.set_halves(True)
-    isas = [("avx2", True), ("avx2", False)] + ([("vnni", True)] if QDOT.vnni() else []) \
+    isas = [("avx2", True), ("avx2", False)] \
+        + ([("vnni", True), ("vnni-1p", True), ("vnni-2p", True)] if QDOT.vnni() else []) \
         + ([("amx", True), ("amx6", True)] if QDOT.amx() else [])
     try:
         outs = []
@@ -301,6 +306,33 @@ def test_amx_switches_round_trip_and_keep_the_bits():
             fl.use_amx_from(rows)
     with pytest.raises(ValueError, match="rows must be >= 1"):
         QDOT.set_amx_from(0)
+
+
+def test_one_panel_switch_round_trips_and_keeps_the_bits():
+    """``use_one_panel`` returns the previous range and ``one_panel_rows`` reports the current
+    one; passes of every size either side of the range's ends give the same bits with one
+    panel, two panels or the default split (signed and offset panels, 1 and 2 threads)."""
+    before = fl.one_panel_rows()
+    assert before == (3, 19)
+    x = torch.randn(26, 96, generator=torch.Generator().manual_seed(7))
+    try:
+        for kind in ("q4_1", "q8_0"):
+            layer = fl.PackedLinear(_MAKERS[kind](50, 96, True, 7), "panel_int8")
+            with torch.inference_mode():
+                for threads in (1, 2):
+                    with torch_threads(threads):
+                        outs = []
+                        for rows in ((3, 19), (1, 0), (1, 10**6)):
+                            fl.use_one_panel(*rows)
+                            assert fl.one_panel_rows() == rows
+                            outs.append([layer(x[:m]) for m in range(1, 27)])
+                        for other in outs[1:]:
+                            assert all(torch.equal(a, b) for a, b in zip(outs[0], other))
+    finally:
+        assert fl.use_one_panel(*before) == (1, 10**6)
+    assert fl.one_panel_rows() == before
+    with pytest.raises(ValueError, match="rows_from must be >= 1"):
+        QDOT.set_one_panel(0, 5)
 
 
 def test_gather_refuses_ids_out_of_range():

@@ -99,6 +99,13 @@ static int pack_weight(uint8_t *dst, const int8_t *q, const float *d, const floa
  * timing: results do not depend on it). */
 static int prefetch_next = 1;
 
+/* VNNI passes of one_panel_min to one_panel_max rows run the one-panel kernels (run_vnni_one;
+ * max 0: none). Elsewhere two panels against blocks of 6 rows ran faster: 1-2 rows by ~5%
+ * (their kernels' prefetch and loads are tuned for one row), 20+ rows by 0-4% (prefills are
+ * bound by the arithmetic, which two panels feed with fewer loads). set_one_panel: for tests
+ * and A/B timing, results do not depend on it. */
+static int one_panel_min = 3, one_panel_max = 19;
+
 /* 1: AVX2 passes run the half-panel kernels where they apply (narrow panels:
  * linear(..., narrow=True), every q <= NARROW_Q; signed panels up to 7 rows) from the sizes
  * below on; set_halves, for tests and A/B timing: results do not depend on it. */
@@ -305,6 +312,76 @@ VN_KERNEL(kv_, 4, 0) VN_KERNEL(kv_, 5, 0) VN_KERNEL(kv_, 6, 0)
 VN_KERNEL(ks_, 1, 1) VN_KERNEL(ks_, 2, 1) VN_KERNEL(ks_, 3, 1)
 VN_KERNEL(ks_, 4, 1) VN_KERNEL(ks_, 5, 1) VN_KERNEL(ks_, 6, 1)
 #define VN_MAXR 6
+
+/* One panel against 1-12 rows (AVX-512 VNNI). The two-panel kernels above hold 6 rows, so a
+ * pass of 7-12 rows read every panel twice: the first block waited on memory, the second
+ * computed from cache, and the two barely overlapped. One panel holds 12 rows' accumulators
+ * (12 integer, 12 float: 24 of the 32 registers), so such a pass reads each panel once and
+ * its arithmetic runs under the weight stream. Default model's 210 body linears, Zen 4, 1
+ * thread, interleaved medians: 7 rows 0.72x the time of the two-panel blocks, 8 rows 0.76x,
+ * 10 rows 0.93x, 12 rows 0.99x (bound by the arithmetic), 3-6 rows ~0.95x, 13-19 rows
+ * ~0.98x (two sweeps of one panel against three of two). A row's numbers are the two-panel
+ * kernels' exactly: the same integer sums, then the same float steps in the same order. */
+#define V1_ROWS12(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11)
+#define V1_DECL(r) __m512 f##r = _mm512_setzero_ps();
+#define V1_IZERO(r) __m512i i##r = _mm512_setzero_si512();
+#define V1_DOT(r)                                                                          \
+    if (NR > r) {                                                                          \
+        __m512i xb = _mm512_set1_epi32(load4(xq + (r) * k + b * QK + g * 4));              \
+        i##r = SG ? _mm512_dpbusd_epi32(i##r, xb, w0) : _mm512_dpbusd_epi32(i##r, w0, xb); \
+    }
+#define V1_SCALE(r)                                                                        \
+    if (NR > r) {                                                                          \
+        __m512 dxv = _mm512_set1_ps(dx[(r) * nb + b]);                                     \
+        if (SG) i##r = _mm512_sub_epi32(i##r, c0);                                         \
+        f##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r), _mm512_mul_ps(d0, dxv), f##r);    \
+        if (!SG) f##r = _mm512_fmadd_ps(m0, _mm512_set1_ps(sx[(r) * nb + b]), f##r);       \
+    }
+#define V1_STORE(r)                                                                        \
+    if (NR > r) _mm512_mask_storeu_ps(out + (r) * ldo, VN_MASK(0), _mm512_add_ps(f##r, b0));
+#define V1_KERNEL(NAME, R, SIGNED)                                                         \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void NAME##R(  \
+        const int8_t *xq, const float *dx, const float *sx, Py_ssize_t k,                 \
+        const uint8_t *p0, const float *bias16, float *out, Py_ssize_t ldo,               \
+        Py_ssize_t cols, const char *pf, Py_ssize_t pf_step) {                            \
+        enum { NR = R, SG = SIGNED };                                                     \
+        Py_ssize_t nb = k / QK;                                                           \
+        V1_ROWS12(V1_DECL)                                                                \
+        for (Py_ssize_t b = 0; b < nb; b++) {                                             \
+            const uint8_t *q0 = p0 + b * QBYTES;                                          \
+            _mm_prefetch((const char *)(q0 + V1_AHEAD * QBYTES), _MM_HINT_T0);            \
+            for (Py_ssize_t o = 0; o < pf_step; o += 64)                                  \
+                _mm_prefetch(pf + b * pf_step + o, _MM_HINT_T1);                          \
+            V1_ROWS12(V1_IZERO)                                                           \
+            _Pragma("GCC unroll 8")                                                       \
+            for (int g = 0; g < QK / 4; g++) {                                            \
+                __m512i w0 = _mm512_loadu_si512((const void *)(q0 + g * 4 * PANEL));      \
+                V1_ROWS12(V1_DOT)                                                         \
+            }                                                                             \
+            const float *s0 = (const float *)(const void *)(q0 + QK * PANEL);             \
+            __m512 d0 = _mm512_loadu_ps(s0), m0 = _mm512_loadu_ps(s0 + PANEL);            \
+            __m512i c0 = _mm512_castps_si512(m0);                                         \
+            (void)c0, (void)sx;                                                           \
+            V1_ROWS12(V1_SCALE)                                                           \
+        }                                                                                 \
+        __m512 b0 = _mm512_loadu_ps(bias16);                                              \
+        V1_ROWS12(V1_STORE)                                                               \
+    }
+#ifndef V1_PF
+#define V1_PF 1
+#endif
+#ifndef V1_AHEAD
+#define V1_AHEAD 2
+#endif
+V1_KERNEL(kw_, 1, 0) V1_KERNEL(kw_, 2, 0) V1_KERNEL(kw_, 3, 0)
+V1_KERNEL(kw_, 4, 0) V1_KERNEL(kw_, 5, 0) V1_KERNEL(kw_, 6, 0)
+V1_KERNEL(kw_, 7, 0) V1_KERNEL(kw_, 8, 0) V1_KERNEL(kw_, 9, 0)
+V1_KERNEL(kw_, 10, 0) V1_KERNEL(kw_, 11, 0) V1_KERNEL(kw_, 12, 0)
+V1_KERNEL(kz_, 1, 1) V1_KERNEL(kz_, 2, 1) V1_KERNEL(kz_, 3, 1)
+V1_KERNEL(kz_, 4, 1) V1_KERNEL(kz_, 5, 1) V1_KERNEL(kz_, 6, 1)
+V1_KERNEL(kz_, 7, 1) V1_KERNEL(kz_, 8, 1) V1_KERNEL(kz_, 9, 1)
+V1_KERNEL(kz_, 10, 1) V1_KERNEL(kz_, 11, 1) V1_KERNEL(kz_, 12, 1)
+#define V1_MAXR 12
 
 /* AMX availability at compile time: GCC 11+ or clang 12+ know the tile intrinsics. */
 #if QD_X86 && defined(__linux__) && \
@@ -611,6 +688,37 @@ static const char *prefetch_share(const char *next, Py_ssize_t next_len, Py_ssiz
     return next + start;
 }
 
+static void run_vnni_one(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
+                         Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
+                         float *out, int threads, int sgn) {
+    typedef void (*f1)(const int8_t *, const float *, const float *, Py_ssize_t,
+                       const uint8_t *, const float *, float *, Py_ssize_t, Py_ssize_t,
+                       const char *, Py_ssize_t);
+    static const f1 plain[V1_MAXR + 1] = {NULL, kw_1, kw_2, kw_3, kw_4, kw_5, kw_6,
+                                          kw_7, kw_8, kw_9, kw_10, kw_11, kw_12};
+    static const f1 signd[V1_MAXR + 1] = {NULL, kz_1, kz_2, kz_3, kz_4, kz_5, kz_6,
+                                          kz_7, kz_8, kz_9, kz_10, kz_11, kz_12};
+    const f1 *table = sgn ? signd : plain;
+    Py_ssize_t np = panels_of(n), nb = k / QK, pstride = nb * QBYTES;
+    Py_ssize_t blocks = (m + V1_MAXR - 1) / V1_MAXR;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && np > 1)
+    for (Py_ssize_t pi = 0; pi < np; pi++) {
+        Py_ssize_t c0 = pi * PANEL, cols = n - c0 < PANEL ? n - c0 : PANEL;
+        float bias16[PANEL];
+        group_bias(bias16, bias, c0, cols, PANEL);
+        const uint8_t *p0 = packed + pi * pstride;
+        const char *next = pi + 1 < np && V1_PF ? (const char *)(p0 + pstride) : NULL;
+        Py_ssize_t r0 = 0;
+        for (Py_ssize_t blk = 0; blk < blocks; blk++) {
+            Py_ssize_t rows = (m - r0) / (blocks - blk), step = 0;
+            const char *pf = prefetch_share(next, pstride, blk, blocks, nb, 1, &step);
+            table[rows](xq + r0 * k, dx + r0 * nb, sx + r0 * nb, k, p0, bias16,
+                        out + r0 * n + c0, n, cols, pf, step);
+            r0 += rows;
+        }
+    }
+}
+
 static void run_vnni(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
                      Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
                      float *out, int threads, int sgn) {
@@ -621,6 +729,10 @@ static void run_vnni(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
     static const fv signd[VN_MAXR + 1] = {NULL, ks_1, ks_2, ks_3, ks_4, ks_5, ks_6};
     const fv *table = sgn ? signd : plain;
     Py_ssize_t np = panels_of(n), pairs = (np + 1) / 2, nb = k / QK;
+    if (m >= one_panel_min && m <= one_panel_max) {
+        run_vnni_one(xq, dx, sx, m, k, packed, n, bias, out, threads, sgn);
+        return;
+    }
     Py_ssize_t blocks = (m + VN_MAXR - 1) / VN_MAXR, pstride = nb * QBYTES;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && pairs > 1)
     for (Py_ssize_t pi = 0; pi < pairs; pi++) {
@@ -948,6 +1060,20 @@ static PyObject *qd_set_halves_from(PyObject *self, PyObject *args) {
     return before;
 }
 
+static PyObject *qd_set_one_panel(PyObject *self, PyObject *args) {
+    (void)self;
+    int lo, hi;
+    if (!PyArg_ParseTuple(args, "ii", &lo, &hi)) return NULL;
+    if (lo < 1 || hi < 0) {
+        PyErr_SetString(PyExc_ValueError, "set_one_panel: rows_from must be >= 1, rows_to >= 0");
+        return NULL;
+    }
+    PyObject *before = Py_BuildValue("(ii)", one_panel_min, one_panel_max);
+    one_panel_min = lo;
+    one_panel_max = hi;
+    return before;
+}
+
 static PyObject *qd_halves(PyObject *self, PyObject *args) {
     (void)self;
     (void)args;
@@ -1109,6 +1235,10 @@ static PyMethodDef METHODS[] = {
      "set_halves_from(narrow_rows, signed_rows) -> (narrow_rows, signed_rows): the smallest "
      "passes that run the half-panel kernels (default 2, 2; 4, 4 before session 28; same "
      "results, for timing); returns the previous pair."},
+    {"set_one_panel", qd_set_one_panel, METH_VARARGS,
+     "set_one_panel(rows_from, rows_to) -> (rows_from, rows_to): VNNI passes of rows_from to "
+     "rows_to rows run one panel against all their rows, in blocks of at most 12 (default 7, "
+     "12; rows_to 0: never; same results, for timing); returns the previous pair."},
     {"halves", qd_halves, METH_NOARGS,
      "halves(): whether the AVX2 half-panel kernels run (see set_halves)."},
     {"narrow_max", qd_narrow_max, METH_NOARGS,

@@ -285,14 +285,16 @@ def device_cost_curve(model: Any) -> CostCurve:
     """The cost curve of ``model`` on its device, measured on first use and cached for the
     life of the model object (keyed by device, dtype, the kernel of its packed linears and
     whether they have exactly quantized panels, its attention implementation, the number
-    of torch threads and whether its integer layers run on AMX tiles)."""
-    from structspec.spec.fastlinear import int8_amx, packed_kernel, quantized_count
+    of torch threads, and whether its integer layers run on AMX tiles and which of their
+    passes run one panel at a time)."""
+    from structspec.spec.fastlinear import int8_amx, one_panel_rows, packed_kernel, quantized_count
 
     kernel = packed_kernel(model)
     key = (str(model.device), str(getattr(model, "dtype", "")), kernel,
            quantized_count(model) > 0,
            getattr(getattr(model, "config", None), "_attn_implementation", None),
-           torch.get_num_threads(), kernel == "panel_int8" and int8_amx())
+           torch.get_num_threads(), kernel == "panel_int8" and int8_amx(),
+           kernel == "panel_int8" and one_panel_rows())
     per_model = _CURVES.setdefault(model, {})
     curve = per_model.get(key)
     if curve is None:

@@ -79,7 +79,8 @@ KERNELS = ("panel", "onednn")
 #: with vectors (session 22). 10: signed kernels (the output layer), next panels prefetched.
 #: 11: "panel_int8" passes of 6+ rows on AMX tiles where the CPU has them (session 40).
 #: 12: row-exact attention on 512-bit vectors where the CPU has AVX-512 (session 42).
-KERNEL_REVISION = 12
+#: 13: "panel_int8" passes of 3-19 rows on VNNI read each panel once (session 47).
+KERNEL_REVISION = 13
 #: Passes of up to this many rows read a layer's exactly quantized panels where it has them
 #: (whole passes of the default model, 1 thread, paired rounds: 1 row 0.72 of the float32
 #: panels, 2 rows 0.86, 4 rows 0.89, 6 rows 1.00 — there the widening costs what the bytes
@@ -110,8 +111,10 @@ COST_STEPS = {"panel": ((6, 7), (12, 14), (18, 20)),
 #: rows (``SZ_ROWS``); half panels keep the AVX2 kernels.
 COST_STEPS_AVX512 = {"panel": ((12, 12), (24, 24)),
                      "panel_f16": COST_STEPS["panel_f16"]}
-#: The same for ``"panel_int8"``'s integer kernels (``qdot.c``): blocks of at most 6 rows
-#: (AVX512-VNNI) or 3 (AVX2), near-even.
+#: The same for ``"panel_int8"``'s integer kernels (``qdot.c``): AVX2 in near-even blocks of
+#: at most 3 rows; AVX512-VNNI one panel against blocks of at most 12 rows from 3 rows to 19
+#: (:func:`one_panel_rows`; passes of 7-12 rows cost about in proportion to their rows, 13-19
+#: sweep each panel twice), two panels against blocks of 6 otherwise.
 COST_STEPS_INT8 = {True: ((6, 6), (12, 12), (18, 18), (24, 24)),
                    False: ((3, 3), (6, 6), (9, 9), (12, 12), (15, 15), (18, 18), (24, 24))}
 #: The same where passes of 6 rows or more run on AMX tiles (``run_amx`` in ``qdot.c``): up
@@ -554,6 +557,33 @@ def use_amx_from(rows: int) -> int:
     if qdot is None or not hasattr(qdot, "set_amx_from"):
         return 0
     return int(qdot.set_amx_from(int(rows)))
+
+
+def one_panel_rows() -> tuple[int, int]:
+    """The ``"panel_int8"`` passes that the AVX512-VNNI kernels run one weight panel against
+    all their rows (blocks of at most 12), as ``(rows_from, rows_to)``: (3, 19) by default.
+    The others run two panels against blocks of at most 6 rows, which read the weights once
+    per block: on the Zen 4 of session 47 a pass of 7 rows took 0.72x the time of two
+    blocks, 3-6 rows ~0.95x, 13-19 rows ~0.98x, while 1-2 rows and 20 or more ran faster on
+    two panels. (0, 0) where qdot has no such kernels."""
+    qdot = _native.load("qdot")
+    if qdot is None or not hasattr(qdot, "set_one_panel"):
+        return (0, 0)
+    before = qdot.set_one_panel(1, 0)
+    qdot.set_one_panel(*before)
+    return (int(before[0]), int(before[1]))
+
+
+def use_one_panel(rows_from: int, rows_to: int) -> tuple[int, int]:
+    """Run ``"panel_int8"`` passes of ``rows_from`` to ``rows_to`` rows one panel at a time on
+    the VNNI kernels (``rows_to`` 0: none): the same results, other speeds (for tests and A/B
+    runs). Returns the previous pair ((0, 0) where qdot has no such kernels). Process-wide,
+    like :func:`use_amx`."""
+    qdot = _native.load("qdot")
+    if qdot is None or not hasattr(qdot, "set_one_panel"):
+        return (0, 0)
+    before = qdot.set_one_panel(int(rows_from), int(rows_to))
+    return (int(before[0]), int(before[1]))
 
 
 def avx512() -> bool:
