@@ -327,16 +327,31 @@ VN_KERNEL(ks_, 4, 1) VN_KERNEL(ks_, 5, 1) VN_KERNEL(ks_, 6, 1)
 #define V1_IZERO(r) __m512i i##r = _mm512_setzero_si512();
 #define V1_DOT(r)                                                                          \
     if (NR > r) {                                                                          \
-        __m512i xb = _mm512_set1_epi32(load4(xq + (r) * k + b * QK + g * 4));              \
+        __m512i xb = _mm512_set1_epi32(load4(V1_XAT(r)));                                 \
         i##r = SG ? _mm512_dpbusd_epi32(i##r, xb, w0) : _mm512_dpbusd_epi32(i##r, w0, xb); \
     }
 #define V1_SCALE(r)                                                                        \
     if (NR > r) {                                                                          \
-        __m512 dxv = _mm512_set1_ps(dx[(r) * nb + b]);                                     \
+        __m512 dxv = _mm512_set1_ps(dx[V1_SAT(r)]);                                        \
         if (SG) i##r = _mm512_sub_epi32(i##r, c0);                                         \
         f##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r), _mm512_mul_ps(d0, dxv), f##r);    \
-        if (!SG) f##r = _mm512_fmadd_ps(m0, _mm512_set1_ps(sx[(r) * nb + b]), f##r);       \
+        if (!SG) f##r = _mm512_fmadd_ps(m0, _mm512_set1_ps(sx[V1_SAT(r)]), f##r);          \
     }
+/* The kernels read the rows' bytes and scales in the order they use them (run_vnni_one
+ * copies them so): per 4-byte group all rows' bytes side by side, per block all rows'
+ * scales, at fixed offsets from one pointer. Read in place (row-major), 12 rows took 12
+ * base registers and GCC kept some on the stack (63 stack accesses in kw_12, none now);
+ * 8-12 rows 0.96-0.99x the time (V1_T 0 builds the row-major reads, for A/B timing). */
+#ifndef V1_T
+#define V1_T 1
+#endif
+#if V1_T
+#define V1_XAT(r) (xq + ((b * (QK / 4) + g) * NR + (r)) * 4)
+#define V1_SAT(r) (b * NR + (r))
+#else
+#define V1_XAT(r) (xq + (r) * k + b * QK + g * 4)
+#define V1_SAT(r) ((r) * nb + b)
+#endif
 #define V1_STORE(r)                                                                        \
     if (NR > r) _mm512_mask_storeu_ps(out + (r) * ldo, VN_MASK(0), _mm512_add_ps(f##r, b0));
 #define V1_KERNEL(NAME, R, SIGNED)                                                         \
@@ -349,7 +364,7 @@ VN_KERNEL(ks_, 4, 1) VN_KERNEL(ks_, 5, 1) VN_KERNEL(ks_, 6, 1)
         V1_ROWS12(V1_DECL)                                                                \
         for (Py_ssize_t b = 0; b < nb; b++) {                                             \
             const uint8_t *q0 = p0 + b * QBYTES;                                          \
-            _mm_prefetch((const char *)(q0 + V1_AHEAD * QBYTES), _MM_HINT_T0);            \
+            _mm_prefetch((const char *)(q0 + 2 * QBYTES), _MM_HINT_T0);                   \
             for (Py_ssize_t o = 0; o < pf_step; o += 64)                                  \
                 _mm_prefetch(pf + b * pf_step + o, _MM_HINT_T1);                          \
             V1_ROWS12(V1_IZERO)                                                           \
@@ -367,12 +382,6 @@ VN_KERNEL(ks_, 4, 1) VN_KERNEL(ks_, 5, 1) VN_KERNEL(ks_, 6, 1)
         __m512 b0 = _mm512_loadu_ps(bias16);                                              \
         V1_ROWS12(V1_STORE)                                                               \
     }
-#ifndef V1_PF
-#define V1_PF 1
-#endif
-#ifndef V1_AHEAD
-#define V1_AHEAD 2
-#endif
 V1_KERNEL(kw_, 1, 0) V1_KERNEL(kw_, 2, 0) V1_KERNEL(kw_, 3, 0)
 V1_KERNEL(kw_, 4, 0) V1_KERNEL(kw_, 5, 0) V1_KERNEL(kw_, 6, 0)
 V1_KERNEL(kw_, 7, 0) V1_KERNEL(kw_, 8, 0) V1_KERNEL(kw_, 9, 0)
@@ -688,9 +697,9 @@ static const char *prefetch_share(const char *next, Py_ssize_t next_len, Py_ssiz
     return next + start;
 }
 
-static void run_vnni_one(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
-                         Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
-                         float *out, int threads, int sgn) {
+static void run_vnni_one(const int8_t *xq, const float *dx, const float *sx, int8_t *xt,
+                         Py_ssize_t m, Py_ssize_t k, const uint8_t *packed, Py_ssize_t n,
+                         const float *bias, float *out, int threads, int sgn) {
     typedef void (*f1)(const int8_t *, const float *, const float *, Py_ssize_t,
                        const uint8_t *, const float *, float *, Py_ssize_t, Py_ssize_t,
                        const char *, Py_ssize_t);
@@ -701,13 +710,32 @@ static void run_vnni_one(const int8_t *xq, const float *dx, const float *sx, Py_
     const f1 *table = sgn ? signd : plain;
     Py_ssize_t np = panels_of(n), nb = k / QK, pstride = nb * QBYTES;
     Py_ssize_t blocks = (m + V1_MAXR - 1) / V1_MAXR;
+#if V1_T /* xt: m * k bytes, then 2 * m * nb floats (qd_linear's scratch) */
+    float *dxt = (float *)(void *)(xt + m * k), *sxt = dxt + m * nb;
+    for (Py_ssize_t blk = 0, r0 = 0; blk < blocks; blk++) {
+        Py_ssize_t rows = (m - r0) / (blocks - blk);
+        int8_t *xb = xt + r0 * k;
+        for (Py_ssize_t r = 0; r < rows; r++) {
+            for (Py_ssize_t q = 0; q < k / 4; q++)
+                memcpy(xb + (q * rows + r) * 4, xq + (r0 + r) * k + q * 4, 4);
+            for (Py_ssize_t b = 0; b < nb; b++) {
+                dxt[r0 * nb + b * rows + r] = dx[(r0 + r) * nb + b];
+                sxt[r0 * nb + b * rows + r] = sx[(r0 + r) * nb + b];
+            }
+        }
+        r0 += rows;
+    }
+    xq = xt, dx = dxt, sx = sxt;
+#endif
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && np > 1)
     for (Py_ssize_t pi = 0; pi < np; pi++) {
         Py_ssize_t c0 = pi * PANEL, cols = n - c0 < PANEL ? n - c0 : PANEL;
         float bias16[PANEL];
         group_bias(bias16, bias, c0, cols, PANEL);
         const uint8_t *p0 = packed + pi * pstride;
-        const char *next = pi + 1 < np && V1_PF ? (const char *)(p0 + pstride) : NULL;
+        /* the next panel, into L2 as this one is read (without: 7-16 rows 1.1-1.5x the time;
+         * two panels ahead, or blocks 4 ahead into L1 instead of 2: no gain) */
+        const char *next = pi + 1 < np ? (const char *)(p0 + pstride) : NULL;
         Py_ssize_t r0 = 0;
         for (Py_ssize_t blk = 0; blk < blocks; blk++) {
             Py_ssize_t rows = (m - r0) / (blocks - blk), step = 0;
@@ -719,9 +747,9 @@ static void run_vnni_one(const int8_t *xq, const float *dx, const float *sx, Py_
     }
 }
 
-static void run_vnni(const int8_t *xq, const float *dx, const float *sx, Py_ssize_t m,
-                     Py_ssize_t k, const uint8_t *packed, Py_ssize_t n, const float *bias,
-                     float *out, int threads, int sgn) {
+static void run_vnni(const int8_t *xq, const float *dx, const float *sx, int8_t *xt,
+                     Py_ssize_t m, Py_ssize_t k, const uint8_t *packed, Py_ssize_t n,
+                     const float *bias, float *out, int threads, int sgn) {
     typedef void (*fv)(const int8_t *, const float *, const float *, Py_ssize_t,
                        const uint8_t *, const uint8_t *, const float *, float *, Py_ssize_t,
                        Py_ssize_t, const char *, Py_ssize_t);
@@ -729,8 +757,8 @@ static void run_vnni(const int8_t *xq, const float *dx, const float *sx, Py_ssiz
     static const fv signd[VN_MAXR + 1] = {NULL, ks_1, ks_2, ks_3, ks_4, ks_5, ks_6};
     const fv *table = sgn ? signd : plain;
     Py_ssize_t np = panels_of(n), pairs = (np + 1) / 2, nb = k / QK;
-    if (m >= one_panel_min && m <= one_panel_max) {
-        run_vnni_one(xq, dx, sx, m, k, packed, n, bias, out, threads, sgn);
+    if (xt != NULL) { /* the one-panel kernels: qd_linear chose them (one_panel_min..max) */
+        run_vnni_one(xq, dx, sx, xt, m, k, packed, n, bias, out, threads, sgn);
         return;
     }
     Py_ssize_t blocks = (m + VN_MAXR - 1) / VN_MAXR, pstride = nb * QBYTES;
@@ -1172,8 +1200,11 @@ static PyObject *qd_linear(PyObject *self, PyObject *args) {
     Py_ssize_t mpad = amx ? (m + 15) / 16 * 16 : m;
     size_t xbytes = ((size_t)(mpad * k) + 63) & ~(size_t)63;
     /* (AMX: and dx, sx again in the tiles' order, see run_amx) */
+    int one = !amx && m >= one_panel_min && m <= one_panel_max && use_vnni();
     size_t floats = 2 * (size_t)(m * nb) + (amx ? 2 * (size_t)(mpad * nb) : 0);
-    char *scratch = malloc(xbytes + floats * sizeof(float));
+    /* (one panel: xq, dx, sx again in its kernels' order, see run_vnni_one) */
+    size_t obytes = one ? xbytes + 2 * (size_t)(m * nb) * sizeof(float) : 0;
+    char *scratch = malloc(xbytes + floats * sizeof(float) + obytes);
     if (scratch == NULL) return PyErr_NoMemory();
     if (mpad > m) memset(scratch + m * k, 0, (size_t)((mpad - m) * k));
     int8_t *xq = (int8_t *)scratch;
@@ -1191,7 +1222,8 @@ static PyObject *qd_linear(PyObject *self, PyObject *args) {
     if (amx) run_amx(xq, dx, sx, sx + m * nb, m, k, w, n, b, o, threads, sgn, amx_from - 1);
     else
 #endif
-    if (vnni) run_vnni(xq, dx, sx, m, k, w, n, b, o, threads, sgn);
+    if (vnni) run_vnni(xq, dx, sx, one ? (int8_t *)(scratch + xbytes + floats * sizeof(float)) : NULL,
+                       m, k, w, n, b, o, threads, sgn);
     else run_avx2(xq, dx, sx, m, k, w, n, b, o, threads, sgn, narrow);
     Py_END_ALLOW_THREADS
     free(scratch);
