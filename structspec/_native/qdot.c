@@ -100,11 +100,10 @@ static int pack_weight(uint8_t *dst, const int8_t *q, const float *d, const floa
 static int prefetch_next = 1;
 
 /* VNNI passes of one_panel_min to one_panel_max rows run the one-panel kernels (run_vnni_one;
- * max 0: none). Elsewhere two panels against blocks of 6 rows ran faster: 1-2 rows by ~5%
- * (their kernels' prefetch and loads are tuned for one row), 20+ rows by 0-4% (prefills are
- * bound by the arithmetic, which two panels feed with fewer loads). set_one_panel: for tests
- * and A/B timing, results do not depend on it. */
-static int one_panel_min = 3, one_panel_max = 19;
+ * max 0: none). From 20 rows two panels against blocks of 6 rows ran as fast or faster (0-4%:
+ * prefills are bound by the arithmetic, which two panels feed with fewer loads).
+ * set_one_panel: for tests and A/B timing, results do not depend on it. */
+static int one_panel_min = 1, one_panel_max = 19;
 
 /* 1: AVX2 passes run the half-panel kernels where they apply (narrow panels:
  * linear(..., narrow=True), every q <= NARROW_Q; signed panels up to 7 rows) from the sizes
@@ -318,10 +317,11 @@ VN_KERNEL(ks_, 4, 1) VN_KERNEL(ks_, 5, 1) VN_KERNEL(ks_, 6, 1)
  * computed from cache, and the two barely overlapped. One panel holds 12 rows' accumulators
  * (12 integer, 12 float: 24 of the 32 registers), so such a pass reads each panel once and
  * its arithmetic runs under the weight stream. Default model's 210 body linears, Zen 4, 1
- * thread, interleaved medians: 7 rows 0.72x the time of the two-panel blocks, 8 rows 0.76x,
- * 10 rows 0.93x, 12 rows 0.99x (bound by the arithmetic), 3-6 rows ~0.95x, 13-19 rows
- * ~0.98x (two sweeps of one panel against three of two). A row's numbers are the two-panel
- * kernels' exactly: the same integer sums, then the same float steps in the same order. */
+ * thread, interleaved medians, against the two-panel blocks: 1-4 rows 0.85-0.88x the time
+ * (V1_FETCH_FROM), 7 rows 0.72x, 8 rows 0.76x, 10 rows 0.93x, 12 rows 0.99x (bound by the
+ * arithmetic), 5-6 rows ~0.97x, 13-19 rows ~0.98x (two sweeps of one panel against three of
+ * two). A row's numbers are the two-panel kernels' exactly: the same integer sums, then the
+ * same float steps in the same order. */
 #define V1_ROWS12(F) F(0) F(1) F(2) F(3) F(4) F(5) F(6) F(7) F(8) F(9) F(10) F(11)
 #define V1_DECL(r) __m512 f##r = _mm512_setzero_ps();
 #define V1_IZERO(r) __m512i i##r = _mm512_setzero_si512();
@@ -337,6 +337,12 @@ VN_KERNEL(ks_, 4, 1) VN_KERNEL(ks_, 5, 1) VN_KERNEL(ks_, 6, 1)
         f##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i##r), _mm512_mul_ps(d0, dxv), f##r);    \
         if (!SG) f##r = _mm512_fmadd_ps(m0, _mm512_set1_ps(sx[V1_SAT(r)]), f##r);          \
     }
+/* Passes of fewer rows prefetch nothing: one panel is one sequential stream, which the
+ * hardware prefetcher follows faster alone (Zen 4, the 210 body linears: 1 row 0.80-0.85x
+ * the time of the two-panel kernel with its prefetches, 0.91x with this kernel's; 3-4 rows
+ * 0.89-0.93x), while from 5 rows the arithmetic leaves it behind (5-6 rows 1.02-1.06x
+ * without, 12 rows 1.07-1.12x). */
+#define V1_FETCH_FROM 5
 /* The kernels read the rows' bytes and scales in the order they use them (run_vnni_one
  * copies them so): per 4-byte group all rows' bytes side by side, per block all rows'
  * scales, at fixed offsets from one pointer. Read in place (row-major), 12 rows took 12
@@ -364,7 +370,8 @@ VN_KERNEL(ks_, 4, 1) VN_KERNEL(ks_, 5, 1) VN_KERNEL(ks_, 6, 1)
         V1_ROWS12(V1_DECL)                                                                \
         for (Py_ssize_t b = 0; b < nb; b++) {                                             \
             const uint8_t *q0 = p0 + b * QBYTES;                                          \
-            _mm_prefetch((const char *)(q0 + 2 * QBYTES), _MM_HINT_T0);                   \
+            if (NR >= V1_FETCH_FROM)                                                      \
+                _mm_prefetch((const char *)(q0 + 2 * QBYTES), _MM_HINT_T0);               \
             for (Py_ssize_t o = 0; o < pf_step; o += 64)                                  \
                 _mm_prefetch(pf + b * pf_step + o, _MM_HINT_T1);                          \
             V1_ROWS12(V1_IZERO)                                                           \
@@ -735,7 +742,7 @@ static void run_vnni_one(const int8_t *xq, const float *dx, const float *sx, int
         const uint8_t *p0 = packed + pi * pstride;
         /* the next panel, into L2 as this one is read (without: 7-16 rows 1.1-1.5x the time;
          * two panels ahead, or blocks 4 ahead into L1 instead of 2: no gain) */
-        const char *next = pi + 1 < np ? (const char *)(p0 + pstride) : NULL;
+        const char *next = pi + 1 < np && m >= V1_FETCH_FROM ? (const char *)(p0 + pstride) : NULL;
         Py_ssize_t r0 = 0;
         for (Py_ssize_t blk = 0; blk < blocks; blk++) {
             Py_ssize_t rows = (m - r0) / (blocks - blk), step = 0;

@@ -79,7 +79,7 @@ KERNELS = ("panel", "onednn")
 #: with vectors (session 22). 10: signed kernels (the output layer), next panels prefetched.
 #: 11: "panel_int8" passes of 6+ rows on AMX tiles where the CPU has them (session 40).
 #: 12: row-exact attention on 512-bit vectors where the CPU has AVX-512 (session 42).
-#: 13: "panel_int8" passes of 3-19 rows on VNNI read each panel once (session 47).
+#: 13: "panel_int8" passes of up to 19 rows on VNNI read each panel once (session 47).
 KERNEL_REVISION = 13
 #: Passes of up to this many rows read a layer's exactly quantized panels where it has them
 #: (whole passes of the default model, 1 thread, paired rounds: 1 row 0.72 of the float32
@@ -112,10 +112,11 @@ COST_STEPS = {"panel": ((6, 7), (12, 14), (18, 20)),
 COST_STEPS_AVX512 = {"panel": ((12, 12), (24, 24)),
                      "panel_f16": COST_STEPS["panel_f16"]}
 #: The same for ``"panel_int8"``'s integer kernels (``qdot.c``): AVX2 in near-even blocks of
-#: at most 3 rows; AVX512-VNNI one panel against blocks of at most 12 rows from 3 rows to 19
-#: (:func:`one_panel_rows`; passes of 7-12 rows cost about in proportion to their rows, 13-19
-#: sweep each panel twice), two panels against blocks of 6 otherwise.
-COST_STEPS_INT8 = {True: ((6, 6), (12, 12), (18, 18), (24, 24)),
+#: at most 3 rows; AVX512-VNNI one panel against blocks of at most 12 rows up to 19 rows
+#: (:func:`one_panel_rows`: 1-4 rows bound by the weight stream, 5-12 rows about in
+#: proportion to their rows, 13-19 sweep each panel twice), two panels against blocks of 6
+#: beyond.
+COST_STEPS_INT8 = {True: ((4, 4), (12, 12), (19, 19), (24, 24)),
                    False: ((3, 3), (6, 6), (9, 9), (12, 12), (15, 15), (18, 18), (24, 24))}
 #: The same where passes of 6 rows or more run on AMX tiles (``run_amx`` in ``qdot.c``): up
 #: to 5 rows one VNNI block, then blocks of 16 rows (each block a tile product per 32-k block
@@ -561,11 +562,13 @@ def use_amx_from(rows: int) -> int:
 
 def one_panel_rows() -> tuple[int, int]:
     """The ``"panel_int8"`` passes that the AVX512-VNNI kernels run one weight panel against
-    all their rows (blocks of at most 12), as ``(rows_from, rows_to)``: (3, 19) by default.
+    all their rows (blocks of at most 12), as ``(rows_from, rows_to)``: (1, 19) by default.
     The others run two panels against blocks of at most 6 rows, which read the weights once
-    per block: on the Zen 4 of session 47 a pass of 7 rows took 0.72x the time of two
-    blocks, 3-6 rows ~0.95x, 13-19 rows ~0.98x, while 1-2 rows and 20 or more ran faster on
-    two panels. (0, 0) where qdot has no such kernels."""
+    per block. On the Zen 4 of session 47 (the default model's body linears, 1 thread): 1-4
+    rows 0.85-0.88x the time of two panels (one panel is one sequential stream, which the
+    hardware prefetcher follows best alone), 7 rows 0.72x, 8 rows 0.76x, 13-19 rows ~0.98x;
+    20 rows or more ran as fast or faster on two panels. (0, 0) where qdot has no such
+    kernels."""
     qdot = _native.load("qdot")
     if qdot is None or not hasattr(qdot, "set_one_panel"):
         return (0, 0)
