@@ -50,8 +50,8 @@ def qdot_kernels(isa: str):
     tiles = isa.startswith("amx")
     before = QDOT.set_vnni(isa != "avx2"), QDOT.set_amx(tiles)
     rows = QDOT.set_amx_from({"amx": 1, "amx6": 6}.get(isa, QDOT.amx_from()))
-    panels = QDOT.set_one_panel(1, 0)
-    QDOT.set_one_panel(*{"vnni-1p": (1, 10**6), "vnni-2p": (1, 0)}.get(isa, panels))
+    panels = QDOT.set_one_panel(*{"vnni-1p": (1, 10**6), "vnni-2p": (1, 0)}.get(
+        isa, QDOT.one_panel()))
     try:
         if isa != "avx2" and not QDOT.vnni():
             pytest.skip("this CPU has no AVX512-VNNI")

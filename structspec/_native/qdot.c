@@ -1095,6 +1095,12 @@ static PyObject *qd_set_halves_from(PyObject *self, PyObject *args) {
     return before;
 }
 
+static PyObject *qd_one_panel(PyObject *self, PyObject *args) {
+    (void)self;
+    (void)args;
+    return Py_BuildValue("(ii)", one_panel_min, one_panel_max);
+}
+
 static PyObject *qd_set_one_panel(PyObject *self, PyObject *args) {
     (void)self;
     int lo, hi;
@@ -1274,6 +1280,9 @@ static PyMethodDef METHODS[] = {
      "set_halves_from(narrow_rows, signed_rows) -> (narrow_rows, signed_rows): the smallest "
      "passes that run the half-panel kernels (default 2, 2; 4, 4 before session 28; same "
      "results, for timing); returns the previous pair."},
+    {"one_panel", qd_one_panel, METH_NOARGS,
+     "one_panel() -> (rows_from, rows_to): the VNNI passes that run one panel against all "
+     "their rows (see set_one_panel)."},
     {"set_one_panel", qd_set_one_panel, METH_VARARGS,
      "set_one_panel(rows_from, rows_to) -> (rows_from, rows_to): VNNI passes of rows_from to "
      "rows_to rows run one panel against all their rows, in blocks of at most 12 (default 7, "

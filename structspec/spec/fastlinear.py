@@ -570,11 +570,10 @@ def one_panel_rows() -> tuple[int, int]:
     20 rows or more ran as fast or faster on two panels. (0, 0) where qdot has no such
     kernels."""
     qdot = _native.load("qdot")
-    if qdot is None or not hasattr(qdot, "set_one_panel"):
+    if qdot is None or not hasattr(qdot, "one_panel"):
         return (0, 0)
-    before = qdot.set_one_panel(1, 0)
-    qdot.set_one_panel(*before)
-    return (int(before[0]), int(before[1]))
+    rows_from, rows_to = qdot.one_panel()
+    return (int(rows_from), int(rows_to))
 
 
 def use_one_panel(rows_from: int, rows_to: int) -> tuple[int, int]:
