@@ -18,6 +18,7 @@ from structspec.spec.fastlinear import (
     KERNELS,
     PackedLinear,
     available_kernels,
+    int8_amx,
     int8_vnni,
     pack_linears,
     packed_kernel,
@@ -175,6 +176,8 @@ def test_linear_kernels_benchmark_runs(tmp_path):
     int8 = ["int8"] if "panel_int8" in available_kernels(approx=True) else []
     if int8 and not int8_vnni():  # the AVX2 half panels against the 3-row blocks
         int8.append("int8-3row")
+    if int8 and int8_vnni() and not int8_amx():  # one panel against two
+        int8.append("int8-2panel")
     assert set(result["ms"]) == {"plain", *HAVE, *(["panel+q"] if "panel" in HAVE else []),
                                  *int8}
     assert all(set(v) == {"1", "3"} for v in result["ms"].values())
