@@ -1081,18 +1081,26 @@ static PyObject *qd_set_halves(PyObject *self, PyObject *args) {
     return set_switch(args, &halves_on);
 }
 
-static PyObject *qd_set_halves_from(PyObject *self, PyObject *args) {
-    (void)self;
-    int narrow_rows, signed_rows;
-    if (!PyArg_ParseTuple(args, "ii", &narrow_rows, &signed_rows)) return NULL;
-    if (narrow_rows < 1 || signed_rows < 1) {
-        PyErr_SetString(PyExc_ValueError, "set_halves_from: row counts must be >= 1");
+/* Set a pair of row bounds from args "(a, b)" where a >= min_a and b >= min_b (else
+ * ValueError with message); returns the previous pair. */
+static PyObject *set_pair(PyObject *args, int *a, int *b, int min_a, int min_b,
+                          const char *message) {
+    int va, vb;
+    if (!PyArg_ParseTuple(args, "ii", &va, &vb)) return NULL;
+    if (va < min_a || vb < min_b) {
+        PyErr_SetString(PyExc_ValueError, message);
         return NULL;
     }
-    PyObject *before = Py_BuildValue("(ii)", halves_from_narrow, halves_from_signed);
-    halves_from_narrow = narrow_rows;
-    halves_from_signed = signed_rows;
+    PyObject *before = Py_BuildValue("(ii)", *a, *b);
+    *a = va;
+    *b = vb;
     return before;
+}
+
+static PyObject *qd_set_halves_from(PyObject *self, PyObject *args) {
+    (void)self;
+    return set_pair(args, &halves_from_narrow, &halves_from_signed, 1, 1,
+                    "set_halves_from: row counts must be >= 1");
 }
 
 static PyObject *qd_one_panel(PyObject *self, PyObject *args) {
@@ -1103,16 +1111,8 @@ static PyObject *qd_one_panel(PyObject *self, PyObject *args) {
 
 static PyObject *qd_set_one_panel(PyObject *self, PyObject *args) {
     (void)self;
-    int lo, hi;
-    if (!PyArg_ParseTuple(args, "ii", &lo, &hi)) return NULL;
-    if (lo < 1 || hi < 0) {
-        PyErr_SetString(PyExc_ValueError, "set_one_panel: rows_from must be >= 1, rows_to >= 0");
-        return NULL;
-    }
-    PyObject *before = Py_BuildValue("(ii)", one_panel_min, one_panel_max);
-    one_panel_min = lo;
-    one_panel_max = hi;
-    return before;
+    return set_pair(args, &one_panel_min, &one_panel_max, 1, 0,
+                    "set_one_panel: rows_from must be >= 1, rows_to >= 0");
 }
 
 static PyObject *qd_halves(PyObject *self, PyObject *args) {
