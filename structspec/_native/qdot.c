@@ -347,17 +347,9 @@ VN_KERNEL(ks_, 4, 1) VN_KERNEL(ks_, 5, 1) VN_KERNEL(ks_, 6, 1)
  * copies them so): per 4-byte group all rows' bytes side by side, per block all rows'
  * scales, at fixed offsets from one pointer. Read in place (row-major), 12 rows took 12
  * base registers and GCC kept some on the stack (63 stack accesses in kw_12, none now);
- * 8-12 rows 0.96-0.99x the time (V1_T 0 builds the row-major reads, for A/B timing). */
-#ifndef V1_T
-#define V1_T 1
-#endif
-#if V1_T
+ * 8-12 rows 0.96-0.99x the time. */
 #define V1_XAT(r) (xq + ((b * (QK / 4) + g) * NR + (r)) * 4)
 #define V1_SAT(r) (b * NR + (r))
-#else
-#define V1_XAT(r) (xq + (r) * k + b * QK + g * 4)
-#define V1_SAT(r) ((r) * nb + b)
-#endif
 #define V1_STORE(r)                                                                        \
     if (NR > r) _mm512_mask_storeu_ps(out + (r) * ldo, VN_MASK(0), _mm512_add_ps(f##r, b0));
 #define V1_KERNEL(NAME, R, SIGNED)                                                         \
@@ -704,6 +696,19 @@ static const char *prefetch_share(const char *next, Py_ssize_t next_len, Py_ssiz
     return next + start;
 }
 
+/* Copy the scales dx and offset sums sx (row-major, nb blocks a row) of rows r0..r0+rows into
+ * dxt, sxt by block, then row: row r0+r's value of block b at r0 * nb + b * width + r
+ * (width >= rows: the kernels' row stride), so an epilogue finds a block's rows at fixed
+ * offsets from one pointer. The values are the same. */
+static void scales_by_block(const float *dx, const float *sx, Py_ssize_t nb, Py_ssize_t r0,
+                            Py_ssize_t rows, Py_ssize_t width, float *dxt, float *sxt) {
+    for (Py_ssize_t r = 0; r < rows; r++)
+        for (Py_ssize_t b = 0; b < nb; b++) {
+            Py_ssize_t at = r0 * nb + b * width + r;
+            dxt[at] = dx[(r0 + r) * nb + b], sxt[at] = sx[(r0 + r) * nb + b];
+        }
+}
+
 static void run_vnni_one(const int8_t *xq, const float *dx, const float *sx, int8_t *xt,
                          Py_ssize_t m, Py_ssize_t k, const uint8_t *packed, Py_ssize_t n,
                          const float *bias, float *out, int threads, int sgn) {
@@ -717,23 +722,18 @@ static void run_vnni_one(const int8_t *xq, const float *dx, const float *sx, int
     const f1 *table = sgn ? signd : plain;
     Py_ssize_t np = panels_of(n), nb = k / QK, pstride = nb * QBYTES;
     Py_ssize_t blocks = (m + V1_MAXR - 1) / V1_MAXR;
-#if V1_T /* xt: m * k bytes, then 2 * m * nb floats (qd_linear's scratch) */
+    /* xt: m * k bytes, then 2 * m * nb floats (qd_linear's scratch) */
     float *dxt = (float *)(void *)(xt + m * k), *sxt = dxt + m * nb;
     for (Py_ssize_t blk = 0, r0 = 0; blk < blocks; blk++) {
         Py_ssize_t rows = (m - r0) / (blocks - blk);
         int8_t *xb = xt + r0 * k;
-        for (Py_ssize_t r = 0; r < rows; r++) {
+        for (Py_ssize_t r = 0; r < rows; r++)
             for (Py_ssize_t q = 0; q < k / 4; q++)
                 memcpy(xb + (q * rows + r) * 4, xq + (r0 + r) * k + q * 4, 4);
-            for (Py_ssize_t b = 0; b < nb; b++) {
-                dxt[r0 * nb + b * rows + r] = dx[(r0 + r) * nb + b];
-                sxt[r0 * nb + b * rows + r] = sx[(r0 + r) * nb + b];
-            }
-        }
+        scales_by_block(dx, sx, nb, r0, rows, rows, dxt, sxt);
         r0 += rows;
     }
     xq = xt, dx = dxt, sx = sxt;
-#endif
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && np > 1)
     for (Py_ssize_t pi = 0; pi < np; pi++) {
         Py_ssize_t c0 = pi * PANEL, cols = n - c0 < PANEL ? n - c0 : PANEL;
@@ -890,11 +890,9 @@ static void run_amx(int8_t *xq, const float *dx, const float *sx, float *dxt, Py
      * a block's 16 scales at fixed offsets from one pointer (row-major, each row's address
      * took a register of its own, and 32 of them spilled; the values are the same). */
     float *sxt = dxt + (tiled + AX_MAXR - 1) / AX_MAXR * AX_MAXR * nb;
-    for (Py_ssize_t r = 0; r < tiled; r++)
-        for (Py_ssize_t b = 0; b < nb; b++) {
-            Py_ssize_t at = ((r / AX_MAXR) * nb + b) * AX_MAXR + r % AX_MAXR;
-            dxt[at] = dx[r * nb + b], sxt[at] = sx[r * nb + b];
-        }
+    for (Py_ssize_t r0 = 0; r0 < tiled; r0 += AX_MAXR)
+        scales_by_block(dx, sx, nb, r0, tiled - r0 < AX_MAXR ? tiled - r0 : AX_MAXR, AX_MAXR,
+                        dxt, sxt);
 #pragma omp parallel num_threads(threads) if (threads > 1 && pairs > 1)
     {
         /* per thread: the tile configuration is thread state */
@@ -1285,8 +1283,8 @@ static PyMethodDef METHODS[] = {
      "their rows (see set_one_panel)."},
     {"set_one_panel", qd_set_one_panel, METH_VARARGS,
      "set_one_panel(rows_from, rows_to) -> (rows_from, rows_to): VNNI passes of rows_from to "
-     "rows_to rows run one panel against all their rows, in blocks of at most 12 (default 7, "
-     "12; rows_to 0: never; same results, for timing); returns the previous pair."},
+     "rows_to rows run one panel against all their rows, in blocks of at most 12 (default 1, "
+     "19; rows_to 0: never; same results, for timing); returns the previous pair."},
     {"halves", qd_halves, METH_NOARGS,
      "halves(): whether the AVX2 half-panel kernels run (see set_halves)."},
     {"narrow_max", qd_narrow_max, METH_NOARGS,
