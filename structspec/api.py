@@ -38,7 +38,9 @@ from structspec.spec import SpecConfig, UnsupportedModelError, speculative_decod
 from structspec.spec.cost import AcceptanceModel
 from structspec.spec.cpu_paths import use_fast_cpu_paths
 from structspec.spec.habits import fresh_acceptance
+from structspec.spec.lockstep import Leader, LockstepError, init_group, lead, serve
 from structspec.spec.prefix import PrefixCache
+from structspec.spec.shard import shard_model
 from structspec.spec.totals import StatsTotals
 from structspec.vocab import Vocabulary
 
@@ -147,6 +149,13 @@ class Generator:
             arithmetic by that rounding (BFCL calls right: 79/250 with it, 76/250 without).
             Speculation stays lossless with it (a row's numbers are bitwise the same in every
             pass). ``False``: float32 activations (``--no-int8-activations``).
+        tensor_parallel: split the model over the ranks of a ``torch.distributed`` group
+            (started by ``torchrun --nproc-per-node N``; NCCL on GPUs, gloo on CPUs): each
+            rank holds a share of every layer (:mod:`structspec.spec.shard`), rank 0 decodes
+            and the others run its passes (:mod:`structspec.spec.lockstep`). On rank 0
+            (``leader`` True) use the Generator as usual and :meth:`close` it at the end; on
+            the others call :meth:`serve`, which returns when rank 0 closes. A model passed
+            in is split in place. No prefix KV cache under it.
 
     Thread-safety: compiled constraints are shared; concurrent ``run`` calls on one
     Generator are serialized by a lock (one model, one KV cache at a time).
@@ -154,10 +163,20 @@ class Generator:
 
     def __init__(self, model: str | LoadedModel | None = None, *, device: str = "cpu",
                  speculation: SpecConfig | None = None, pack: bool = True,
-                 draft_model: Any = None, int8_activations: bool = True) -> None:
+                 draft_model: Any = None, int8_activations: bool = True,
+                 tensor_parallel: bool = False) -> None:
+        rank, world = 0, 1
+        if tensor_parallel:
+            rank, world = init_group()
+            if device == "cuda":  # one GPU per rank, as torchrun numbers them
+                device = f"cuda:{os.environ.get('LOCAL_RANK', rank)}"
         self.loaded = model if isinstance(model, LoadedModel) else load_model(model, device=device)
         self.speculation = speculation if speculation is not None else SpecConfig()
-        if draft_model is not None:
+        if tensor_parallel:
+            shard_model(self.loaded.model, rank, world)
+        #: Whether this process decodes (False: a tensor-parallel follower; see ``serve``).
+        self.leader = rank == 0
+        if draft_model is not None and self.leader:
             from dataclasses import replace
 
             from structspec.spec.draft_model import DraftModel
@@ -177,7 +196,10 @@ class Generator:
         self._acceptance: dict[str, AcceptanceModel] = {}
         self._acceptance_lock = threading.Lock()
         self._warned_unsupported = False
-        self._prefixes = PrefixCache()  # the chat header's KV, shared by both decode paths
+        # The chat header's KV, shared by both decode paths (not across a group's ranks).
+        self._prefixes: PrefixCache | None = None if world > 1 else PrefixCache()
+        self._group: Leader | None = (lead(self.loaded.model) if world > 1 and self.leader
+                                      else None)
         #: Cumulative statistics over this Generator's requests (``totals.as_dict()``;
         #: ``totals.reset()`` starts again).
         self.totals = StatsTotals()
@@ -263,6 +285,26 @@ class Generator:
             ids = ids["input_ids"]
         return [int(i) for i in ids]
 
+    # -- tensor parallelism ---------------------------------------------------------------
+
+    def serve(self) -> int:
+        """On a tensor-parallel follower: run rank 0's passes on this rank's shard until
+        rank 0 calls :meth:`close`; returns the passes run.
+
+        Raises:
+            LockstepError: this Generator decodes itself (rank 0, or no group).
+        """
+        if self.leader:
+            raise LockstepError("serve() is for the ranks other than 0 of a tensor-parallel "
+                                "Generator; this one decodes (call run/generate)")
+        return serve(self.loaded.model)
+
+    def close(self) -> None:
+        """Release a tensor-parallel group's followers (their :meth:`serve` returns); a
+        no-op elsewhere. The Generator cannot decode afterwards."""
+        if self._group is not None:
+            self._group.stop()
+
     # -- generation -----------------------------------------------------------------------
 
     def run(
@@ -344,7 +386,11 @@ class Generator:
                 grammar has no rule for (``"statement"`` for JSON, ``"block"`` for SQL).
             GenerationError: the token budget ran out before the output was complete, or the
                 output failed validation after every retry.
+            LockstepError: a tensor-parallel follower (rank > 0) was asked to decode.
         """
+        if not self.leader:
+            raise LockstepError("only rank 0 of a tensor-parallel Generator decodes; the "
+                                "other ranks call serve()")
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError("prompt must be a non-empty string")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:

@@ -177,6 +177,9 @@ def decode(
     out: list[int] = []
     with captured_outputs(None if sparse is None else sparse.norm) as captured:
         cache = decoding_cache(model, len(prompt_ids) + max_new_tokens)
+        if prefix_cache is not None and getattr(model, "_structspec_leader", None) is not None:
+            raise ValueError("prefix_cache: a tensor-parallel model's KV cache is split over "
+                             "its ranks, which a prefix cache cannot restore; pass None")
         reused = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
         input_ids = torch.tensor([prompt_ids[reused:]], dtype=torch.long,
                                  device=device)  # [1, P']

@@ -294,7 +294,8 @@ def device_cost_curve(model: Any) -> CostCurve:
            quantized_count(model) > 0,
            getattr(getattr(model, "config", None), "_attn_implementation", None),
            torch.get_num_threads(), kernel == "panel_int8" and int8_amx(),
-           kernel == "panel_int8" and one_panel_rows())
+           kernel == "panel_int8" and one_panel_rows(),
+           getattr(model, "_structspec_shard", None))  # a tensor-parallel share: its own curve
     per_model = _CURVES.setdefault(model, {})
     curve = per_model.get(key)
     if curve is None:

@@ -532,6 +532,9 @@ def speculative_decode(
         check_tree_cache(cache)  # the model's side was checked above
     else:
         cache = decoding_cache(model, len(prompt_ids) + max_new_tokens + 1)
+    if prefix_cache is not None and getattr(model, "_structspec_leader", None) is not None:
+        raise ValueError("prefix_cache: a tensor-parallel model's KV cache is split over "
+                         "its ranks, which a prefix cache cannot restore; pass None")
     past_len = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
     prefix = list(prompt_ids[past_len:-1])  # prefilled in the first verification pass
 

@@ -277,12 +277,27 @@ def cache_length(cache: Any) -> int:
     return int(cache.get_seq_length())
 
 
+def log_op(cache: Any, op: tuple) -> None:
+    """Record a cache edit ``op`` (``("crop", n)`` or ``("keep", past_len, indices)``) for
+    the followers of a tensor-parallel leader, whose caches hold ``_structspec_ops``
+    (:mod:`~structspec.spec.lockstep` replays them); on any other cache, nothing."""
+    log = getattr(cache, "_structspec_ops", None)
+    if log is not None:
+        log.append(op)
+
+
 def rollback(cache: Any, past_len: int) -> None:
     """Crop every layer of ``cache`` to ``past_len`` tokens. Mutates ``cache``.
 
     Safe after a forward that raised midway (layers of different lengths, some maybe not yet
-    initialized).
+    initialized). A tensor-parallel leader's cache logs the edit for its followers
+    (:mod:`~structspec.spec.lockstep`).
     """
+    log_op(cache, ("crop", past_len))
+    _crop(cache, past_len)
+
+
+def _crop(cache: Any, past_len: int) -> None:
     for layer in cache.layers:
         keys = getattr(layer, "keys", None)
         if keys is None or not getattr(layer, "is_initialized", True) or keys.dim() < 2:
@@ -354,11 +369,12 @@ def keep_path(cache: Any, past_len: int, node_indices: Sequence[int]) -> None:
     path's depths are ``0, 1, 2, ...``).
     """
     k = len(node_indices)
-    if list(node_indices) == list(range(k)):  # already in place: just crop
-        rollback(cache, past_len + k)
-        return
     if any(b <= a for a, b in itertools.pairwise(node_indices)):
         raise ValueError(f"node_indices must be ascending, got {list(node_indices)}")
+    log_op(cache, ("keep", past_len, list(node_indices)))
+    if list(node_indices) == list(range(k)):  # already in place: just crop
+        _crop(cache, past_len + k)
+        return
     index = None
     with torch.inference_mode():
         for layer in cache.layers:
