@@ -132,6 +132,10 @@ def _build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--no-pack", action="store_true",
                       help="keep the model's plain linear layers and attention (no packed "
                            "kernels, no grouped tree attention)")
+    spec.add_argument("--tensor-parallel", action="store_true",
+                      help="split the model over the processes of a torchrun group "
+                           "(torchrun --nproc-per-node N -m structspec generate ...): rank 0 "
+                           "decodes and prints, the others run its passes")
     spec.add_argument("--no-int8-activations", action="store_true",
                       help="run exactly Q4_1-quantized layers with float32 activations "
                            "(default: 8-bit activations, as llama.cpp does; faster)")
@@ -277,26 +281,33 @@ def _generate(args: argparse.Namespace) -> int:
 
     generator = Generator(args.model, device=args.device, speculation=spec,
                           pack=not args.no_pack, draft_model=args.draft_model,
-                          int8_activations=not args.no_int8_activations)
-    result = generator.run(
-        prompt,
-        schema=schema,
-        regex=args.regex,
-        grammar=grammar,
-        **({} if grammar is None else {"grammar_prefix": prefix, "grammar_suffix": suffix,
-                                       "stop": args.stop or "eof",
-                                       "tolerant": args.tolerant}),
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        chat=False if raw_prompt else None,
-        schema_in_prompt=False if raw_prompt else args.schema_style,
-        whitespace=args.whitespace,
-        lenient=args.lenient,
-        **({} if retries is None else {"max_retries": retries}),
-    )
+                          int8_activations=not args.no_int8_activations,
+                          tensor_parallel=args.tensor_parallel)
+    if not generator.leader:  # a tensor-parallel follower: run rank 0's passes, print nothing
+        generator.serve()
+        return 0
+    try:
+        result = generator.run(
+            prompt,
+            schema=schema,
+            regex=args.regex,
+            grammar=grammar,
+            **({} if grammar is None else {"grammar_prefix": prefix, "grammar_suffix": suffix,
+                                           "stop": args.stop or "eof",
+                                           "tolerant": args.tolerant}),
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            chat=False if raw_prompt else None,
+            schema_in_prompt=False if raw_prompt else args.schema_style,
+            whitespace=args.whitespace,
+            lenient=args.lenient,
+            **({} if retries is None else {"max_retries": retries}),
+        )
+    finally:
+        generator.close()  # releases a tensor-parallel group's followers (else a no-op)
     if grammar is None:
         print(result.text)
     else:  # code goes out exactly as generated (an editor inserts it as it is)
