@@ -199,3 +199,16 @@ def test_fill_in_the_middle_from_files(capsys, tmp_path, tiny_model_dir):
     import lark
 
     lark.Lark(LET, parser="lalr").parse("let " + out + ";")
+
+
+def test_tensor_parallel_outside_a_launcher_is_a_clear_error(capsys, monkeypatch):
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        pytest.skip("a process group is already set up in this process")
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    code, out, err = _run(capsys, "generate", "--tensor-parallel", "--schema",
+                          '{"type": "string"}', "--prompt", "x")
+    assert code != 0 and out == ""
+    assert "torchrun" in err
