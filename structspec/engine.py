@@ -161,6 +161,7 @@ def decode(
     # imported here: structspec.spec imports this module
     from structspec.spec.draft_head import captured_outputs
     from structspec.spec.kv_cache import decoding_cache
+    from structspec.spec.lockstep import refuse_prefix_cache
     from structspec.spec.sparse_logits import SparseLogits
 
     if not prompt_ids:
@@ -177,9 +178,7 @@ def decode(
     out: list[int] = []
     with captured_outputs(None if sparse is None else sparse.norm) as captured:
         cache = decoding_cache(model, len(prompt_ids) + max_new_tokens)
-        if prefix_cache is not None and getattr(model, "_structspec_leader", None) is not None:
-            raise ValueError("prefix_cache: a tensor-parallel model's KV cache is split over "
-                             "its ranks, which a prefix cache cannot restore; pass None")
+        refuse_prefix_cache(model, prefix_cache)
         reused = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
         input_ids = torch.tensor([prompt_ids[reused:]], dtype=torch.long,
                                  device=device)  # [1, P']

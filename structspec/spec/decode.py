@@ -78,6 +78,7 @@ from structspec.spec.drafters import (
     request_literals,
 )
 from structspec.spec.habits import fresh_acceptance
+from structspec.spec.lockstep import refuse_prefix_cache
 from structspec.spec.prefix import PrefixCache
 from structspec.spec.schedule import DrafterGate, Scheduler
 from structspec.spec.sparse_logits import SparseLogits
@@ -532,9 +533,7 @@ def speculative_decode(
         check_tree_cache(cache)  # the model's side was checked above
     else:
         cache = decoding_cache(model, len(prompt_ids) + max_new_tokens + 1)
-    if prefix_cache is not None and getattr(model, "_structspec_leader", None) is not None:
-        raise ValueError("prefix_cache: a tensor-parallel model's KV cache is split over "
-                         "its ranks, which a prefix cache cannot restore; pass None")
+    refuse_prefix_cache(model, prefix_cache)
     past_len = prefix_cache.restore(prompt_ids, cache) if prefix_cache is not None else 0
     prefix = list(prompt_ids[past_len:-1])  # prefilled in the first verification pass
 

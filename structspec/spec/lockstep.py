@@ -80,9 +80,12 @@ def _base(model: Any) -> Any:
     return base
 
 
-def is_mirrored(model: Any) -> bool:
-    """Whether ``model`` is a leader's sharded model (its passes run on a whole group)."""
-    return getattr(model, "_structspec_leader", None) is not None
+def refuse_prefix_cache(model: Any, prefix_cache: Any) -> None:
+    """Raise ``ValueError`` where a prefix KV cache is given for a leader's model: it would
+    restore rank 0's heads only, and the followers' caches would lack the prefix."""
+    if prefix_cache is not None and getattr(model, "_structspec_leader", None) is not None:
+        raise ValueError("prefix_cache: a tensor-parallel model's KV cache is split over its "
+                         "ranks, which a prefix cache cannot restore; pass None")
 
 
 def _describe(cache: Any) -> tuple:
