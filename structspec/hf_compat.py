@@ -15,6 +15,8 @@ from typing import Any
 
 #: The release that renamed ``past_key_values`` to ``cache``.
 _RENAMED_IN = (5, 24)
+#: The names a ``forward`` may take the KV cache under (the new one first).
+CACHE_KEYWORDS = ("cache", "past_key_values")
 
 
 @functools.cache
@@ -36,7 +38,7 @@ def _keyword_of(cls: type) -> str:
         params = inspect.signature(cls.forward).parameters
     except (TypeError, ValueError, AttributeError):
         return _default_keyword()
-    for name in ("cache", "past_key_values"):
+    for name in CACHE_KEYWORDS:
         if name in params:
             return name
     return _default_keyword()
@@ -46,3 +48,9 @@ def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
     """``{keyword: cache}`` for ``model(**...)``: ``cache`` or ``past_key_values``, whichever
     ``model``'s ``forward`` names (per model class, memoized)."""
     return {_keyword_of(type(model)): cache}
+
+
+def base_model(model: Any) -> Any:
+    """The decoder a causal LM wraps (``model.model`` for Llama: the module its
+    ``base_model_prefix`` names), or ``None`` where it has none."""
+    return getattr(model, getattr(model, "base_model_prefix", "model"), None)

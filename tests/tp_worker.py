@@ -1,7 +1,7 @@
 """One rank of a tensor-parallel check, run by ``torch.distributed.run`` (torchrun) from
 ``tests/test_tensor_parallel.py``: a tiny random Llama with the default model's tokenizer,
-split over the group; rank 0 decodes (plain and speculative, through ``Generator`` and the
-decode functions) and writes what it saw to the JSON file named by ``argv[1]``; the other
+split over the group; rank 0 decodes (plain and speculative, through ``Generator``) and
+writes what it saw to the JSON file named by ``argv[1]``; the other
 ranks serve its passes."""
 
 from __future__ import annotations
@@ -10,22 +10,6 @@ import json
 import sys
 
 import torch
-
-
-def tiny(tokenizer, seed: int = 0):
-    """The same tiny Llama on every rank (weights from ``seed``); 4 query / 2 key-value
-    heads, so groups of 1 or 2 ranks divide it."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=4096, tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=1,
-    )
-    return LlamaForCausalLM(config).eval()
-
 
 SCHEMAS = [
     {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
@@ -68,6 +52,8 @@ def both(gen, prompt: str, schema: dict, greedy: bool) -> dict:
 
 
 def main(out_path: str) -> None:
+    from conftest import tiny_llama  # (this script's folder is tests/)
+
     from structspec.api import Generator
     from structspec.models import LoadedModel, load_tokenizer
     from structspec.spec.lockstep import init_group
@@ -75,8 +61,8 @@ def main(out_path: str) -> None:
     torch.set_num_threads(1)
     rank, world = init_group("gloo", timeout_s=120)
     tok = load_tokenizer(None)
-    model = tiny(tok)
-    reference = tiny(tok) if rank == 0 else None  # the whole model, for its logits
+    model = tiny_llama(tok)  # 4 query / 2 key-value heads: groups of 1 or 2 ranks divide it
+    reference = tiny_llama(tok) if rank == 0 else None  # the whole model, for its logits
     loaded = LoadedModel(model, tok, "tiny-random", frozenset({tok.eos_token_id}))
     gen = Generator(loaded, tensor_parallel=True)
     if not gen.leader:

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from structspec.errors import StructSpecError
+from structspec.hf_compat import base_model
 from structspec.spec.drafters import register_drafter
 from structspec.spec.tree import TreeBuilder
 
@@ -438,16 +439,14 @@ def _head_file(path: Path, model: Any) -> DraftHead:
 def final_norm(model: Any) -> nn.Module | None:
     """The module whose output is the target's last hidden state (what ``lm_head`` reads),
     or ``None`` if the model has no recognisable one."""
-    base = getattr(model, getattr(model, "base_model_prefix", "model"), None)
-    norm = getattr(base, "norm", None)
+    norm = getattr(base_model(model), "norm", None)
     return norm if isinstance(norm, nn.Module) else None
 
 
 def decoder_layer(model: Any, index: int) -> nn.Module | None:
     """Decoder layer ``index`` of ``model`` (what a head's middle-layer input reads), or
     ``None`` if the model has no recognisable layer list or no such layer."""
-    base = getattr(model, getattr(model, "base_model_prefix", "model"), None)
-    layers = getattr(base, "layers", None)
+    layers = getattr(base_model(model), "layers", None)
     if not isinstance(layers, nn.ModuleList) or not 0 <= index < len(layers):
         return None
     return layers[index]

@@ -34,14 +34,13 @@ from typing import Any
 import torch
 
 from structspec.errors import StructSpecError
-from structspec.hf_compat import cache_kwargs
+from structspec.hf_compat import CACHE_KEYWORDS, base_model, cache_kwargs
 from structspec.spec.shard import shard_of
 from structspec.spec.verify import keep_path, rollback, tree_pass_attention
 
 #: Caches a follower keeps (a leader uses one per request, plus the probes' and the cost
 #: curve's short-lived ones; older ones are dropped first).
 FOLLOWER_CACHES = 4
-_CACHE_KEYS = ("past_key_values", "cache")
 
 
 class LockstepError(StructSpecError, RuntimeError):
@@ -74,7 +73,7 @@ def init_group(backend: str | None = None, timeout_s: float = 600.0) -> tuple[in
 
 
 def _base(model: Any) -> Any:
-    base = getattr(model, getattr(model, "base_model_prefix", "model"), None)
+    base = base_model(model)
     if base is None:
         raise LockstepError(f"{type(model).__name__} has no decoder module to mirror")
     return base
@@ -181,7 +180,7 @@ class Leader:
         cache, desc, ops, cid = None, None, [], None
         payload: dict[str, Any] = {}
         for key, value in kwargs.items():
-            if key in _CACHE_KEYS:
+            if key in CACHE_KEYWORDS:
                 cache = value
             elif key == "attention_mask" and isinstance(value, torch.Tensor):
                 payload[key] = ("mask", _pack_mask(value))

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from structspec.hf_compat import base_model
 from structspec.spec.verify import UnsupportedModelError
 
 _ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -78,8 +79,7 @@ class RowParallelLinear(nn.Module):
 def decoder_layers(model: Any) -> Any:
     """The model's list of decoder layers (``model.model.layers``), or raise
     :class:`UnsupportedModelError`."""
-    base = getattr(model, getattr(model, "base_model_prefix", "model"), None)
-    layers = getattr(base, "layers", None)
+    layers = getattr(base_model(model), "layers", None)
     if layers is None:
         raise UnsupportedModelError(
             f"tensor parallelism needs a decoder-only model with its layers at "
@@ -123,15 +123,19 @@ def _columns(linear: nn.Linear, start: int, stop: int, group: Any,
     return RowParallelLinear(inner.requires_grad_(False), bias, group, world)
 
 
+def _head_counts(config: Any) -> tuple[int, int]:
+    """``(query heads, key-value heads)`` of a model's configuration."""
+    heads = int(config.num_attention_heads)
+    return heads, int(getattr(config, "num_key_value_heads", None) or heads)
+
+
 def check_shardable(model: Any, world: int) -> None:
     """Raise :class:`UnsupportedModelError` unless :func:`shard_model` can split ``model``
     over ``world`` ranks (the message names the size that does not divide)."""
     if world < 1:
         raise ValueError(f"world must be >= 1, got {world}")
     layers = decoder_layers(model)
-    config = model.config
-    heads = int(config.num_attention_heads)
-    kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    kv = _head_counts(model.config)[1]
     for i, layer in enumerate(layers):
         for name in _ATTENTION:
             _module(layer, i, f"self_attn.{name}")
@@ -159,9 +163,7 @@ def shard_model(model: Any, rank: int, world: int, group: Any = None) -> Any:
     check_shardable(model, world)
     if world == 1:
         return model
-    config = model.config
-    heads = int(config.num_attention_heads)
-    kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    heads, kv = _head_counts(model.config)
     for i, layer in enumerate(decoder_layers(model)):
         attn, mlp = layer.self_attn, layer.mlp
         q = _module(layer, i, "self_attn.q_proj")
@@ -176,9 +178,8 @@ def shard_model(model: Any, rank: int, world: int, group: Any = None) -> Any:
         for name in ("num_heads", "num_attention_heads"):
             if isinstance(getattr(attn, name, None), int):
                 setattr(attn, name, qs)
-        for name in ("num_key_value_heads",):
-            if isinstance(getattr(attn, name, None), int):
-                setattr(attn, name, ks)
+        if isinstance(getattr(attn, "num_key_value_heads", None), int):
+            attn.num_key_value_heads = ks
         share = mlp.up_proj.out_features // world
         mlp.gate_proj = _rows(mlp.gate_proj, rank * share, (rank + 1) * share)
         mlp.up_proj = _rows(mlp.up_proj, rank * share, (rank + 1) * share)
