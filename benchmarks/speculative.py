@@ -108,9 +108,11 @@ from structspec.spec.fastlinear import (  # noqa: E402
     use_avx512,
     use_half_panels,
 )
+from structspec.spec.gated_mlp import fused_count  # noqa: E402
 from structspec.spec.habits import fresh_acceptance  # noqa: E402
 from structspec.spec.kv_cache import use_roomy  # noqa: E402
 from structspec.spec.prefix import PrefixCache  # noqa: E402
+from structspec.spec.rope import native_rotary_active  # noqa: E402
 
 BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
 CODE_DATA = ROOT.parent / "shared" / "data" / "code" / "HumanEval-SingleLineInfilling.jsonl"
@@ -723,6 +725,8 @@ def main(argv: list[str] | None = None) -> int:
         "int8_amx": int8_amx(),
         "roomy_cache": not args.no_roomy_cache,
         "int8_half_panels": half_panels(),
+        "fused_activations": fused_count(gen.loaded.model),
+        "native_rotary": native_rotary_active(gen.loaded.model),
         "sparse_logits": not args.no_sparse_logits,
         "attention": gen.loaded.model.config._attn_implementation,
         "device": str(gen.loaded.model.device), "dtype": str(gen.loaded.model.dtype),

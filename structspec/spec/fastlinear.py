@@ -160,10 +160,11 @@ def available_kernels(lossy: bool = False, approx: bool = False) -> tuple[str, .
 
 def packing_available(model: Any | None = None) -> bool:
     """Whether :func:`pack_linears` can pack ``model`` (a kernel runs here; CPU, float32)."""
-    return bool(available_kernels()) and (model is None or _cpu_float32(model))
+    return bool(available_kernels()) and (model is None or cpu_float32(model))
 
 
-def _cpu_float32(model: Any) -> bool:
+def cpu_float32(model: Any) -> bool:
+    """Whether ``model``'s parameters are float32 on the CPU (what the native paths take)."""
     try:
         param = next(model.parameters())
     except StopIteration:
@@ -428,7 +429,7 @@ def pack_linears(model: nn.Module, kernel: str | None = None,
     if kernel is not None and kernel not in kernels:
         raise ValueError(f"linear kernel {kernel!r} does not run here; available: {kernels}")
     lossless = [k for k in kernels if k in KERNELS]
-    if not lossless or not _cpu_float32(model):
+    if not lossless or not cpu_float32(model):
         return model
     chosen = kernel or lossless[0]
     return replace_linears(model, lambda linear: PackedLinear(linear, chosen, quantized))

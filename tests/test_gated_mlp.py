@@ -1,0 +1,88 @@
+"""The gated MLP's activation as one native loop (``structspec/_native/gated.c`` via
+``structspec.spec.gated_mlp``): within float rounding of torch's ``silu(g) * u``, each
+element computed the same in any pass (AVX2 and AVX-512 loops bitwise alike, a row the same
+alone or among others), installed only where the MLP's own forward agrees."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from structspec.spec import gated_mlp
+
+KERNEL = gated_mlp._kernel()
+pytestmark = pytest.mark.skipif(KERNEL is None,
+                                reason="the gated kernel is not built here or the CPU lacks AVX2")
+
+
+def _fused(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    out = g.clone()
+    KERNEL.silu_mul(out.data_ptr(), u.data_ptr(), out.numel())
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 300), scale=st.sampled_from([0.1, 1.0, 8.0, 60.0]),
+       seed=st.integers(0, 2**16))
+def test_within_rounding_of_torch_and_alike_on_both_loops(n, scale, seed):
+    g = torch.Generator().manual_seed(seed)
+    x, u = torch.randn(n, generator=g) * scale, torch.randn(n, generator=g)
+    want = torch.nn.functional.silu(x.double()) * u.double()
+    got = _fused(x, u)
+    assert torch.allclose(got.double(), want, rtol=5e-7, atol=1e-30)
+    before = KERNEL.set_wide(False)
+    try:
+        narrow = _fused(x, u)
+    finally:
+        KERNEL.set_wide(before)
+    assert torch.equal(got, narrow)
+
+
+def test_a_row_is_the_same_alone_and_among_others():
+    g = torch.Generator().manual_seed(3)
+    x, u = torch.randn(12, 100, generator=g) * 5, torch.randn(12, 100, generator=g)
+    many = _fused(x, u)
+    for r in range(12):
+        assert torch.equal(many[r], _fused(x[r].clone(), u[r].clone()))
+
+
+def test_extremes():
+    x = torch.tensor([-1e4, -100.0, -88.0, -1e-3, -0.0, 0.0, 1e-3, 88.0, 100.0, 1e4,
+                      float("inf"), float("-inf")])
+    got = _fused(x, torch.ones_like(x))
+    want = torch.nn.functional.silu(x)
+    assert torch.allclose(got, want, rtol=1e-6, atol=1e-30, equal_nan=True)  # silu(-inf): nan
+    assert torch.isnan(_fused(torch.tensor([float("nan")]), torch.ones(1))).all()
+
+
+def test_models_mlps_use_it_and_give_the_same_logits(tiny_model):
+    model = copy.deepcopy(tiny_model.model)
+    ids = torch.tensor([[5, 17, 300, 41, 9, 2000]])
+    with torch.inference_mode():
+        before = model(ids).logits
+        assert gated_mlp.use_fused_activation(model) == 2
+        assert gated_mlp.use_fused_activation(model) == 2  # idempotent
+        after = model(ids).logits
+    assert gated_mlp.fused_count(model) == 2
+    assert torch.allclose(before, after, rtol=1e-5, atol=1e-6)
+    gated_mlp.restore_activation(model)
+    assert gated_mlp.fused_count(model) == 0
+
+
+def test_an_mlp_of_another_activation_is_left_alone(tiny_model):
+    model = copy.deepcopy(tiny_model.model)
+    for layer in model.model.layers:
+        layer.mlp.act_fn = torch.nn.GELU()
+    assert gated_mlp.use_fused_activation(model) == 0
+
+
+def test_autograd_takes_torchs_path(tiny_model):
+    model = copy.deepcopy(tiny_model.model)
+    gated_mlp.use_fused_activation(model)
+    out = model(torch.tensor([[5, 17, 300]])).logits
+    out.sum().backward()  # the fused loop is inference-only: this must not touch it
+    assert model.model.layers[0].mlp.gate_proj.weight.grad is not None
