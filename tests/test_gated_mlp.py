@@ -114,3 +114,20 @@ def test_autograd_takes_torchs_path(tiny_model):
     out = model(torch.tensor([[5, 17, 300]])).logits
     out.sum().backward()  # the fused loop is inference-only: this must not touch it
     assert model.model.layers[0].mlp.gate_proj.weight.grad is not None
+
+
+@pytest.mark.real_model
+def test_glue_ab_benchmark_runs(tmp_path):
+    """``benchmarks/glue_ab.py`` (a smoke run: two pass sizes, one round; the script checks
+    that the logits are bitwise the same with and without the native glue)."""
+    import json
+
+    from conftest import load_benchmark, torch_threads
+
+    bench = load_benchmark("glue_ab.py")
+    out = tmp_path / "glue.json"
+    with torch_threads(torch.get_num_threads()):  # the benchmark sets its own count
+        assert bench.main(["--nodes", "1,3", "--rounds", "1", "--context", "8",
+                           "--json-out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["bitwise"] and [r["nodes"] for r in result["rows"]] == [1, 3]
