@@ -17,6 +17,7 @@ from structspec.spec.drafters import (
     DraftContext,
     NgramIndex,
     build_tree,
+    canonical_tokenizer,
     extract_literals,
     field_literals,
     forced_tokens,
@@ -25,6 +26,7 @@ from structspec.spec.drafters import (
 )
 from structspec.spec.text_lookup import TextIndex
 from structspec.spec.tree import TreeBuilder
+from structspec.vocab import Vocabulary
 
 CALL = (r'\{"name":"(get_weather|get_time)","arguments":\{"city":"[A-Za-z ]{1,20}",'
         r'"days":[0-9]{1,2}(,"unit":"(celsius|fahrenheit)")?\}\}')
@@ -469,3 +471,15 @@ def test_choices_are_the_options_not_their_prefixes():
     got = sorted(vocab.tokens[t] for t in choices(vocab, allowed, frozenset({0}), 8))
     assert got == [b"false", b"null", b"true"]
     assert choices(vocab, allowed, frozenset({0}), 2) == []  # three options: over the limit
+
+
+def test_one_canonical_tokenizer_per_tokenizer_and_vocabulary(smollm_tokenizer, smollm_vocab):
+    """Requests share the memo of forced texts' tokenizations (it depends on nothing else)."""
+    canon = canonical_tokenizer(smollm_tokenizer, smollm_vocab)
+    assert canonical_tokenizer(smollm_tokenizer, smollm_vocab) is canon
+    ids = canon.tokens_after(b"{", b'"name": "')
+    assert canonical_tokenizer(smollm_tokenizer, smollm_vocab).tokens_after(b"{", b'"name": "') \
+        == ids == CanonicalTokenizer(smollm_tokenizer, smollm_vocab).tokens_after(b"{",
+                                                                                  b'"name": "')
+    other = Vocabulary.from_tokenizer(smollm_tokenizer)
+    assert canonical_tokenizer(smollm_tokenizer, other) is not canon

@@ -66,10 +66,10 @@ from structspec.spec.draft_model import DraftModel
 from structspec.spec.drafters import (
     DRAFTERS,
     FORCED,
-    CanonicalTokenizer,
     DraftContext,
     NgramIndex,
     build_tree,
+    canonical_tokenizer,
     cheap_allowed,
     field_literals,
     learn_choice,
@@ -546,7 +546,7 @@ def speculative_decode(
     prompt_bytes = vocab.decode(prompt_ids) if config.enabled else b""
     prompt_text = prompt_bytes.decode("utf-8", errors="replace")  # as vocab.decode_text
     ctx = DraftContext(
-        constraint=constraint, vocab=vocab, canon=CanonicalTokenizer(tokenizer, vocab),
+        constraint=constraint, vocab=vocab, canon=canonical_tokenizer(tokenizer, vocab),
         history=history, prompt_len=len(prompt_ids),
         literals=request_literals(vocab, prompt_ids, prompt=prompt_text) if config.enabled else [],
         field_literals=field_literals(prompt_text) if config.enabled else {},
