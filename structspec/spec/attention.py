@@ -76,9 +76,19 @@ _ROW_EXACT = [True]
 
 
 def _exact_kernel() -> Any:
-    """The native ``attend`` module where it is built and runs on this CPU, else None."""
+    """The native ``attend`` module where it is built and runs on this CPU, else None;
+    looked up once per process where found (every attention call asks: the native switch's
+    environment read and the CPU check cost ~3 us a call)."""
+    if _FOUND:
+        return _FOUND[0]
     kernel = _native.load("attend")
-    return kernel if kernel is not None and kernel.available() else None
+    if kernel is None or not kernel.available():
+        return None
+    _FOUND.append(kernel)
+    return kernel
+
+
+_FOUND: list[Any] = []
 
 
 def set_row_exact(on: bool) -> bool:

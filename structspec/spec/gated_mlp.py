@@ -34,13 +34,18 @@ def _kernel() -> Any:
     return kernel if kernel is not None and kernel.available() else None
 
 
+# The kernel fused_forward calls, set by use_fused_activation (a lookup per call — the
+# native switch's environment read, the CPU check — cost more than the kernel's own call).
+_FUSED: list[Any] = [None]
+
+
 def fused_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     """``down_proj(silu(gate_proj(x)) * up_proj(x))`` with the activation fused (in place on
     the gate's output) where it is a contiguous CPU float32 tensor outside autograd; torch's
     operators otherwise."""
     g = self.gate_proj(x)
     u = self.up_proj(x)
-    kernel = _kernel()
+    kernel = _FUSED[0]
     if (kernel is None or g.dtype != torch.float32 or u.dtype != torch.float32
             or g.device.type != "cpu" or g.shape != u.shape or not g.is_contiguous()
             or not u.is_contiguous() or torch.is_grad_enabled()):
@@ -58,8 +63,10 @@ def use_fused_activation(model: Any) -> int:
     the native kernel runs and the model is CPU float32; returns how many MLPs use it. Each
     MLP class is probed once: its own forward and the fused one must give the same bits on
     a random input, else none of that class is changed."""
-    if _kernel() is None:
+    kernel = _kernel()
+    if kernel is None:
         return 0
+    _FUSED[0] = kernel
     probed: dict[type, bool] = {}
     count = 0
     for module in model.modules():

@@ -44,12 +44,15 @@ def native_rotary(original: Callable[..., Any]) -> Callable[..., Any]:
     """``original`` (a ``transformers`` ``apply_rotary_pos_emb``) with CPU float32 batch-1
     calls run by the native kernel."""
 
+    # Looked up once, here: a lookup per call (the native switch's environment read, the
+    # CPU check) cost more than the kernel's own call.
+    kernel = _kernel()
+
     def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                              sin: torch.Tensor, *args: Any,
                              **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         # The rest is the original's: ``unsqueeze_dim`` (and, in older transformers, an
         # unused ``position_ids`` before it); only the default layout runs natively.
-        kernel = _kernel()
         unsqueeze = kwargs.get("unsqueeze_dim", args[-1] if args else 1)
         if (kernel is None or not isinstance(unsqueeze, int) or unsqueeze != 1 or len(args) > 2
                 or set(kwargs) - _KNOWN
