@@ -24,7 +24,8 @@ test-floor:
 	@VENV=.venv-floor PINS="$(FLOOR_PINS)" bash scripts/setup.sh
 	.venv-floor/bin/python -m pytest -q tests/test_hf_compat.py tests/test_spec_architectures.py \
 		tests/test_spec_tree.py tests/test_spec_prefix.py tests/test_spec_decode.py tests/test_api.py \
-		tests/test_kv_cache.py tests/test_tensor_parallel.py
+		tests/test_kv_cache.py tests/test_tensor_parallel.py tests/test_rope_native.py \
+		tests/test_gated_mlp.py
 
 bench: setup
 	$(VENV)/bin/python benchmarks/overhead.py
