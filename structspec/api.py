@@ -38,7 +38,15 @@ from structspec.spec import SpecConfig, UnsupportedModelError, speculative_decod
 from structspec.spec.cost import AcceptanceModel
 from structspec.spec.cpu_paths import use_fast_cpu_paths
 from structspec.spec.habits import fresh_acceptance
-from structspec.spec.lockstep import Leader, LockstepError, init_group, lead, serve
+from structspec.spec.lockstep import (
+    Leader,
+    LockstepError,
+    group_up,
+    init_group,
+    lead,
+    leave_group,
+    serve,
+)
 from structspec.spec.prefix import PrefixCache
 from structspec.spec.shard import shard_model
 from structspec.spec.totals import StatsTotals
@@ -167,6 +175,8 @@ class Generator:
                  tensor_parallel: bool = False) -> None:
         rank, world = 0, 1
         if tensor_parallel:
+            #: Whether this Generator set the process group up (and so leaves it at the end).
+            self._owns_group = not group_up()
             rank, world = init_group()
             if device == "cuda":  # one GPU per rank, as torchrun numbers them
                 device = f"cuda:{os.environ.get('LOCAL_RANK', rank)}"
@@ -297,13 +307,20 @@ class Generator:
         if self.leader:
             raise LockstepError("serve() is for the ranks other than 0 of a tensor-parallel "
                                 "Generator; this one decodes (call run/generate)")
-        return serve(self.loaded.model)
+        passes = serve(self.loaded.model)
+        if getattr(self, "_owns_group", False):
+            leave_group()  # in step with rank 0's close()
+        return passes
 
     def close(self) -> None:
-        """Release a tensor-parallel group's followers (their :meth:`serve` returns); a
-        no-op elsewhere. The Generator cannot decode afterwards."""
+        """Release a tensor-parallel group's followers (their :meth:`serve` returns) and,
+        where this Generator set the process group up, leave it with them; a no-op
+        elsewhere. The Generator cannot decode afterwards."""
         if self._group is not None:
             self._group.stop()
+            if getattr(self, "_owns_group", False):
+                self._owns_group = False
+                leave_group()
 
     # -- generation -----------------------------------------------------------------------
 

@@ -164,3 +164,11 @@ def test_a_prefix_cache_is_refused_on_a_leaders_model(tiny_model, smollm_vocab):
                    sampling=SamplingParams(), prefix_cache=PrefixCache())
     finally:
         del model._structspec_leader
+
+
+def test_leaving_without_a_group_is_a_no_op():
+    from structspec.spec.lockstep import group_up, leave_group
+
+    assert not group_up()
+    leave_group()  # nothing to leave
+    assert not group_up()

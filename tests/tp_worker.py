@@ -56,7 +56,7 @@ def main(out_path: str) -> None:
 
     from structspec.api import Generator
     from structspec.models import LoadedModel, load_tokenizer
-    from structspec.spec.lockstep import init_group
+    from structspec.spec.lockstep import init_group, leave_group
 
     torch.set_num_threads(1)
     rank, world = init_group("gloo", timeout_s=120)
@@ -67,6 +67,7 @@ def main(out_path: str) -> None:
     gen = Generator(loaded, tensor_parallel=True)
     if not gen.leader:
         print(f"rank {rank}: served {gen.serve()} passes", flush=True)
+        leave_group()  # this script set the group up: it leaves it, with rank 0
         return
     report: dict = {"world": world, "runs": []}
     ids = tok.encode("Hello there, tell me a story", add_special_tokens=False)
@@ -79,6 +80,7 @@ def main(out_path: str) -> None:
         for greedy in (True, False):
             report["runs"].append(both(gen, prompt, schema, greedy))
     gen.close()
+    leave_group()
     with open(out_path, "w") as f:
         json.dump(report, f)
 

@@ -72,6 +72,26 @@ def init_group(backend: str | None = None, timeout_s: float = 600.0) -> tuple[in
     return dist.get_rank(), dist.get_world_size()
 
 
+def group_up() -> bool:
+    """Whether this process is in a default process group."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def leave_group() -> None:
+    """Leave the default process group in step with the other ranks (a barrier, then
+    ``destroy_process_group``); a no-op without a group. A rank that exits with its group
+    still up can abort at exit when a peer has already torn its side down (gloo's threads:
+    "terminate called without an active exception"), so the ranks that set the group up
+    leave it together."""
+    import torch.distributed as dist
+
+    if group_up():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def _base(model: Any) -> Any:
     base = base_model(model)
     if base is None:
