@@ -174,8 +174,9 @@ class Generator:
                  draft_model: Any = None, int8_activations: bool = True,
                  tensor_parallel: bool = False) -> None:
         rank, world = 0, 1
+        #: Whether this Generator set a process group up (and so leaves it at the end).
+        self._owns_group = False
         if tensor_parallel:
-            #: Whether this Generator set the process group up (and so leaves it at the end).
             self._owns_group = not group_up()
             rank, world = init_group()
             if device == "cuda":  # one GPU per rank, as torchrun numbers them
@@ -308,7 +309,7 @@ class Generator:
             raise LockstepError("serve() is for the ranks other than 0 of a tensor-parallel "
                                 "Generator; this one decodes (call run/generate)")
         passes = serve(self.loaded.model)
-        if getattr(self, "_owns_group", False):
+        if self._owns_group:
             leave_group()  # in step with rank 0's close()
         return passes
 
@@ -318,7 +319,7 @@ class Generator:
         elsewhere. The Generator cannot decode afterwards."""
         if self._group is not None:
             self._group.stop()
-            if getattr(self, "_owns_group", False):
+            if self._owns_group:
                 self._owns_group = False
                 leave_group()
 
