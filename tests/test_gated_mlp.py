@@ -12,9 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from structspec import _native
 from structspec.spec import gated_mlp
 
-KERNEL = gated_mlp._kernel()
+KERNEL = _native.runnable("gated")
 pytestmark = pytest.mark.skipif(KERNEL is None,
                                 reason="the gated kernel is not built here or the CPU lacks AVX2")
 

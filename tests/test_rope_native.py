@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers.models.llama import modeling_llama
 
+from structspec import _native
 from structspec.spec import rope
 
-KERNEL = rope._kernel()
+KERNEL = _native.runnable("rope")
 pytestmark = pytest.mark.skipif(KERNEL is None,
                                 reason="the rope kernel is not built here or the CPU lacks AVX2")
 ORIGINAL = getattr(modeling_llama.apply_rotary_pos_emb, "_structspec_original",

@@ -36,4 +36,11 @@ def load(name: str) -> ModuleType | None:
     return _CACHE[name]
 
 
-__all__ = ["enabled", "load"]
+def runnable(name: str) -> ModuleType | None:
+    """The kernel module ``name`` where it is built, switched on and runs on this CPU (its
+    ``available()``: the instruction sets it needs), else ``None``."""
+    kernel = load(name)
+    return kernel if kernel is not None and kernel.available() else None
+
+
+__all__ = ["enabled", "load", "runnable"]

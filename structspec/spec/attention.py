@@ -81,10 +81,9 @@ def _exact_kernel() -> Any:
     environment read and the CPU check cost ~3 us a call)."""
     if _FOUND:
         return _FOUND[0]
-    kernel = _native.load("attend")
-    if kernel is None or not kernel.available():
-        return None
-    _FOUND.append(kernel)
+    kernel = _native.runnable("attend")
+    if kernel is not None:
+        _FOUND.append(kernel)
     return kernel
 
 

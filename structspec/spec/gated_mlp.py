@@ -28,12 +28,6 @@ _GATED = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "Olmo2MLP", "Granite
 _ORIGINAL = "_structspec_forward"
 
 
-def _kernel() -> Any:
-    """The native ``gated`` module where it is built and runs here, else None."""
-    kernel = _native.load("gated")
-    return kernel if kernel is not None and kernel.available() else None
-
-
 # The kernel fused_forward calls, set by use_fused_activation (a lookup per call — the
 # native switch's environment read, the CPU check — cost more than the kernel's own call).
 _FUSED: list[Any] = [None]
@@ -63,7 +57,7 @@ def use_fused_activation(model: Any) -> int:
     the native kernel runs and the model is CPU float32; returns how many MLPs use it. Each
     MLP class is probed once: its own forward and the fused one must give the same bits on
     a random input, else none of that class is changed."""
-    kernel = _kernel()
+    kernel = _native.runnable("gated")
     if kernel is None:
         return 0
     _FUSED[0] = kernel

@@ -27,12 +27,6 @@ _KNOWN = {"unsqueeze_dim", "position_ids"}
 _ORIGINAL = "_structspec_original"
 
 
-def _kernel() -> Any:
-    """The native ``rope`` module where it is built and runs here, else None."""
-    kernel = _native.load("rope")
-    return kernel if kernel is not None and kernel.available() else None
-
-
 def _fits(x: torch.Tensor, cos: torch.Tensor) -> bool:
     """Whether the kernel takes ``x`` ``[1, H, L, D]`` with ``cos``/``sin`` ``[1, L, D]``."""
     return (x.dim() == 4 and x.shape[0] == 1 and x.dtype == torch.float32
@@ -46,7 +40,7 @@ def native_rotary(original: Callable[..., Any]) -> Callable[..., Any]:
 
     # Looked up once, here: a lookup per call (the native switch's environment read, the
     # CPU check) cost more than the kernel's own call.
-    kernel = _kernel()
+    kernel = _native.runnable("rope")
 
     def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                              sin: torch.Tensor, *args: Any,
@@ -91,7 +85,7 @@ def use_native_rotary(model: Any) -> bool:
     as it is."""
     module = _modeling_module(model)
     current = getattr(module, "apply_rotary_pos_emb", None)
-    if current is None or _kernel() is None:
+    if current is None or _native.runnable("rope") is None:
         return False
     if getattr(current, _ORIGINAL, None) is not None:
         return True
