@@ -132,3 +132,8 @@ def test_glue_ab_benchmark_runs(tmp_path):
                            "--json-out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["bitwise"] and [r["nodes"] for r in result["rows"]] == [1, 3]
+
+
+def test_a_negative_length_is_refused_by_the_kernel():
+    with pytest.raises(ValueError, match="negative length"):
+        KERNEL.silu_mul(0, 0, -1)
