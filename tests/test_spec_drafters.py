@@ -13,11 +13,13 @@ from hypothesis import strategies as st
 from structspec.automata.regex import compile_regex
 from structspec.engine import free_text
 from structspec.spec.drafters import (
+    VALUES_ALT,
     CanonicalTokenizer,
     DraftContext,
     NgramIndex,
     build_tree,
     canonical_tokenizer,
+    drafter_of,
     extract_literals,
     field_literals,
     forced_tokens,
@@ -239,6 +241,35 @@ def test_values_and_lookup_draft_from_the_request(setup):
     tree = builder.freeze()
     texts = {vocab.decode(tree.path_tokens(i)) for i in range(len(tree)) if not tree.children[i]}
     assert any(t.startswith(b"New York") for t in texts), texts
+
+
+def test_the_first_ranked_value_is_priced_apart_from_the_others(setup):
+    """One ``values`` branch per node (the literal ranked first), the others ``values_alt``:
+    the acceptance model learns their rates apart, and the drafter gate counts both as the
+    values drafter's."""
+    tok, vocab, constraints = setup
+    c = constraints["call"]
+    from structspec.automata.base import walk
+
+    prompt_ids = tok.encode(PROMPT, add_special_tokens=False)
+    out = tok.encode('{"name":"get_weather","arguments":{"city":"', add_special_tokens=False)
+    ctx = _context(tok, vocab, c, prompt_ids, out)
+    ctx.options = {"nested_rounds": 0}
+    builder = TreeBuilder(c, out[-1], walk(c, out), max_depth=16, max_nodes=24,
+                          max_branches=8, eos_ids=vocab.eos_token_ids)
+    build_tree(ctx, builder, make_drafters(["values"]))
+    tree = builder.freeze()
+    firsts = list(tree.children[0])
+    assert len(firsts) >= 2
+    assert [tree.sources[i] for i in firsts] == ["values"] + [VALUES_ALT] * (len(firsts) - 1)
+    # A branch keeps its source down its literal.
+    for i in firsts:
+        node = i
+        while tree.children[node] and tree.sources[tree.children[node][0]] != "forced":
+            node = tree.children[node][0]
+            assert tree.sources[node] == tree.sources[i]
+    assert drafter_of(VALUES_ALT) == "values" and drafter_of("draft_head_alt") == "draft_head"
+    assert drafter_of("values") == "values" and drafter_of("forced") == "forced"
 
 
 def test_field_literals_read_each_propertys_note_in_the_template():

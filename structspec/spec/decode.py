@@ -71,6 +71,7 @@ from structspec.spec.drafters import (
     build_tree,
     canonical_tokenizer,
     cheap_allowed,
+    drafter_of,
     field_literals,
     learn_choice,
     learn_closer,
@@ -815,11 +816,11 @@ def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, built: Dr
         stats.per_depth[d][0] += 1
     for d in range(len(path) - 1):
         stats.per_depth[d][1] += 1
-    proposed = {built.sources[i]: False for i in range(1, len(built))
+    proposed = {drafter_of(built.sources[i]): False for i in range(1, len(built))
                 if built.sources[i] != FORCED}
     for i in path[1:]:
-        if tree.sources[i] in proposed:
-            proposed[tree.sources[i]] = True
+        if drafter_of(tree.sources[i]) in proposed:
+            proposed[drafter_of(tree.sources[i])] = True
     gate.record(proposed)
     scheduler.record_tree(tree, path, frontier_depth)
 
