@@ -272,6 +272,37 @@ def test_the_first_ranked_value_is_priced_apart_from_the_others(setup):
     assert drafter_of("values") == "values" and drafter_of("forced") == "forced"
 
 
+def test_nested_rounds_continue_only_the_first_ranked_branches(setup):
+    """The closer, next key and next value are drafted after the first-ranked literal, not
+    after the later-ranked ones (their continuations seldom make a plan)."""
+    tok, vocab, constraints = setup
+    c = constraints["call"]
+    from structspec.automata.base import walk
+
+    prompt_ids = tok.encode(PROMPT, add_special_tokens=False)
+    out = tok.encode('{"name":"get_weather","arguments":{"city":"', add_special_tokens=False)
+    ctx = _context(tok, vocab, c, prompt_ids, out)
+    builder = TreeBuilder(c, out[-1], walk(c, out), max_depth=16, max_nodes=40,
+                          max_branches=8, eos_ids=vocab.eos_token_ids)
+    frontier = build_tree(ctx, builder, make_drafters(["values", "closers"]))
+    tree = builder.freeze()
+    alts = [i for i in tree.children[frontier] if tree.sources[i] == VALUES_ALT]
+    assert alts
+
+    def below(i):
+        nodes, todo = [], [i]
+        while todo:
+            n = todo.pop()
+            nodes.append(n)
+            todo.extend(tree.children[n])
+        return nodes
+
+    for i in alts:  # the literal and its forced tail only
+        assert {tree.sources[n] for n in below(i)} <= {VALUES_ALT, "forced"}
+    first = [i for i in tree.children[frontier] if tree.sources[i] == "values"]
+    assert any(tree.sources[n] == "closers" for n in below(first[0]))
+
+
 def test_field_literals_read_each_propertys_note_in_the_template():
     template = (
         '{\n  "name": "area",\n  "arguments": {\n'
