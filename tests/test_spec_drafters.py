@@ -272,7 +272,7 @@ def test_the_first_ranked_value_is_priced_apart_from_the_others(setup):
     assert drafter_of("values") == "values" and drafter_of("forced") == "forced"
 
 
-def test_nested_rounds_continue_only_the_first_ranked_branches(setup):
+def test_nested_rounds_continue_only_the_first_ranked_literal(setup):
     """The closer, next key and next value are drafted after the first-ranked literal, not
     after the later-ranked ones (their continuations seldom make a plan)."""
     tok, vocab, constraints = setup
