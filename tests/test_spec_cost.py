@@ -204,6 +204,30 @@ def test_a_drafter_keeps_its_record_while_it_sits_out():
     assert m.rate("closers", 1) > 0.3
 
 
+def test_dropped_nodes_teach_the_acceptance_model():
+    """The model's choice after the accepted path is known, so a node the plan dropped
+    whose parent was accepted has an outcome: fed the tree as drafted, the statistics learn
+    that the dropped ``closers`` guess was the model's choice and the kept ``lookup`` one
+    was not; fed the verified tree alone they could never learn the first."""
+    built = _tree([-1, 0, 0], ["lookup", "closers"])  # tokens are node indices
+    kept = built.subtree([1])
+    s = Scheduler(16, 8, curve=FLAT, acceptance=AcceptanceModel(prior=0.5))
+    blind = AcceptanceModel(prior=0.5)
+    for _ in range(30):
+        s.record_tree(kept, (0,), 0, built=built, next_token=2)
+        blind.record(kept, (0,), 0)
+    assert s.acceptance.rate("closers", 1) > 0.9 > 0.1 > s.acceptance.rate("lookup", 1)
+    assert blind.rate("closers", 1) == 0.5 and blind.rate("lookup", 1) < 0.1
+    # An accepted path maps onto the drafted tree by its tokens.
+    built = _tree([-1, 0, 0, 2, 2], ["lookup", "values", "forced", "closers"])
+    kept = built.subtree([2, 4])  # nodes 0, 2, 4 -> 0, 1, 2
+    s = Scheduler(16, 8, curve=FLAT, acceptance=AcceptanceModel(prior=0.5))
+    for _ in range(30):
+        s.record_tree(kept, (0, 1, 2), 0, built=built, next_token=None)
+    assert s.acceptance.rate("values", 1) > 0.9 and s.acceptance.rate("closers", 2) > 0.9
+    assert s.acceptance.rate("lookup", 1) < 0.1 and s.acceptance.rate("forced", 2) < 0.1
+
+
 def test_plan_keeps_what_pays_for_its_cost():
     # root, then a chain of 4 speculative nodes and 4 unlikely single-node branches.
     parents = [-1, 0, 1, 2, 3, 0, 0, 0, 0]

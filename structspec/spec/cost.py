@@ -551,9 +551,18 @@ class AcceptanceModel:
             probs[i] = probs[tree.parents[i]] * rate
         return probs
 
-    def record(self, tree: DraftTree, path: Sequence[int], frontier_depth: int) -> None:
-        """Learn from one step: ``path`` (root first) is what was accepted. Only nodes whose
-        parent was accepted count (the others never had a chance).
+    def record(self, tree: DraftTree, path: Sequence[int], frontier_depth: int,
+               next_token: int | None = None) -> None:
+        """Learn from one step: ``path`` (root first) is what was accepted, ``next_token``
+        the token the model chose after it (the bonus; ``None`` where the step ended
+        without one). Only nodes whose parent was accepted count (the others never had a
+        chance); a child of the path's last node is a hit when it holds ``next_token``.
+
+        ``tree`` may be the tree as drafted, before the plan dropped nodes
+        (:func:`plan_tree`): the model's choice at every accepted node is known, so a
+        dropped node whose parent was accepted has an outcome too. Learning from the
+        verified nodes alone let an estimate the plan acted on never be corrected — a
+        drafter priced too low had its nodes dropped, and dropped nodes taught nothing.
 
         A count fades by ``decay`` in each step that observes it, and by only ``fade`` in
         the others: a drafter the gate has paused, or whose guesses the plan drops, keeps
@@ -563,6 +572,7 @@ class AcceptanceModel:
         ``values`` were estimated at 0.1-0.15 after dozens of misses, so the plan kept
         their guesses, 0.5 nodes per pass accepted 1% of the time)."""
         on_path = set(path)
+        last = path[-1] if path else 0
         depths = speculative_depths(tree, frontier_depth)
         seen: set[int] = set()
         observed: list[tuple[list[float], float, bool]] = []
@@ -571,7 +581,8 @@ class AcceptanceModel:
                 continue
             d = depths[i]
             c = self.chain if d <= 0 else self.counts.setdefault((tree.sources[i], d), [0.0, 0.0])
-            hit = i in on_path
+            hit = i in on_path or (next_token is not None and tree.parents[i] == last
+                                   and tree.tokens[i] == next_token)
             observed.append((c, 1.0, hit))
             seen.add(id(c))
             score = tree.score(i) if d > 0 else None

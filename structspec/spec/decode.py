@@ -676,7 +676,8 @@ def speculative_decode(
             stats.draft_seconds += t1 - t0
             stats.verify_seconds += (t2 - t1) + (t4 - t3)
             stats.mask_seconds += t3 - t2
-            _record(stats, scheduler, gate, built, tree, acc.path, frontier_depth)
+            _record(stats, scheduler, gate, built, tree, acc.path, frontier_depth,
+                    None if acc.token is None else int(acc.token))
 
             accepted = [tree.tokens[i] for i in acc.path[1:]]
             if config.enabled and config.forced:  # how the model tokenized forced text
@@ -791,10 +792,13 @@ def _draft(
 
 
 def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, built: DraftTree,
-            tree: DraftTree, path: tuple[int, ...], frontier_depth: int) -> None:
+            tree: DraftTree, path: tuple[int, ...], frontier_depth: int,
+            next_token: int | None = None) -> None:
     """Update per-drafter / per-depth stats for the verified ``tree``; tell the scheduler
-    and the gate how it went (the gate counts a drafter whose nodes the plan dropped as a
-    miss: it cost drafting time for nothing)."""
+    (the tree as drafted, and ``next_token``, the model's choice after the path: its
+    acceptance statistics learn from the nodes the plan dropped too) and the gate how it
+    went (the gate counts a drafter whose nodes the plan dropped as a miss: it cost
+    drafting time for nothing)."""
     stats.draft_nodes += len(tree) - 1
     stats.accepted_tokens += len(path) - 1
     for i in range(1, len(tree)):
@@ -822,7 +826,7 @@ def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, built: Dr
         if drafter_of(tree.sources[i]) in proposed:
             proposed[drafter_of(tree.sources[i])] = True
     gate.record(proposed)
-    scheduler.record_tree(tree, path, frontier_depth)
+    scheduler.record_tree(tree, path, frontier_depth, built=built, next_token=next_token)
 
 
 def _place(names: tuple[str, ...], name: str, used: bool, *, after: tuple[str, ...],

@@ -26,7 +26,7 @@ Not thread-safe; one per decode.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from structspec.spec.cost import (
@@ -173,10 +173,18 @@ class Scheduler:
                                    else self._floor)
         return hit
 
-    def record_tree(self, tree: DraftTree, path: tuple[int, ...], frontier_depth: int) -> None:
+    def record_tree(self, tree: DraftTree, path: tuple[int, ...], frontier_depth: int, *,
+                    built: DraftTree | None = None, next_token: int | None = None) -> None:
         """Report one verified tree and its accepted path (root first): feeds the acceptance
-        statistics the plan uses, and the hit rate."""
-        self.acceptance.record(tree, path, frontier_depth)
+        statistics the plan uses, and the hit rate. ``built``: the tree as drafted, before
+        :meth:`plan` dropped nodes, and ``next_token`` the model's choice after the path:
+        the acceptance statistics then learn from the dropped nodes too
+        (:meth:`AcceptanceModel.record`)."""
+        if built is None or built is tree:
+            self.acceptance.record(tree, path, frontier_depth, next_token)
+        else:
+            self.acceptance.record(built, _same_path(built, tree, path), frontier_depth,
+                                   next_token)
         depths = speculative_depths(tree, frontier_depth)
         self.record(sum(1 for d in depths if d > 0), sum(1 for i in path if depths[i] > 0))
 
@@ -292,3 +300,15 @@ class DrafterGate:
                 self._paused_until[name] = self.step + min(self.max_pause,
                                                            self.pause << min(strikes, 16))
                 hits.clear()
+
+
+def _same_path(built: DraftTree, tree: DraftTree, path: Sequence[int]) -> tuple[int, ...]:
+    """``path`` (nodes of ``tree``, a subtree of ``built``) as nodes of ``built``: the same
+    tokens from the root (a node's children hold distinct tokens). Pure."""
+    node = 0
+    out = [0]
+    for i in path[1:]:
+        token = tree.tokens[i]
+        node = next(c for c in built.children[node] if built.tokens[c] == token)
+        out.append(node)
+    return tuple(out)
