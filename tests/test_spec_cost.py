@@ -226,6 +226,10 @@ def test_dropped_nodes_teach_the_acceptance_model():
         s.record_tree(kept, (0, 1, 2), 0, built=built, next_token=None)
     assert s.acceptance.rate("values", 1) > 0.9 and s.acceptance.rate("closers", 2) > 0.9
     assert s.acceptance.rate("lookup", 1) < 0.1 and s.acceptance.rate("forced", 2) < 0.1
+    other = _tree([-1, 0], ["lookup"])  # not drafted from ``built``: refused, by name
+    other = DraftTree((0, 7), other.parents, other.depths, other.states, other.sources)
+    with pytest.raises(ValueError, match="leaves the drafted tree"):
+        s.record_tree(other, (0, 1), 0, built=built)
 
 
 def test_plan_keeps_what_pays_for_its_cost():

@@ -304,11 +304,17 @@ class DrafterGate:
 
 def _same_path(built: DraftTree, tree: DraftTree, path: Sequence[int]) -> tuple[int, ...]:
     """``path`` (nodes of ``tree``, a subtree of ``built``) as nodes of ``built``: the same
-    tokens from the root (a node's children hold distinct tokens). Pure."""
+    tokens from the root (a node's children hold distinct tokens). Pure.
+
+    Raises:
+        ValueError: ``tree`` is not a subtree of ``built`` along ``path``."""
     node = 0
     out = [0]
     for i in path[1:]:
         token = tree.tokens[i]
-        node = next(c for c in built.children[node] if built.tokens[c] == token)
+        match = [c for c in built.children[node] if built.tokens[c] == token]
+        if not match:
+            raise ValueError(f"the verified tree's path leaves the drafted tree at token {token}")
+        node = match[0]
         out.append(node)
     return tuple(out)
