@@ -176,7 +176,10 @@ class SpecConfig:
             (deeper, each path is extended by its likeliest token only).
         draft_head_max_depth: the head drafts at most this many levels per step.
         draft_head_min_prob: the head drafts no path its own probabilities give less than
-            this, and expands none.
+            this, and expands none (0.10: since the acceptance statistics learn from the
+            nodes the plan drops, the plan prices the head's unlikely paths well, and
+            offering them took 1-2% off the trees' modeled time on BFCL and HumanEval dev
+            rows against 0.15; prose unchanged).
         draft_head_first_min_prob: the same bound for its first level (the tokens right
             below the frontier), which costs no further head step: by default 0, so its
             ``draft_head_topk`` guesses there are always offered and the cost plan decides
@@ -227,7 +230,7 @@ class SpecConfig:
     draft_head_topk: int = 3
     draft_head_branch_levels: int = 6
     draft_head_max_depth: int = 6
-    draft_head_min_prob: float = 0.15
+    draft_head_min_prob: float = 0.10
     draft_head_first_min_prob: float = 0.0
     corpus: Any = None
     corpus_branches: int = 1

@@ -506,7 +506,7 @@ class DraftHeadDrafter:
         opts = ctx.options
         width = max(1, int(opts.get("draft_head_topk", 3)))
         branch_levels = int(opts.get("draft_head_branch_levels", 6))
-        min_prob = float(opts.get("draft_head_min_prob", 0.15))
+        min_prob = float(opts.get("draft_head_min_prob", 0.10))
         min_logp = math.log(min_prob) if min_prob > 0 else -math.inf
         first = float(opts.get("draft_head_first_min_prob", 0.0))
         first_logp = math.log(first) if first > 0 else -math.inf
