@@ -565,7 +565,8 @@ class AcceptanceModel:
         drafter priced too low had its nodes dropped, and dropped nodes taught nothing.
 
         A count fades by ``decay`` in each step that observes it, and by only ``fade`` in
-        the others: a drafter the gate has paused, or whose guesses the plan drops, keeps
+        the others: a drafter the gate has paused, or whose guesses sit where the path
+        never reaches (fed the verified tree alone: whose guesses the plan drops), keeps
         most of its record for a few hundred steps, then drifts back toward the prior and
         gets tried again. Fading every count by ``decay`` every step let a drafter that is
         never accepted drift back to the prior while it sat out (free text: ``closers`` and

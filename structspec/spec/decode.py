@@ -826,8 +826,9 @@ def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, built: Dr
     proposed = {drafter_of(built.sources[i]): False for i in range(1, len(built))
                 if built.sources[i] != FORCED}
     for i in path[1:]:
-        if drafter_of(tree.sources[i]) in proposed:
-            proposed[drafter_of(tree.sources[i])] = True
+        name = drafter_of(tree.sources[i])
+        if name in proposed:
+            proposed[name] = True
     gate.record(proposed)
     scheduler.record_tree(tree, path, frontier_depth, built=built, next_token=next_token)
 
