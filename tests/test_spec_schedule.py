@@ -12,14 +12,33 @@ def test_budget_shrinks_to_none_and_probes_back():
         s.budget()
         s.record(offered=5, accepted=0)
     assert s.levels[s.level] == 0
-    budgets = [s.budget().nodes for _ in range(10)]
-    assert budgets.count(2) == 2 and budgets.count(0) == 8  # a probe every 5 steps
-    s.record(offered=2, accepted=1)
-    s.record(offered=2, accepted=2)  # two probes that hit: step back up
+    budgets = [s.budget() for _ in range(10)]
+    assert [b.nodes for b in budgets].count(0) == 8  # a probe every 5 steps,
+    assert [(b.nodes, b.probe) for b in budgets if b.nodes] == [(16, True)] * 2  # full ones
+    s.record(offered=5, accepted=1)
+    s.record(offered=5, accepted=2)  # two probes that hit, within the smallest level: up
     assert s.levels[s.level] == 2
     for _ in range(4):
         s.record(offered=2, accepted=1)
     assert s.levels[s.level] == 4
+
+
+def test_a_full_probe_at_level_none_that_pays_restores_the_top_level():
+    """At level none the probe drafts with the full budget and every drafter (a probe of the
+    smallest budget went to the draft head, ranked first, and a lookup paused for its early
+    misses never drafted again while the output repeated a line: HumanEval/38 at 160 tokens,
+    131 passes, 64 with the full probe); accepted beyond the smallest level, it brings the
+    top level back."""
+    s = Scheduler(16, 8, window=2, min_acceptance=0.6, probe_every=3)
+    for _ in range(4 * 2):
+        s.budget()
+        s.record(offered=4, accepted=0)
+    assert s.levels[s.level] == 0
+    while not (b := s.budget()).probe:
+        assert b.nodes == 0
+    assert b.nodes == 16 and b.branches == 8
+    s.record(offered=14, accepted=9)
+    assert s.level == 0 and s.budget().nodes == 16
 
 
 def test_steps_without_speculation_do_not_count_and_fixed_budgets_stay():

@@ -5,12 +5,15 @@ The forced chain is never scheduled (forced tokens are accepted all but always).
 moves along levels ``max_nodes, max_nodes/2, ..., 2, 0``. Over a window of speculative steps
 the scheduler measures the hit rate: the fraction of steps where at least one speculative
 token was accepted. Below ``min_acceptance`` it steps down a level (down to none), at or
-above it steps back up. At level none it still probes with the smallest budget every
-``probe_every`` steps, and two probes decide whether to step back up, so a change of regime
-(prose turning into copying) is noticed. Below the top level, every ``probe_every`` steps one
-tree is drafted with the full budget and every drafter the gate had paused (``Budget.probe``);
-where that tree is accepted beyond what the level could hold, the top level is back — an
-output that starts repeating itself had been left with one or two nodes and a lookup paused
+above it steps back up. Below the top level, level none included, every ``probe_every``
+steps one tree is drafted with the full budget and every drafter the gate had paused
+(``Budget.probe``), so a change of regime (prose turning into copying) is noticed: where that
+tree is accepted beyond what the level could hold (at none: the smallest level), the top
+level is back; at none, two probes that hit step one level up. (At none the probe once had
+the smallest budget, which the drafter ranked first took: a HumanEval function repeating a
+``print`` line to 160 tokens drafted nothing for 80 passes, its lookup never tried; 131
+passes, 64 with the full probe — session 51.) Before the probe below the top level, an
+output that started repeating itself had been left with one or two nodes and a lookup paused
 for its early misses (a BFCL call repeating ``_2013`` to its token limit: 165 passes before,
 69-71 with the probe; session 36).
 
@@ -61,7 +64,8 @@ class Scheduler:
         adaptive: ``False`` keeps the top level for ever.
         window: speculative steps per decision.
         min_acceptance: hit rate below which the budget shrinks.
-        probe_every: at level none, speculate once every this many steps.
+        probe_every: below the top level (level none included), draft one tree with the
+            full budget and every drafter every this many steps.
         curve: the device's pass time vs tree nodes; ``None`` keeps every built node.
         acceptance: running acceptance statistics (a fresh :class:`AcceptanceModel` if
             ``None``).
@@ -124,8 +128,12 @@ class Scheduler:
         self._probe_level = None  # a probe whose step drafted nothing is not reported
         if nodes == 0 and self.adaptive:
             self._steps_at_none += 1
-            if self._steps_at_none % self.probe_every == 0:
-                nodes = self.levels[-2] if len(self.levels) > 1 else 0
+            if self._steps_at_none % self.probe_every == 0 and len(self.levels) > 1:
+                # The full probe, as below the top level: the smallest budget went to the
+                # drafter ranked first (the draft head), and a lookup paused for early
+                # misses was never tried again while the output repeated itself.
+                nodes, probe = self.levels[0], True
+                self._probe_level = self.levels[-2]
         elif self.adaptive and self.level > 0:
             self._steps_below += 1
             if self._steps_below % self.probe_every == 0:
