@@ -62,6 +62,17 @@ def test_gate_pauses_a_drafter_that_never_hits():
     assert g.active("values")
 
 
+def test_a_paused_drafter_that_hits_in_a_probe_is_active_again():
+    """A probe drafts with every drafter, paused ones too; a hit there ends the pause (it
+    reset only the doubling before, and the drafter sat out the rest of its pause)."""
+    g = DrafterGate(window=2, pause=64)
+    for _ in range(2):
+        g.record({"lookup": False})
+    assert not g.active("lookup")
+    g.record({"lookup": True})  # a probe's tree: the lookup's node accepted
+    assert g.active("lookup")
+
+
 def test_budget_never_shrinks_below_the_free_nodes():
     """Where a pass of a few nodes costs what a pass of the root does, the lowest level is
     that size, not none: a lookup that hits after many misses is still drafted."""

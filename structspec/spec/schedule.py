@@ -224,7 +224,8 @@ class Scheduler:
 class DrafterGate:
     """Per-drafter on/off switch: a drafter none of whose last ``window`` proposals got a
     token accepted sits out ``pause`` steps, then is tried again; each further window
-    without a hit doubles the pause (up to ``max_pause``), and a hit resets it. (Free text
+    without a hit doubles the pause (up to ``max_pause``), and a hit resets it — and ends a
+    pause in progress (a paused drafter drafts in the scheduler's probes). (Free text
     gives the ``values`` and ``closers`` drafters nothing to do; JSON gives ``lookup``
     little: each stops costing nodes and drafting time. With a fixed pause such a drafter
     still drafted a third of the steps of a long answer.)
@@ -302,6 +303,7 @@ class DrafterGate:
             self._since_hit[name] = 0 if hit else self._since_hit.get(name, 0) + 1
             if hit:
                 self._strikes[name] = 0
+                self._paused_until.pop(name, None)
             elif len(hits) == self.window and not any(hits):
                 strikes = self._strikes.get(name, 0)
                 self._strikes[name] = strikes + 1
