@@ -85,6 +85,16 @@ GOLDEN = [
     ("python", "def f(x):\n", "1)\n", "statement", "    y = 2\n    foo(", "no"),
     ("python", "def f(x):\n", "1)\n", "eof", "    y = 2\n    foo(", "accepting"),
     ("python", "x = 1\n", "print(1)\n", "statement", "\n", "no"),  # only layout
+    # statements of one line (`;`, one simple_stmt node): the one after C's `;` is C's, and
+    # the suffix may not finish it, though the line's node holds the cursor (a walk of
+    # test_python_statement_walks_end_at_statement_boundaries found `);(` + `)` in CI)
+    ("python", "def f(x):\n    y = f(x,\n", ")\n    return y\n", "statement", ");(", "no"),
+    ("python", "def f(x):\n    y = f(x,\n", ")\n    return y\n", "statement", "); z = (1",
+     "no"),
+    ("python", "def f(x):\n    y = f(x,\n", ")\n    return y\n", "eof", ");(", "accepting"),
+    ("python", "print(", ")\n", "statement", "1); foo(2", "no"),
+    ("python", "x = 1\n", "\nprint(x)\n", "statement", "a = 1; b = 2", "accepting"),
+    ("python", "x = 1\n", "\nprint(x)\n", "statement", "a = 1;", "accepting"),
     # python, block: the suffix dedents right after the completion
     ("python", PY_DEF, "\n\nprint(f(1))\n", "block", "return x", "accepting"),
     ("python", PY_DEF, "\n\nprint(f(1))\n", "block", "y = x\n    return y\n", "accepting"),

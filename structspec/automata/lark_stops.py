@@ -25,7 +25,9 @@ non-layout byte, C does not end inside a token (``fo`` + ``o()``), P + C + S par
 - N ends at C's end (modulo layout; SQL's ``;`` as C's last token also ends its statement,
   see ``construct_terminators``); or
 - N ends further into S and contains the cursor (the suffix completes the statement or
-  block the cursor is in: ``print(`` + C + ``)``), or C and S meet at a line break (C wrote
+  block the cursor is in: ``print(`` + C + ``)``) and C fed no statement terminator
+  (Python's ``;``: the statement after it is C's own, though the line's ``simple_stmt``
+  holds the cursor), or C and S meet at a line break (C wrote
   the head of a compound statement whose body S holds, as line-based infilling does:
   ``for x in xs:\\n`` + the indented body). In an indenter grammar the line break is read
   off the lexemes: a newline lexeme between C's last token and S's first (the indenter's
@@ -71,15 +73,17 @@ if TYPE_CHECKING:
 
 CONSTRUCT_STOPS = ("statement", "block")
 
-Key = tuple[int, int, bool, bool, bool, bool, bool]
-"""A view state: (runtime state, anchor, pre, moved, solid, left, tail_nl).
+Key = tuple[int, int, bool, bool, bool, bool, bool, bool]
+"""A view state: (runtime state, anchor, pre, moved, solid, left, tail_nl, sep).
 
 ``pre``: the lexeme pending at the cursor has not ended yet; ``moved``: C is not empty;
 ``solid``: a non-layout lexeme holding bytes of C has ended; ``left`` (``block``): the
 block holding the cursor ended inside C; ``tail_nl``: in an indenter grammar, a line
 break (:meth:`ConstructStops.line_break`) ended inside C after its last non-layout lexeme
 (read only where the lexeme pending at C's end is layout); in others, C's last bytes after
-its last non-blank one hold a ``\\n``."""
+its last non-blank one hold a ``\\n``; ``sep``: C fed a statement terminator (``;``, see
+:func:`construct_terminators`), so a stop node holding the cursor that S ends is not one S
+completes for the cursor: the statement after the ``;`` is C's own."""
 
 _BLANK = frozenset(b" \t\r\f")
 
@@ -123,8 +127,10 @@ def construct_rules(g: LoadedGrammar, stop: str, rules: str | Iterable[str] | No
 
 def construct_terminators(g: LoadedGrammar, stop: str) -> frozenset[int]:
     """Lexer ids of the terminals that end a statement from outside its node (SQL's
-    ``;`` separates statements: ``start: statement (";" statement)*``): a statement node
-    closed by such a token, C's last, ends C. From the grammar's ``stop_terminators=NAME[,NAME]``
+    ``;`` separates statements: ``start: statement (";" statement)*``) or between the
+    statements of one node (Python's ``;`` in a ``simple_stmt``): a statement node closed by
+    such a token, C's last, ends C, and after one C fed, what follows is C's own statement
+    (S may not finish it). From the grammar's ``stop_terminators=NAME[,NAME]``
     option (terminal names as lark gives them, e.g. ``SEMICOLON``); none for ``block``.
 
     Raises:
@@ -320,13 +326,13 @@ class ConstructStops:
         """The view state of runtime state ``rs``, the cursor being there."""
         lx, _, stack, _, _, _ = self.rt.key(rs)
         anchor = self.rt.stacks.depth(stack) if stack != FREE else 0
-        return (rs, anchor, not self.rt.lex.is_start(lx), False, False, False, False)
+        return (rs, anchor, not self.rt.lex.is_start(lx), False, False, False, False, False)
 
     def step(self, key: Key, data: bytes) -> Key | None:
         """The view state after ``data`` (``None``: the runtime refuses it). Pure."""
         rt = self.rt
         lex = rt.lex
-        rs, anchor, pre, moved, solid, left, tail_nl = key
+        rs, anchor, pre, moved, solid, left, tail_nl, sep = key
         indented = rt.nl >= 0
         for b in data:
             lx = rt.key(rs)[0]
@@ -344,6 +350,8 @@ class ConstructStops:
                     if hit and self.block and solid and h <= anchor and not pre:
                         left = True  # the cursor's block closed, and C goes on
                     anchor, prev = self._fold(anchor, hit, h, prev)
+                if t in self.terminators and not pre:
+                    sep = True  # C's `;`: what follows it on the line is C's own statement
                 if pre:  # the lexeme at the cursor: all of it is from before the cursor
                     anchor = rt.stacks.depth(after) if after != FREE else 0
                     pre = False
@@ -360,12 +368,12 @@ class ConstructStops:
                     tail_nl = True
                 elif b not in _BLANK:
                     tail_nl = False
-        return (rs, anchor, pre, moved, solid, left, tail_nl)
+        return (rs, anchor, pre, moved, solid, left, tail_nl, sep)
 
     def accepting(self, key: Key) -> bool:
         """Whether C ends at the stopping point (module doc); the caller has checked that
         P + C + S parses."""
-        rs, anchor, pre, moved, solid, left, tail_nl = key
+        rs, anchor, pre, moved, solid, left, tail_nl, sep = key
         if not moved or left:
             return False
         lx = self.rt.key(rs)[0]
@@ -413,7 +421,7 @@ class ConstructStops:
                 for hit, h in reds:
                     if hit and h <= anchor + self.plus:
                         if layout or not first:
-                            return window or h <= anchor or broke
+                            return window or (h <= anchor and not sep) or broke
                         # T1 is C's last token, not layout: the node ended before it
                         if t in self.terminators:
                             return True  # ... and T1 is its terminator (SQL's `;`)
@@ -431,7 +439,7 @@ class ConstructStops:
                     reds2 = self.eof_reductions(st, paren, lv)
                     for hit, h in reds2 or ():
                         if hit and h <= anchor + self.plus:
-                            return window or h <= anchor or broke
+                            return window or (h <= anchor and not sep) or broke
                         anchor = min(anchor, h)
                     return True  # no construct holds the cursor: any end that parses
             s = rt.step_byte(s, data[i])
@@ -509,7 +517,7 @@ class ConstructStops:
         them. Exact for that first lexeme end (a dedent inside a multi-line token is the
         ``candidates`` scan's). ``None``: none here. Memoized per indentation."""
         rt = self.rt
-        rs, anchor, pre, _, solid, _, _ = key
+        rs, anchor, pre, _, solid, _, _, _ = key
         if not self.block or rt.nl < 0 or pre or not solid:
             return None
         lx, ind, stack, paren, levels, _ = rt.key(rs)
@@ -535,7 +543,7 @@ class ConstructStops:
         closes the block (``x = 1\\nz`` dedented out of it). ``None``: not decided here —
         C's pending token is a closer (``}``) that ends the block right after it
         (``closer_pending``; the caller checks that and acceptance). Conservative."""
-        rs, anchor, pre, _, solid, left, _ = key
+        rs, anchor, pre, _, solid, left, _, _ = key
         if left:
             return True
         if pre or not solid or not self.block:

@@ -12,7 +12,8 @@ table of its own, and a grammar dropped into this folder documents itself.
 ``stop_statement=RULE[,RULE]`` and ``stop_block=RULE[,RULE]`` name the rules whose nodes
 are statements and blocks for fill-in-the-middle's ``stop="statement"``/``"block"``
 (:mod:`structspec.automata.lark_stops`); ``stop_terminators=NAME[,NAME]`` the terminals that
-end a statement from outside its rule (SQL's ``SEMICOLON``). The shipped grammars get theirs from
+end a statement from outside its rule (SQL's ``SEMICOLON``) or separate the statements of
+one node (Python's ``;`` in a ``simple_stmt``). The shipped grammars get theirs from
 ``STOP_RULES`` below (kept out of their headers: python.lark's precomputed LALR tables are
 keyed by its text); a header's own values win.
 
@@ -32,7 +33,9 @@ _HEADER = "// structspec:"
 STOP_RULES: dict[str, dict[str, str]] = {
     # a simple statement (ending in its NEWLINE) or a compound one; a block is an
     # indented (or one-line) suite
-    "python": {"stop_statement": "stmt,simple_stmt", "stop_block": "suite"},
+    "python": {"stop_statement": "stmt,simple_stmt", "stop_block": "suite",
+               # `a = 1; b = 2`: statements of one line, one simple_stmt node
+               "stop_terminators": "SEMICOLON"},
     # statements, and class members between them; blocks: `{...}` bodies and class bodies
     "javascript": {"stop_statement": "_stmt,class_member", "stop_block": "block,class_body"},
     # one statement (its `;` is the separator that follows it); SQL has no blocks
