@@ -53,6 +53,7 @@ from structspec.spec.cost import (
     memory_use,
 )
 from structspec.spec.counting import SOURCE as COUNTING
+from structspec.spec.draft_head import OPTION_DEFAULTS as HEAD_DEFAULTS
 from structspec.spec.draft_head import SOURCE as DRAFT_HEAD
 from structspec.spec.draft_head import (
     DraftHead,
@@ -227,11 +228,11 @@ class SpecConfig:
     draft_model_topk: int = 2
     draft_model_branch_levels: int = 2
     draft_head: Any = "auto"
-    draft_head_topk: int = 3
-    draft_head_branch_levels: int = 6
-    draft_head_max_depth: int = 6
-    draft_head_min_prob: float = 0.10
-    draft_head_first_min_prob: float = 0.0
+    draft_head_topk: int = int(HEAD_DEFAULTS["draft_head_topk"])
+    draft_head_branch_levels: int = int(HEAD_DEFAULTS["draft_head_branch_levels"])
+    draft_head_max_depth: int = int(HEAD_DEFAULTS["draft_head_max_depth"])
+    draft_head_min_prob: float = HEAD_DEFAULTS["draft_head_min_prob"]
+    draft_head_first_min_prob: float = HEAD_DEFAULTS["draft_head_first_min_prob"]
     corpus: Any = None
     corpus_branches: int = 1
     corpus_min_share: float = 0.3

@@ -50,6 +50,11 @@ SOURCE = "draft_head"
 SOURCE_ALT = "draft_head_alt"
 HEADS_DIR = Path(__file__).resolve().parent / "heads"
 FORMAT = 1
+#: The drafter's options where the context names none; ``SpecConfig``'s defaults are these.
+OPTION_DEFAULTS: dict[str, float] = {
+    "draft_head_topk": 3, "draft_head_branch_levels": 6, "draft_head_max_depth": 6,
+    "draft_head_min_prob": 0.10, "draft_head_first_min_prob": 0.0, "draft_head_max_feed": 8,
+}
 _SPARE = 3  # candidates tried beyond the k wanted, in case the best are illegal
 
 
@@ -504,14 +509,18 @@ class DraftHeadDrafter:
         if head is None or anchor is None or room <= 0 or builder.room(frontier) <= 0:
             return
         opts = ctx.options
-        width = max(1, int(opts.get("draft_head_topk", 3)))
-        branch_levels = int(opts.get("draft_head_branch_levels", 6))
-        min_prob = float(opts.get("draft_head_min_prob", 0.10))
+
+        def opt(name: str) -> float:
+            return opts.get(name, OPTION_DEFAULTS[name])
+
+        width = max(1, int(opt("draft_head_topk")))
+        branch_levels = int(opt("draft_head_branch_levels"))
+        min_prob = float(opt("draft_head_min_prob"))
         min_logp = math.log(min_prob) if min_prob > 0 else -math.inf
-        first = float(opts.get("draft_head_first_min_prob", 0.0))
+        first = float(opt("draft_head_first_min_prob"))
         first_logp = math.log(first) if first > 0 else -math.inf
-        max_depth = min(builder.room(frontier), int(opts.get("draft_head_max_depth", 6)))
-        max_feed = int(opts.get("draft_head_max_feed", 8))
+        max_depth = min(builder.room(frontier), int(opt("draft_head_max_depth")))
+        max_feed = int(opt("draft_head_max_feed"))
         chain = [frontier]
         while chain[-1] > 0:
             chain.append(builder.parents[chain[-1]])
