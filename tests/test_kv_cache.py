@@ -5,7 +5,9 @@ writes, and bitwise the same logits when a model decodes over it."""
 from __future__ import annotations
 
 import copy
+import os
 import random
+from unittest import mock
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+from structspec import _native
 from structspec.hf_compat import cache_kwargs
 from structspec.spec.attention import use_grouped_sdpa
 from structspec.spec.kv_cache import RoomyLayer, decoding_cache
@@ -129,3 +132,50 @@ def test_room_grows_by_doubling_and_holds_little_for_a_long_bound():
         small.update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4))
         rooms.add(small._k.shape[-2])
     assert small.get_seq_length() == 2000 and len(rooms) <= 6
+
+
+@settings(max_examples=80, deadline=None)
+@given(heads=st.integers(1, 4), dim=st.sampled_from([1, 4, 8, 64]), layers=st.integers(1, 3),
+       dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]),
+       roomy=st.booleans(), past=st.integers(0, 6), tree=st.integers(1, 12),
+       seed=st.integers(0, 1000))
+def test_native_compaction_moves_the_rows_torch_moves(heads, dim, layers, dtype, roomy, past,
+                                                      tree, seed):
+    """keep_path's native row moves (structspec/_native/kvmove.c, every layer in one call)
+    leave every layer's keys and values bitwise as its torch path does, for any ascending
+    path, in roomy and plain layers alike."""
+    if _native.load("kvmove") is None:
+        pytest.skip("the kvmove kernel is not built here")
+    gen = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    path = sorted(rng.sample(range(tree), rng.randrange(1, tree + 1)))
+    keys = [torch.randn(1, heads, past + tree, dim, generator=gen).to(dtype)
+            for _ in range(layers)]
+    values = [torch.randn(1, heads, past + tree, dim, generator=gen).to(dtype)
+              for _ in range(layers)]
+    results = []
+    for native in ("on", "off"):
+        with mock.patch.dict(os.environ, {"STRUCTSPEC_NATIVE": native}):
+            cache = DynamicCache()
+            cache.layers = [RoomyLayer(4) if roomy else DynamicLayer() for _ in range(layers)]
+            cache.layer_class_to_replicate = None
+            for i, layer in enumerate(cache.layers):
+                layer.update(keys[i].clone(), values[i].clone())
+            keep_path(cache, past, path)
+            results.append([(layer.keys.clone(), layer.values.clone()) for layer in cache.layers])
+    for (k1, v1), (k2, v2) in zip(*results, strict=True):
+        assert k1.shape == (1, heads, past + len(path), dim)
+        assert torch.equal(k1, k2) and torch.equal(v1, v2)
+
+
+def test_native_compaction_refuses_paths_it_cannot_move_safely():
+    """The kernel checks its own contract: nodes ascend and never point below their slot."""
+    kernel = _native.load("kvmove")
+    if kernel is None:
+        pytest.skip("the kvmove kernel is not built here")
+    buf = torch.zeros(1, 1, 8, 4)
+    for bad in ([1, 0], [0, 0], [2, 2]):
+        with pytest.raises(ValueError, match="ascend"):
+            kernel.keep_rows([buf.data_ptr()], 1, 0, 16, 0, bad)
+    with pytest.raises(ValueError, match="bad sizes"):
+        kernel.keep_rows([buf.data_ptr()], 0, 0, 16, 0, [0])
