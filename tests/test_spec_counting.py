@@ -105,3 +105,10 @@ def test_the_drafter_is_a_default_and_drafts_only_legal_tokens(smollm_tokenizer,
     digits = tree_after(r"\[([0-9], )*[0-9]?\]?", "[7, 8, ")
     text = vocab.decode(list(digits.tokens[1:]))
     assert text.startswith(b"9,") and b"10" not in text, text
+
+
+def test_a_non_ascii_byte_after_a_number_is_not_punctuation():
+    """The repeated-line rule drafts ASCII punctuation after the number only: a UTF-8
+    letter's bytes ended it (found by a random walk: ``0\\xb5\\n``)."""
+    assert increment_continuation(b"x0\xb5\nx") == b"1"
+    assert increment_continuation(b"f(1)\xc2\xb5\nf(") == b"2)"

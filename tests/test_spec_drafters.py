@@ -545,3 +545,32 @@ def test_one_canonical_tokenizer_per_tokenizer_and_vocabulary(smollm_tokenizer, 
                                                                                   b'"name": "')
     other = Vocabulary.from_tokenizer(smollm_tokenizer)
     assert canonical_tokenizer(smollm_tokenizer, other) is not canon
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(alphabet=st.sampled_from(list(' {}[]":,.\n\t_xyzAB019éü😀<|>\'')),
+                   max_size=40) | st.text(max_size=40))
+def test_the_backend_encodes_as_the_tokenizer_does(smollm_tokenizer, smollm_vocab, text):
+    """Where the fast tokenizer's Rust backend stands in for ``tokenizer.encode`` (half the
+    time per call), its ids are the tokenizer's for any text."""
+    canon = CanonicalTokenizer(smollm_tokenizer, smollm_vocab)
+    assert canon._backend is not None  # the default model's tokenizer has one that agrees
+    assert canon.encode(text) == list(smollm_tokenizer.encode(text, add_special_tokens=False))
+
+
+def test_a_tokenizer_whose_python_layer_changes_the_ids_keeps_its_own_encode(smollm_tokenizer,
+                                                                             smollm_vocab):
+    """A backend that disagrees with the tokenizer on the probes is not used."""
+
+    class Lowering:
+        _tokenizer = smollm_tokenizer._tokenizer
+
+        def encode(self, text, add_special_tokens=False):
+            return smollm_tokenizer.encode(text.lower(), add_special_tokens=add_special_tokens)
+
+    canon = CanonicalTokenizer(Lowering(), smollm_vocab)
+    assert canon._backend is None
+    assert canon.encode("ABC") == list(smollm_tokenizer.encode("abc", add_special_tokens=False))
+    slow = CanonicalTokenizer(type("Slow", (), {"encode": Lowering.encode})(), smollm_vocab)
+    assert slow._backend is None

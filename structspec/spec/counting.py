@@ -38,8 +38,10 @@ _ITEM = re.compile(rb"(-?\d{1,9})([ \t]*[,;][ \t]*|[ \t]+)?")
 #: A line's trailing digits (the number being written, maybe empty).
 _TRAILING_DIGITS = re.compile(rb"\d*$")
 _LEADING_NUMBER = re.compile(rb"\d{1,9}")
-#: What follows a number up to the next letter, digit or ``_`` (8 bytes at most).
-_AFTER = re.compile(rb"[^\w]{0,8}")
+#: What follows a number up to the next letter, digit, ``_`` or non-ASCII byte (8 bytes at
+#: most): ASCII punctuation only. A bytes pattern's ``\w`` is ASCII, and a UTF-8 letter's
+#: bytes (``µ`` is ``\xc2\xb5``) passed as punctuation (a CI walk found ``0\xb5\n``).
+_AFTER = re.compile(rb"[^\w\x80-\xff]{0,8}")
 
 
 def run_continuation(text: bytes, count: int = 3) -> bytes | None:

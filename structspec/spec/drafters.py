@@ -94,9 +94,14 @@ class CanonicalTokenizer:
         self.vocab = vocab
         self.max_entries = max_entries
         self._memo: dict[tuple[bytes, bytes], tuple[int, ...]] = {}
+        self._backend = _agreeing_backend(tokenizer)
 
     def encode(self, text: str) -> list[int]:
-        """Plain ``tokenizer.encode`` without special tokens."""
+        """Plain ``tokenizer.encode`` without special tokens (by the fast tokenizer's Rust
+        backend where it gives the same ids: half the time per call, ~70 calls per BFCL
+        request)."""
+        if self._backend is not None:
+            return self._backend.encode(text, add_special_tokens=False).ids
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def tokens_after(self, prev: bytes, text: bytes) -> tuple[int, ...]:
@@ -128,6 +133,29 @@ class CanonicalTokenizer:
             self._memo.clear()
         self._memo[key] = result
         return result
+
+
+#: Texts a fast tokenizer's backend must encode as the tokenizer does before it stands in
+#: for it: structured punctuation, code, spaces, non-ASCII and a special token's spelling.
+_BACKEND_PROBES = ('{"name": "f", "arguments": {"x": 1.5}}', '","', '\n    return x[0]\n',
+                   '  héllo wörld 😀', '<|im_start|>user', '\t\t{}', "It's 12:30.")
+
+
+def _agreeing_backend(tokenizer: Any) -> Any:
+    """The Rust ``tokenizers.Tokenizer`` behind a Hugging Face fast tokenizer, where it
+    encodes the probe texts exactly as ``tokenizer.encode`` does; else ``None`` (a slow
+    tokenizer, or one whose Python layer changes the ids)."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is None or not callable(getattr(backend, "encode", None)):
+        return None
+    try:
+        for text in _BACKEND_PROBES:
+            if backend.encode(text, add_special_tokens=False).ids != list(
+                    tokenizer.encode(text, add_special_tokens=False)):
+                return None
+    except Exception:  # an object that only looks like a backend
+        return None
+    return backend
 
 
 _CANONICAL: dict[tuple[int, int], tuple[Any, Any, CanonicalTokenizer]] = {}
