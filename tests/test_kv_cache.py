@@ -163,8 +163,9 @@ def test_native_compaction_moves_the_rows_torch_moves(heads, dim, layers, dtype,
                 layer.update(keys[i].clone(), values[i].clone())
             keep_path(cache, past, path)
             results.append([(layer.keys.clone(), layer.values.clone()) for layer in cache.layers])
-    for (k1, v1), (k2, v2) in zip(*results, strict=True):
-        assert k1.shape == (1, heads, past + len(path), dim)
+    keep = list(range(past)) + [past + p for p in path]
+    for i, ((k1, v1), (k2, v2)) in enumerate(zip(*results, strict=True)):
+        assert torch.equal(k1, keys[i][:, :, keep]) and torch.equal(v1, values[i][:, :, keep])
         assert torch.equal(k1, k2) and torch.equal(v1, v2)
 
 
