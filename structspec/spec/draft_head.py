@@ -51,15 +51,9 @@ SOURCE_ALT = "draft_head_alt"
 HEADS_DIR = Path(__file__).resolve().parent / "heads"
 FORMAT = 1
 #: The drafter's options where the context names none; ``SpecConfig``'s defaults are these.
-#: ``draft_head_max_feed`` 4 (was 8): each fed token is a head step (~0.25 ms after a pass
-#: evicted its weights), and a head fed a JSON key's forced text rarely guesses the value
-#: after it — BFCL dev rows 0-149 at a fixed cost curve: 828 -> 820 passes, the passes'
-#: modeled time -1.4%, drafting -10%; code, prose: the same passes (their feeds are
-#: shorter); 40 MaskBench schemas: 636 -> 639 passes, even in all (docs/performance.md,
-#: session 52).
 OPTION_DEFAULTS: dict[str, float] = {
     "draft_head_topk": 3, "draft_head_branch_levels": 6, "draft_head_max_depth": 6,
-    "draft_head_min_prob": 0.10, "draft_head_first_min_prob": 0.0, "draft_head_max_feed": 4,
+    "draft_head_min_prob": 0.10, "draft_head_first_min_prob": 0.0, "draft_head_max_feed": 8,
 }
 _SPARE = 3  # candidates tried beyond the k wanted, in case the best are illegal
 
