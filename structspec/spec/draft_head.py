@@ -234,6 +234,9 @@ class DraftHead:
                 f"does not have")
         self.net = net.float().to(device).eval()
         self.vocab = vocab.long().to(device)  # [Vr]
+        #: The same ids as a list: the drafter maps a few dozen candidates a call, and a
+        #: tensor index costs microseconds each.
+        self.vocab_ids: list[int] = self.vocab.tolist()
         self.embedding = model.get_input_embeddings()
         out_w = model.get_output_embeddings().weight.detach()  # [V, H]
         self.reduced = nn.Linear(out_w.shape[1], len(self.vocab), bias=False).to(device)
@@ -531,6 +534,7 @@ class DraftHeadDrafter:
             return
         s = h.reshape(1, -1)  # [1, H]
         device = head.vocab.device
+        vocab_ids = head.vocab_ids
         for tok in feed:
             s = head.step(s, torch.tensor([tok], device=device))  # [1, H]
         constraint = builder.constraint
@@ -546,21 +550,21 @@ class DraftHeadDrafter:
             logp_all = torch.log_softmax(head.logits(states), -1)  # [m, Vr]
             k = width if level < branch_levels else 1
             top = torch.topk(logp_all, min(k + _SPARE, logp_all.shape[-1]))  # [m, k+spare]
+            top_lp, top_idx = top.values.tolist(), top.indices.tolist()
             new: list[int] = []
             for row, parent in enumerate(layer):
                 pcum, pstate = ((0.0, builder.states[frontier]) if parent < 0
                                 else (cands[parent][0], cands[parent][6]))
                 main = parent < 0 or cands[parent][5]
                 taken = 0
-                for lp, idx in zip(top.values[row].tolist(), top.indices[row].tolist(),
-                                   strict=True):
+                for lp, idx in zip(top_lp[row], top_idx[row], strict=True):
                     if taken >= k:
                         break
                     cum = pcum + lp
                     if not math.isfinite(lp) or cum < max(first_logp if level == 0
                                                           else min_logp, floor):
                         break
-                    tok = int(head.vocab[idx])
+                    tok = vocab_ids[idx]
                     # EOS and tokens the constraint refuses are skipped (the builder would
                     # refuse them too): the next candidate takes their place.
                     nxt = None if tok in eos else constraint.advance(pstate, tok)
