@@ -65,13 +65,10 @@ fail:
     return NULL;
 }
 
-static PyObject *kv_available(PyObject *self, PyObject *args) { Py_RETURN_TRUE; }
-
 static PyMethodDef methods[] = {
     {"keep_rows", kv_keep_rows, METH_VARARGS,
      "keep_rows(ptrs, heads, head_stride, row_bytes, past, nodes): row past+i of each "
      "tensor takes row past+nodes[i] (see kvmove.c)."},
-    {"available", kv_available, METH_NOARGS, "Always True (plain C)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "kvmove",

@@ -437,8 +437,6 @@ def keep_path(cache: Any, past_len: int, node_indices: Sequence[int]) -> None:
         return
     rest = node_indices[moved:]
     start, end = past_len + moved, past_len + k
-    # A run of consecutive nodes is one slice; otherwise one gather.
-    run = rest[-1] - rest[0] == len(rest) - 1
     index = None
     with torch.inference_mode():
         for layer in cache.layers:
@@ -446,20 +444,11 @@ def keep_path(cache: Any, past_len: int, node_indices: Sequence[int]) -> None:
             if keys is None or keys.dim() < 2 or keys.shape[-2] <= past_len:
                 continue
             values = layer.values
-            if run:
-                src = past_len + rest[0]
-                # Overlapping ranges (a run moved down by fewer slots than its length) need
-                # a copy of the source first.
-                kept_k = keys[..., src:src + len(rest), :]
-                kept_v = values[..., src:src + len(rest), :]
-                if src < end:
-                    kept_k, kept_v = kept_k.clone(), kept_v.clone()
-            else:
-                if index is None or index.device != keys.device:
-                    index = torch.as_tensor(rest, dtype=torch.long, device=keys.device)
-                    index = index + past_len  # [k - moved]
-                kept_k = keys.index_select(-2, index)  # [B, H, k - moved, D]
-                kept_v = values.index_select(-2, index)
+            if index is None or index.device != keys.device:
+                index = torch.as_tensor(rest, dtype=torch.long, device=keys.device)
+                index = index + past_len  # [k - moved]
+            kept_k = keys.index_select(-2, index)  # [B, H, k - moved, D]
+            kept_v = values.index_select(-2, index)
             # Overwrite the tree segment in place, then crop: no copy of the past.
             keys[..., start:end, :] = kept_k
             values[..., start:end, :] = kept_v
