@@ -459,3 +459,59 @@ def test_a_head_file_is_loaded_once_per_model_until_it_changes(tiny, tmp_path):
     assert second is not first and second.name == "tiny-cached-2"
     with pytest.raises(FileNotFoundError):
         resolve_head(str(tmp_path / "missing.pt"), model)
+
+
+def test_packaged_heads_are_chosen_by_the_constraints_output_kind(tiny, tmp_path, monkeypatch):
+    """A shipped head file that names a kind (``meta["kind"]``) drafts for constraints that
+    declare that ``output_kind`` (JSON Schema constraints: ``"json"``); every other
+    constraint, and a kind no file names, gets the file that names none; output stays
+    identical to plain greedy either way, and the stats name the head used."""
+    import structspec.spec.draft_head as dh
+    from structspec.automata.json_schema import compile_json_schema
+
+    model, tok, vocab, constraints, _ = tiny
+    general, for_json = _random_head(model, seed=5), _random_head(model, seed=6)
+    save_head(tmp_path / "tiny.pt", general.net, general.vocab, fingerprint(model),
+              name="tiny-general")
+    save_head(tmp_path / "tiny.json.pt", for_json.net, for_json.vocab, fingerprint(model),
+              name="tiny-calls", meta={"kind": "json"})
+    (tmp_path / "broken.pt").write_bytes(b"not a head")  # unreadable: not a match
+    monkeypatch.setattr(dh, "HEADS_DIR", tmp_path)
+    monkeypatch.setattr(dh, "_PACKAGED", {})
+    assert dh.packaged_head(model).name == "tiny-general"
+    assert dh.packaged_head(model, "json").kind == "json"
+    assert dh.packaged_head(model, "yaml").name == "tiny-general"
+    assert dh.packaged_head(model, "json") is dh.resolve_head("auto", model, "json")
+    # an explicit file serves every kind
+    assert dh.resolve_head(tmp_path / "tiny.pt", model, "json").name == "tiny-general"
+
+    schema = {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome", "Oslo"]},
+                                               "days": {"type": "integer", "minimum": 1,
+                                                        "maximum": 9}},
+              "required": ["city", "days"], "additionalProperties": False}
+    json_c = compile_json_schema(schema, vocab)
+    assert json_c.output_kind == "json"
+    prompt = tok.encode("Weather in Paris for 3 days", add_special_tokens=False)
+    for c, used in ((json_c, "tiny-calls (json)"), (constraints["free"], "tiny-general")):
+        plain = run_decode(decode, model, vocab, prompt, c, max_new_tokens=24, sampling=GREEDY)
+        spec = run_decode(speculative_decode, model, vocab, prompt, c, max_new_tokens=24,
+                          sampling=GREEDY, config=SpecConfig(cost_curve=FLAT), tokenizer=tok)
+        assert spec[:3] == plain[:3]
+        assert spec[3] is None or spec[3].stats.draft_head == used
+    assert _head_named(json_c, model, vocab, prompt, tok) == "tiny-calls (json)"
+
+
+def _head_named(c, model, vocab, prompt, tok) -> str | None:
+    """The head a complete speculative decode under ``c`` names in its stats."""
+    out = speculative_decode(model, vocab, prompt, c, max_new_tokens=40, sampling=GREEDY,
+                             config=SpecConfig(cost_curve=FLAT), tokenizer=tok)
+    return out.stats.draft_head
+
+
+def test_a_head_files_kind_must_be_a_string(tiny, tmp_path):
+    model, *_ = tiny
+    head = _random_head(model, seed=7)
+    save_head(tmp_path / "odd.pt", head.net, head.vocab, fingerprint(model), name="odd",
+              meta={"kind": 3})
+    with pytest.raises(DraftHeadMismatchError, match="'kind' must be a string"):
+        DraftHead.load(tmp_path / "odd.pt", model)
