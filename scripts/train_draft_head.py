@@ -63,22 +63,6 @@ steps in 20 min):
 Chain accuracy at depths 1 / 2 / 3 before / after: held-out code answers 0.33 / 0.10 / 0.03
 → 0.56 / 0.30 / 0.17, the evaluation answers 0.456 / 0.202 / 0.087 → 0.471 / 0.208 / 0.094.
 (Session 12 had tried the same on less prose data, 88k tokens, and lost on prose.)
-
-The JSON head (``heads/smollm2-135m-instruct.json.pt``, ``meta["kind"] == "json"``: drafts
-under JSON Schema constraints, see :mod:`structspec.spec.draft_head`) is the head above
-fine-tuned on schema-constrained calls (session 53, the Zen 4 of ``docs/performance.md``):
-``data --source json`` answers, under each schema's constraint with speculation off, the
-speculative benchmark's BFCL dev calls (rows 0-149; its held-out rows 150-249 never) and
-``--json-requests`` MaskBench Glaive function schemas asked for with one valid instance's
-values (``scripts/learn_habits.py``'s requests, seed 1; 32 more are the evaluation answers),
-then records the final-norm states in one teacher-forced pass per answer; ``train --kind
-json`` trains on those shards alone::
-
-    .venv/bin/python scripts/train_draft_head.py data --source json --json-requests 600 \
-        --gen-batch 150 --max-new 128 --work /tmp/headwork --threads 1
-    .venv/bin/python scripts/train_draft_head.py train --kind json --work /tmp/headwork \
-        --init structspec/spec/heads/smollm2-135m-instruct.pt --vocab-size 10240 \
-        --lr 5e-4 --steps 1000 --threads 2
 """
 
 from __future__ import annotations
@@ -585,9 +569,6 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 #: BFCL rows a JSON head may learn from: the speculative benchmark's dev rows. Rows 150-249
 #: are its held-out calls (README), never trained on.
 BFCL_TRAIN_ROWS = range(0, 150)
-#: The MaskBench schemas a JSON head never learns from: the first this many of the file in
-#: the order ``random.Random(0).shuffle`` gives (``benchmarks/speculative.py --shuffle 0``).
-MASKBENCH_SAMPLE = 100
 
 
 Requests = list[tuple[str, Any]]
@@ -598,7 +579,6 @@ def json_requests(n_glaive: int, n_eval: int) -> tuple[Requests, Requests]:
     calls (:data:`BFCL_TRAIN_ROWS`), then ``n_glaive`` MaskBench Glaive function schemas
     asked for with one valid instance's values (``scripts/learn_habits.py``'s requests,
     another seed); the evaluation pairs are ``n_eval`` further Glaive requests."""
-    import gzip
     import json
 
     sys.path.insert(0, str(ROOT / "scripts"))
@@ -611,18 +591,7 @@ def json_requests(n_glaive: int, n_eval: int) -> tuple[Requests, Requests]:
     rows = [json.loads(line) for line in bfcl.read_text().splitlines() if line.strip()]
     calls = [(str(rows[i]["messages"][-1]["content"]), rows[i]["call_json_schema"])
              for i in BFCL_TRAIN_ROWS]
-    # The MaskBench schemas the README's speculative row samples (--shuffle 0, the first
-    # MASKBENCH_SAMPLE) are replaced in place by later requests, so that row stays unseen
-    # (and the other requests keep their places: their shards stay valid).
-    with gzip.open(maskbench, "rt") as f:
-        order = [json.loads(line) for line in f]
-    random.Random(0).shuffle(order)  # as benchmarks/speculative.py --shuffle 0
-    unseen = {json.dumps(r["schema"], sort_keys=True) for r in order[:MASKBENCH_SAMPLE]}
-    pool = requests(maskbench, 2 * (n_glaive + n_eval), seed=1)
-    keep = [q for q in pool if json.dumps(q[1], sort_keys=True) not in unseen]
-    spare = iter(keep[n_glaive + n_eval:])
-    glaive = [q if json.dumps(q[1], sort_keys=True) not in unseen else next(spare)
-              for q in pool[:n_glaive + n_eval]]
+    glaive = requests(maskbench, n_glaive + n_eval, seed=1)
     return calls + glaive[:n_glaive], glaive[n_glaive:]
 
 

@@ -390,40 +390,6 @@ def test_code_prompts_are_deterministic_python_and_share_nothing_with_humaneval(
     assert not any(f"def {name}(" in p for p in prompts for name in entry_points if name)
 
 
-def test_json_training_requests_leave_the_benchmarks_held_out_schemas_alone():
-    """The JSON head's training calls are the BFCL dev rows and MaskBench Glaive requests:
-    never a held-out BFCL call (rows 150-249) nor a schema of the MaskBench sample the
-    README's speculative row draws (``--shuffle 0``); deterministic, evaluation apart."""
-    import gzip
-    import json
-    import random
-    from pathlib import Path
-
-    data = Path(__file__).resolve().parents[2] / "shared" / "data"
-    if not (data / "bfcl").is_dir() or not (data / "maskbench").is_dir():
-        pytest.skip("../shared/data is absent: the JSON head's requests not checked")
-    script = _training_script()
-    asked, held = script.json_requests(300, 16)
-    assert (asked, held) == script.json_requests(300, 16)
-    assert len(asked) == len(script.BFCL_TRAIN_ROWS) + 300 and len(held) == 16
-
-    def key(schema):
-        return json.dumps(schema, sort_keys=True)
-
-    rows = [json.loads(line) for line in
-            (data / "bfcl" / "bfcl_dev.jsonl").read_text().splitlines() if line.strip()]
-    held_out_calls = {(r["messages"][-1]["content"], key(r["call_json_schema"]))
-                      for r in rows[150:]}
-    with gzip.open(data / "maskbench" / "maskbench_dev.jsonl.gz", "rt") as f:
-        order = [json.loads(line) for line in f]
-    random.Random(0).shuffle(order)
-    sample = {key(r["schema"]) for r in order[:script.MASKBENCH_SAMPLE]}
-    pairs = {(p, key(s)) for p, s in asked + held}
-    assert not pairs & held_out_calls
-    assert not {k for _, k in pairs} & sample
-    assert not {(p, key(s)) for p, s in held} & {(p, key(s)) for p, s in asked}
-
-
 @pytest.mark.real_model
 def test_the_shipped_head_loads_and_keeps_prose_identical():
     from structspec.api import Generator
@@ -443,31 +409,6 @@ def test_the_shipped_head_loads_and_keeps_prose_identical():
                              sampling=GREEDY, config=SpecConfig(draft_head=False),
                              tokenizer=gen.loaded.tokenizer)
     assert off.stats.draft_head is None and off.token_ids == plain.token_ids
-
-
-@pytest.mark.real_model
-def test_the_shipped_json_head_drafts_calls_and_keeps_them_identical():
-    from structspec.api import Generator
-    from structspec.automata.json_schema import compile_json_schema
-
-    if not head_path("smollm2-135m-instruct.json").exists():
-        pytest.skip("no shipped JSON head")
-    gen = Generator(None)
-    schema = {"type": "object", "properties": {
-        "name": {"const": "get_weather"},
-        "arguments": {"type": "object", "properties": {
-            "city": {"type": "string"}, "days": {"type": "integer"},
-            "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "days"]}},
-        "required": ["name", "arguments"]}
-    c = compile_json_schema(schema, gen.vocab)
-    ids = gen.prompt_ids("What will the weather be in Lyon over the next 4 days, in celsius?",
-                         schema=c.schema)
-    plain = decode(gen.loaded.model, gen.vocab, ids, c, max_new_tokens=60, sampling=GREEDY)
-    spec = speculative_decode(gen.loaded.model, gen.vocab, ids, c, max_new_tokens=60,
-                              sampling=GREEDY, config=SpecConfig(),
-                              tokenizer=gen.loaded.tokenizer)
-    assert spec.token_ids == plain.token_ids
-    assert spec.stats.draft_head == "smollm2-135m-instruct (json)"
 
 
 def test_the_steps_layers_run_on_integer_panels_where_they_can_and_save_unrounded(tiny,
