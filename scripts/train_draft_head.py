@@ -563,103 +563,6 @@ def make_data(work: Path, prompts: list[str], batch: int, max_new: int,
               f"{time.time() - t0:.0f} s", flush=True)
 
 
-#: The shared test data (BFCL calls, MaskBench schemas) beside the project, as the benchmarks
-#: read it.
-SHARED_DATA = ROOT.parent / "shared" / "data"
-#: BFCL rows a JSON head may learn from: the speculative benchmark's dev rows. Rows 150-249
-#: are its held-out calls (README), never trained on.
-BFCL_TRAIN_ROWS = range(0, 150)
-
-
-Requests = list[tuple[str, Any]]
-
-
-def json_requests(n_glaive: int, n_eval: int) -> tuple[Requests, Requests]:
-    """(training, evaluation) ``(request, schema)`` pairs for a JSON head: the BFCL dev
-    calls (:data:`BFCL_TRAIN_ROWS`), then ``n_glaive`` MaskBench Glaive function schemas
-    asked for with one valid instance's values (``scripts/learn_habits.py``'s requests,
-    another seed); the evaluation pairs are ``n_eval`` further Glaive requests."""
-    import json
-
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from learn_habits import requests
-
-    bfcl = SHARED_DATA / "bfcl" / "bfcl_dev.jsonl"
-    maskbench = SHARED_DATA / "maskbench" / "maskbench_dev.jsonl.gz"
-    if not bfcl.is_file() or not maskbench.is_file():
-        raise SystemExit(f"--source json needs the shared data ({bfcl}, {maskbench})")
-    rows = [json.loads(line) for line in bfcl.read_text().splitlines() if line.strip()]
-    calls = [(str(rows[i]["messages"][-1]["content"]), rows[i]["call_json_schema"])
-             for i in BFCL_TRAIN_ROWS]
-    glaive = requests(maskbench, n_glaive + n_eval, seed=1)
-    return calls + glaive[:n_glaive], glaive[n_glaive:]
-
-
-@torch.inference_mode()
-def make_json_data(work: Path, asked: list[tuple[str, Any]], batch: int, max_new: int,
-                   name: str = "json") -> None:
-    """Schema-constrained greedy answers (speculation off) to ``asked``, the schema shown in
-    the system message as a :class:`~structspec.api.Generator` shows it, then one
-    teacher-forced pass over prompt + answer recording the final-norm hidden states: shards
-    ``<name>_NNNN.pt`` of ``batch`` answers under ``work``, in :func:`answer_records`'
-    format (kept when already there). A schema the compiler refuses even leniently is
-    skipped."""
-    from structspec.spec.draft_head import final_norm
-
-    gen = _load()
-    model = gen.loaded.model
-    norm = final_norm(model)
-    if norm is None:
-        raise SystemExit("the model has no recognisable final norm")
-    states: list[torch.Tensor] = []  # the final norm's output of the latest pass
-    hook = norm.register_forward_hook(lambda _m, _i, o: states.append(o.detach()))
-    try:
-        _json_shards(gen, work, asked, batch, max_new, name, states)
-    finally:
-        hook.remove()
-
-
-def _json_shards(gen: Any, work: Path, asked: list[tuple[str, Any]], batch: int, max_new: int,
-                 name: str, states: list[torch.Tensor]) -> None:
-    """:func:`make_json_data`'s shards; ``states`` collects the hooked final-norm outputs."""
-    import structspec
-    from structspec.engine import decode
-    from structspec.errors import GenerationError, StructSpecError
-    from structspec.sampling import SamplingParams
-
-    model = gen.loaded.model
-    work.mkdir(parents=True, exist_ok=True)
-    t0, total = time.time(), 0
-    for b, start in enumerate(range(0, len(asked), batch)):
-        shard = work / f"{name}_{b:04d}.pt"
-        if shard.exists():
-            continue
-        rec: dict[str, list] = {"ids": [], "hidden": [], "argmax": [], "prompt_len": []}
-        for request, schema in asked[start:start + batch]:
-            try:
-                c = structspec.compile_json_schema(schema, gen.vocab, lenient=True)
-            except (StructSpecError, ValueError) as exc:
-                print(f"skipped: {type(exc).__name__}: {str(exc)[:100]}")
-                continue
-            prompt = gen.prompt_ids(request, schema=c.schema)
-            try:
-                answer = decode(model, gen.vocab, prompt, c, max_new_tokens=max_new,
-                                sampling=SamplingParams()).token_ids
-            except GenerationError as exc:  # the token bound: its tokens still teach
-                answer = exc.token_ids
-            seq = prompt + list(answer)
-            states.clear()  # the decode's own passes were hooked too
-            model(input_ids=torch.tensor([seq]), use_cache=False, logits_to_keep=1)
-            rec["ids"].append(torch.tensor(seq, dtype=torch.int32))
-            rec["hidden"].append(states[0][0].to(torch.float16).clone())
-            rec["argmax"].append(torch.tensor(seq[1:] + seq[-1:], dtype=torch.int32))
-            rec["prompt_len"].append(len(prompt))
-        total += sum(len(s) - p for s, p in zip(rec["ids"], rec["prompt_len"], strict=True))
-        torch.save(rec, shard)
-        print(f"{name} shard {b}: {len(rec['ids'])} answers, {total} answer tokens so far, "
-              f"{time.time() - t0:.0f} s", flush=True)
-
-
 # -- training --------------------------------------------------------------------------------
 
 
@@ -696,12 +599,10 @@ def _load_shards(shards: list[Path]):
 def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int, batch: int,
           unroll: int, lr: float, feature_weight: float, holdout: float,
           minutes: float | None = None, init: Path | None = None,
-          mid_layer: int | None = None, blocks: int = 1, kind: str | None = None) -> None:
+          mid_layer: int | None = None, blocks: int = 1) -> None:
     """Fit the head on the shards; write ``out``; print held-out acceptance per depth.
     ``mid_layer``: the head's first state also reads that layer's outputs (the shards'
-    ``mid``, made by ``data --mid-layer`` with the same layer). ``kind="json"``: a head for
-    JSON Schema constraints, on the ``json_*`` shards alone (evaluated on ``eval_json``),
-    recorded as such in the file (``meta["kind"]``)."""
+    ``mid``, made by ``data --mid-layer`` with the same layer)."""
     from structspec.spec.draft_head import DraftHeadNet, fingerprint, save_head
 
     torch.manual_seed(SEED)
@@ -710,16 +611,9 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     emb = model.get_input_embeddings().weight.detach()  # [V, H]
     lm = model.get_output_embeddings().weight.detach()  # [V, H]
     # The evaluation answers (``EVAL_PROMPTS``, under ``work/eval``) come last: never trained on.
-    if kind == "json":
-        train_shards = sorted(work.glob("json_*.pt"))
-        eval_shards = sorted((work / "eval_json").glob("json_*.pt"))
-    else:
-        train_shards = sorted(work.glob("shard_*.pt")) + sorted(work.glob("code_*.pt"))
-        eval_shards = sorted((work / "eval").glob("shard_*.pt"))
-    if not train_shards:
-        raise SystemExit(f"{work}: no training shards (run the data step first)")
+    train_shards = sorted(work.glob("shard_*.pt")) + sorted(work.glob("code_*.pt"))
     ids, hidden, argmax, seq_end, seq_answer, seq_no, per_shard, mid = _load_shards(
-        train_shards + eval_shards)
+        train_shards + sorted((work / "eval").glob("shard_*.pt")))
     if mid_layer is not None and mid is None:
         raise SystemExit("--mid-layer: some shards have no middle-layer outputs")
     per_shard = per_shard[:len(train_shards)]
@@ -757,8 +651,7 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
     is_held = torch.isin(seq_no[valid], held_seqs) & ~is_eval
     hold, fit, evals = valid[is_held], valid[~is_held & ~is_eval], valid[is_eval]
     hold = hold[torch.randperm(len(hold), generator=g)]
-    # held-out code answers, reported apart (a JSON head's data has no prose or code)
-    hold_code = hold[seq_no[hold] >= n_prose_seq] if kind is None else hold[:0]
+    hold_code = hold[seq_no[hold] >= n_prose_seq]  # held-out code answers, reported apart
     print(f"{len(fit)} training starts, {len(hold)} held-out starts ({len(held_seqs)} answers), "
           f"{len(evals)} evaluation starts ({int(seq_no[-1]) + 1 - n_train_seq} answers)")
     net = DraftHeadNet(lm.shape[1], hidden_dim, mid=mid_layer is not None, blocks=blocks)
@@ -855,8 +748,7 @@ def train(work: Path, out: Path, *, vocab_size: int, hidden_dim: int, steps: int
                     "blocks": net.blocks,
                     **({} if init is None else {"init_steps": init_steps}),
                     "vocab_cover": round(cover, 4), "seed": SEED,
-                    **({} if mid_layer is None else {"mid_layer": mid_layer}),
-                    **({} if kind is None else {"kind": kind})})
+                    **({} if mid_layer is None else {"mid_layer": mid_layer})})
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
 
 
@@ -866,16 +758,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=str(ROOT / "build" / "draft_head_data"))
     ap.add_argument("--out", default=None, help="default: the packaged head of the model")
     ap.add_argument("--prompts", type=int, default=6000)
-    ap.add_argument("--source", choices=["prose", "code", "both", "json"], default="prose",
+    ap.add_argument("--source", choices=["prose", "code", "both"], default="prose",
                     help="data: chat answers to the prompts made here, raw continuations of "
-                         "the standard library's functions (code_*.pt shards), or both; or "
-                         "schema-constrained calls (json_*.pt shards, for --kind json)")
-    ap.add_argument("--json-requests", type=int, default=1000,
-                    help="data --source json: MaskBench Glaive requests after the BFCL dev "
-                         "calls")
-    ap.add_argument("--kind", choices=["json"], default=None,
-                    help="train: a head for this kind of constraint, on its shards alone "
-                         "(default: the general head, on prose and code)")
+                         "the standard library's functions (code_*.pt shards), or both")
     ap.add_argument("--code-prompts", type=int, default=1536)
     ap.add_argument("--code-shards", type=int, default=None)
     ap.add_argument("--gen-batch", type=int, default=96)
@@ -911,11 +796,7 @@ def main(argv: list[str] | None = None) -> int:
     random.seed(SEED)
     torch.manual_seed(SEED)
     work = Path(args.work)
-    if args.what in ("data", "all") and args.source == "json":
-        asked, held = json_requests(args.json_requests, 32)
-        make_json_data(work / "eval_json", held, args.gen_batch, args.max_new)
-        make_json_data(work, asked, args.gen_batch, args.max_new)
-    elif args.what in ("data", "all"):
+    if args.what in ("data", "all"):
         make_data(work / "eval", EVAL_PROMPTS, args.gen_batch, args.max_new,
                   mid_layer=args.mid_layer)
         if args.source in ("prose", "both"):
@@ -931,13 +812,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.what in ("train", "all"):
         from structspec.spec.draft_head import head_path
 
-        out = Path(args.out) if args.out else head_path(
-            "smollm2-135m-instruct" + ("" if args.kind is None else f".{args.kind}"))
+        out = Path(args.out) if args.out else head_path("smollm2-135m-instruct")
         train(work, out, vocab_size=args.vocab_size, hidden_dim=args.hidden_dim,
               steps=args.steps, batch=args.batch, unroll=args.unroll, lr=args.lr,
               feature_weight=args.feature_weight, holdout=args.holdout,
               minutes=args.minutes, init=Path(args.init) if args.init else None,
-              mid_layer=args.mid_layer, blocks=args.blocks, kind=args.kind)
+              mid_layer=args.mid_layer, blocks=args.blocks)
     return 0
 
 

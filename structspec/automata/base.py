@@ -119,10 +119,7 @@ class Constraint(Protocol):
     Every method is pure and thread-safe; ``allowed`` is memoized per state. A constraint
     whose masks are costly may also offer ``known_allowed(state) -> TokenMask | None`` (the
     mask if already computed): drafters then avoid computing masks of draft nodes that
-    decoding may never reach (:func:`structspec.spec.drafters.cheap_allowed`). And it may
-    name the kind of text it produces as ``output_kind`` (a string: ``"json"`` for JSON
-    Schema constraints): speculative decoding then drafts with a draft head trained for that
-    kind where one is shipped (:mod:`structspec.spec.draft_head`).
+    decoding may never reach (:func:`structspec.spec.drafters.cheap_allowed`).
     """
 
     @property

@@ -208,11 +208,7 @@ class JsonSchemaConstraint:
         whitespace: the whitespace policy, ``"compact"`` or ``"flexible"``.
         dropped: ``(keyword, pointer, reason)`` of each keyword dropped in lenient mode.
         inner: the :class:`~structspec.automata.grammar.GrammarConstraint` this delegates to.
-        output_kind: ``"json"``: what its outputs are, for the decoder to draft with what
-            was trained on such outputs (see the protocol's note on ``output_kind``).
     """
-
-    output_kind = "json"
 
     def __init__(self, inner: GrammarConstraint, schema: Any, validator: Any, *, whitespace: str,
                  dropped: tuple[tuple[str, str, str], ...] = ()) -> None:

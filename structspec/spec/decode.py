@@ -564,9 +564,7 @@ def speculative_decode(
     # retrained one drafts code too (benchmarks/speculative.py --task code, back to back:
     # 4.95 tokens per pass and 2.70-2.73x end to end with it, 4.14 and 2.45-2.59x
     # without) and leaves JSON where it was (12.44 tokens per pass either way).
-    # A JSON Schema constraint drafts with the head trained on calls where one is shipped.
-    head = (resolve_head(config.draft_head, model, getattr(constraint, "output_kind", None))
-            if config.enabled else None)
+    head = resolve_head(config.draft_head, model) if config.enabled else None
     norm = final_norm(model) if head is not None else None
     if head is not None and norm is None:
         if config.draft_head in ("auto", True):
@@ -580,8 +578,7 @@ def speculative_decode(
     names = _place(names, CORPUS, corpus is not None, after=("lookup",), default_end=True)
     ctx.draft_head = head
     ctx.corpus = corpus
-    stats.draft_head = (None if head is None else head.name if head.kind is None
-                        else f"{head.name} ({head.kind})")
+    stats.draft_head = head.name if head is not None else None
     drafters = make_drafters(names) if config.enabled else []
     max_nodes, max_branches = config.budgets(structured, free)
     stats.cost_curve = curve.as_dict() if curve is not None else None

@@ -24,13 +24,6 @@ A head file belongs to one target: it records the target's :func:`fingerprint` (
 its configuration and of a sample of its embedding), and :meth:`DraftHead.load` refuses any
 other model with :class:`DraftHeadMismatchError`. :func:`packaged_head` finds the head
 shipped in ``structspec/spec/heads/`` for a model, if any.
-
-A head file may say what kind of output it was trained for (``meta["kind"]``, e.g.
-``"json"``): a constraint that declares the same ``output_kind`` (JSON Schema constraints
-declare ``"json"``) drafts with that head, everything else with the file that names no kind.
-The general head learned prose and code; schema-constrained function calls are another
-distribution (their free tokens are key-dependent values, units, enum-like words), and the
-default model's JSON head, fine-tuned on such calls, drafts them better.
 """
 
 from __future__ import annotations
@@ -226,17 +219,13 @@ class DraftHead:
 
     Attributes:
         name: the target's name recorded in the file (for messages and stats).
-        kind: the kind of output the head was trained for (``"json"``), or ``None``.
         vocab: ``[Vr]`` long: the reduced vocabulary (target token ids), ascending.
     """
 
     def __init__(self, net: DraftHeadNet, vocab: torch.Tensor, model: Any, *,
-                 name: str = "draft-head", mid_layer: int | None = None,
-                 kind: str | None = None) -> None:
+                 name: str = "draft-head", mid_layer: int | None = None) -> None:
         device = model.get_input_embeddings().weight.device
         self.name = name
-        #: The kind of output the head was trained for (``None``: any; see the module doc).
-        self.kind = kind
         #: The decoder layer whose output the first state also reads (``None``: none).
         self.mid_layer = mid_layer if net.has_mid else None
         if self.mid_layer is not None and decoder_layer(model, self.mid_layer) is None:
@@ -327,11 +316,7 @@ class DraftHead:
         if mid and not isinstance(mid_layer, int):
             raise DraftHeadMismatchError(f"{path}: the head reads a middle layer but does "
                                          f"not say which")
-        kind = blob.get("meta", {}).get("kind")
-        if kind is not None and not isinstance(kind, str):
-            raise DraftHeadMismatchError(f"{path}: 'kind' must be a string, got {kind!r}")
-        return cls(net, vocab, model, name=str(blob.get("name")), mid_layer=mid_layer,
-                   kind=kind)
+        return cls(net, vocab, model, name=str(blob.get("name")), mid_layer=mid_layer)
 
     @torch.inference_mode()
     def start(self, h: torch.Tensor, m: torch.Tensor | None = None) -> torch.Tensor:
@@ -354,7 +339,7 @@ class DraftHead:
         return self.reduced.forward(s.float())
 
 
-_PACKAGED: dict[int, tuple[Any, dict[str | None, DraftHead]]] = {}
+_PACKAGED: dict[int, tuple[Any, DraftHead | None]] = {}
 
 
 def _read_head_file(path: Path) -> dict[str, Any]:
@@ -400,33 +385,28 @@ def per_model(memo: dict[int, tuple[Any, Any]], model: Any, compute: Callable[[]
     return value
 
 
-def packaged_head(model: Any, kind: str | None = None) -> DraftHead | None:
-    """The head shipped in :data:`HEADS_DIR` whose fingerprint matches ``model`` and that
-    was trained for ``kind`` of output, else the matching one trained for no particular
-    kind; ``None`` when none matches. The files are read once per model object."""
+def packaged_head(model: Any) -> DraftHead | None:
+    """The head shipped in :data:`HEADS_DIR` whose fingerprint matches ``model``, loaded once
+    per model object; ``None`` when none matches."""
 
-    def find() -> dict[str | None, DraftHead]:
+    def find() -> DraftHead | None:
         mine = fingerprint(model)
-        heads: dict[str | None, DraftHead] = {}
         for path in sorted(HEADS_DIR.glob("*.pt")):
             try:
                 blob = torch.load(path, map_location="cpu", weights_only=True)
             except Exception:  # an unreadable file is just not a match
                 continue
             if isinstance(blob, dict) and blob.get("fingerprint") == mine:  # read once
-                head = DraftHead._from_blob(_checked_head(blob, path), path, model)
-                heads.setdefault(head.kind, head)  # the first file of a kind, by name
-        return heads
+                return DraftHead._from_blob(_checked_head(blob, path), path, model)
+        return None
 
-    heads: dict[str | None, DraftHead] = per_model(_PACKAGED, model, find)
-    return heads.get(kind) if kind in heads else heads.get(None)
+    return per_model(_PACKAGED, model, find)
 
 
-def resolve_head(spec: Any, model: Any, kind: str | None = None) -> DraftHead | None:
+def resolve_head(spec: Any, model: Any) -> DraftHead | None:
     """The head a :class:`~structspec.spec.decode.SpecConfig` ``draft_head`` value asks for:
-    ``"auto"`` → the packaged one if it matches (else ``None``), the one trained for
-    ``kind`` (a constraint's ``output_kind``) where there is one; ``False``/``None`` → none;
-    a path → that file (mismatch raises), whatever ``kind``; a :class:`DraftHead` → itself.
+    ``"auto"`` → the packaged one if it matches (else ``None``); ``False``/``None`` → none; a
+    path → that file (mismatch raises); a :class:`DraftHead` → itself.
 
     Raises:
         DraftHeadMismatchError: an explicit head does not fit ``model``.
@@ -438,7 +418,7 @@ def resolve_head(spec: Any, model: Any, kind: str | None = None) -> DraftHead | 
             raise DraftHeadMismatchError(f"draft head {spec.name!r} is bound to another model")
         return spec
     if spec == "auto" or spec is True:
-        return packaged_head(model, kind)
+        return packaged_head(model)
     return _head_file(Path(spec), model)
 
 
