@@ -167,3 +167,54 @@ def test_a_shared_gate_starts_each_request_afresh_unless_a_drafter_never_hits():
     g.record({"values": True})
     g.begin()
     assert g.active("values")  # a hit: afresh again
+
+
+def test_a_yield_floor_pauses_a_drafter_that_earns_too_little_across_requests():
+    """A floored drafter (the draft head) that hits now and then — never a window without a
+    hit — still sits out a pause when its accepted tokens per step, over its last
+    ``2 * window`` steps across requests, fall under the floor; the pause doubles while it
+    stays under and ``begin`` keeps it; one earning its floor is never paused, and drafters
+    without a floor are untouched."""
+    from structspec.spec.cost import AcceptanceModel
+
+    acceptance = AcceptanceModel()
+    g = DrafterGate.shared(acceptance, window=4, pause=3, floors={"draft_head": 0.5})
+    assert DrafterGate.shared(acceptance, window=4, pause=3,
+                              floors={"draft_head": 0.5}) is g
+    assert DrafterGate.shared(acceptance, window=4, pause=3) is not g  # other floors
+    g = DrafterGate.shared(acceptance, window=4, pause=3, floors={"draft_head": 0.5})
+    g.begin()
+
+    def lean(steps: int) -> None:  # one token every third step: 1/3 a step, under 0.5
+        for i in range(steps):
+            g.record({"draft_head": i % 3 == 0, "lookup": True},
+                     {"draft_head": int(i % 3 == 0), "lookup": 0})
+
+    lean(7)
+    assert g.active("draft_head") and g.active("lookup")  # 7 of the 8 steps it averages
+    g.begin()  # a new request: the floor's window carries over
+    g.record({"draft_head": False}, {})
+    assert not g.active("draft_head") and g.active("lookup")  # 3 tokens in 8 steps
+    for _ in range(3):
+        g.record({})
+    assert g.active("draft_head")  # paused 3 steps
+    lean(8)  # still under: paused twice as long
+    assert not g.active("draft_head")
+    g.begin()
+    assert not g.active("draft_head")  # a request's start does not end it
+    for _ in range(6):
+        g.record({})
+    assert g.active("draft_head")
+    for _ in range(16):  # earning 2 a step: never paused, and the doubling resets
+        g.record({"draft_head": True}, {"draft_head": 2})
+        assert g.active("draft_head")
+    assert g._lean_strikes["draft_head"] == 0
+
+
+def test_no_floor_and_a_non_adaptive_gate_never_pause_for_yield():
+    g = DrafterGate(window=2, pause=3, floors={"draft_head": 0.0})
+    h = DrafterGate(window=2, pause=3, adaptive=False, floors={"draft_head": 1.0})
+    for _ in range(8):
+        g.record({"draft_head": True}, {"draft_head": 0})
+        h.record({"draft_head": False}, {})
+    assert g.active("draft_head") and h.active("draft_head")
