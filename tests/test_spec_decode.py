@@ -203,10 +203,6 @@ def test_bad_arguments(tiny):
                            sampling=GREEDY)
     with pytest.raises(ValueError, match="validation_threshold"):
         SpecConfig(validation_threshold=1.5)
-    with pytest.raises(ValueError, match="draft_head_min_yield must be >= 0"):
-        SpecConfig(draft_head_min_yield=-0.1)
-    with pytest.raises(ValueError, match="draft_head_min_yield must be a number"):
-        SpecConfig(draft_head_min_yield="0.1")
     with pytest.raises(ValueError, match="unknown drafters"):
         SpecConfig(drafters=("nope",))
     with pytest.raises(ValueError, match="drafters must be a sequence"):

@@ -187,17 +187,6 @@ class SpecConfig:
             (where the head is unsure, the nodes a pass carries for free otherwise went to
             drafts that hit less; 20 HumanEval tasks 352 passes instead of 357, 20 prose
             prompts 1,268 instead of 1,319, 60 BFCL calls 277 instead of 274).
-        draft_head_min_yield: the least the head must earn, in accepted tokens per step
-            it drafted in, over its last ``2 * window`` such steps (across the requests that
-            share acceptance statistics, as a :class:`~structspec.api.Generator`'s of one
-            kind do); below it the head sits out a pause, doubling while it stays below
-            (:class:`~structspec.spec.schedule.DrafterGate`); 0: never. Structured output
-            only (free text, where the head is what drafts, keeps it). A head step costs
-            ~0.6 ms on this project's CPU, which a JSON call's head earns back with ~0.16
-            accepted tokens a step; it got ~0.07 on BFCL dev calls, where 0.15 pauses it
-            (100 calls: 514 -> 504 passes, modeled pass time + drafting -2.3%), and keeps
-            it where it drafts free-text fields (MaskBench: 837 -> 833 passes) and code
-            (no pass changed).
         corpus: text the output is likely to copy from, as the ``corpus`` drafter
             (:mod:`~structspec.spec.corpus`; inserted after ``lookup`` when absent from
             ``drafters``): a :class:`~structspec.spec.corpus.TokenCorpus` or a path to a
@@ -244,7 +233,6 @@ class SpecConfig:
     draft_head_max_depth: int = int(HEAD_DEFAULTS["draft_head_max_depth"])
     draft_head_min_prob: float = HEAD_DEFAULTS["draft_head_min_prob"]
     draft_head_first_min_prob: float = HEAD_DEFAULTS["draft_head_first_min_prob"]
-    draft_head_min_yield: float = 0.15
     corpus: Any = None
     corpus_branches: int = 1
     corpus_min_share: float = 0.3
@@ -258,8 +246,7 @@ class SpecConfig:
             if not isinstance(getattr(self, name), bool):  # "no" or "maybe" from a file
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("validation_threshold", "min_acceptance", "memory_threshold",
-                     "draft_head_min_prob", "draft_head_first_min_prob", "corpus_min_share",
-                     "draft_head_min_yield"):
+                     "draft_head_min_prob", "draft_head_first_min_prob", "corpus_min_share"):
             value = getattr(self, name)
             if value is None and name in ("validation_threshold", "memory_threshold"):
                 continue
@@ -305,9 +292,6 @@ class SpecConfig:
         for name in ("draft_head_min_prob", "draft_head_first_min_prob"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
-        if self.draft_head_min_yield < 0:
-            raise ValueError(f"draft_head_min_yield must be >= 0, got "
-                             f"{self.draft_head_min_yield!r}")
         if not 0 <= self.corpus_min_share <= 1:
             raise ValueError(f"corpus_min_share must be in [0, 1], got "
                              f"{self.corpus_min_share!r}")
@@ -614,10 +598,7 @@ def speculative_decode(
                           min_nodes=free)
     ctx.acceptance = scheduler.acceptance
     gate = DrafterGate.shared(scheduler.acceptance, config.window, config.probe_every,
-                              adaptive=config.adaptive,
-                              # free text keeps its head: there it is what drafts
-                              floors={DRAFT_HEAD: config.draft_head_min_yield
-                                      if structured else 0.0})
+                              adaptive=config.adaptive)
     gate.begin()
     masks: MaskCache | None = None
 
@@ -845,13 +826,11 @@ def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, built: Dr
         stats.per_depth[d][1] += 1
     proposed = {drafter_of(built.sources[i]): False for i in range(1, len(built))
                 if built.sources[i] != FORCED}
-    accepted: dict[str, int] = defaultdict(int)
     for i in path[1:]:
         name = drafter_of(tree.sources[i])
         if name in proposed:
             proposed[name] = True
-            accepted[name] += 1
-    gate.record(proposed, accepted)
+    gate.record(proposed)
     scheduler.record_tree(tree, path, frontier_depth, built=built, next_token=next_token)
 
 

@@ -29,7 +29,7 @@ Not thread-safe; one per decode.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from structspec.spec.cost import (
@@ -239,47 +239,29 @@ class DrafterGate:
     ~0.35 ms a pass. Carrying every pause across requests instead cost JSON 9% more passes
     (``values`` and ``lookup`` hit there in bursts, each request's first steps the likeliest).
 
-    A drafter that costs real time to run (the draft head: ~0.6 ms a step in a JSON call)
-    can hit often enough never to be paused and still cost more than its tokens save.
-    ``floors`` gives such drafters a least yield: accepted tokens per step it proposed in,
-    over its last ``2 * window`` such steps, counted across requests (a JSON call is ~7
-    steps, too few for a window of its own; the evidence is the kind of request, which a
-    shared gate sees). Below it the drafter sits out ``pause`` steps, doubling while it
-    stays below; probes still try it. On BFCL calls the general head yields ~0.07 tokens a
-    step (0.6 ms for ~0.3 ms of saved passes); on MaskBench's free-text fields ~0.3, in
-    prose and code ~0.9.
-
     Not thread-safe; one per decode, or per shared acceptance model (copied per request).
     """
 
     def __init__(self, window: int = 8, pause: int = 16, adaptive: bool = True,
-                 max_pause: int = 256, carry: int | None = None,
-                 floors: Mapping[str, float] | None = None) -> None:
+                 max_pause: int = 256, carry: int | None = None) -> None:
         self.window, self.pause, self.adaptive = self._settings(window, pause, adaptive)
         self.max_pause = max(self.pause, max_pause)
         self.carry = 4 * self.window if carry is None else max(1, carry)
-        self.floors = self._floors(floors)
         self._hits: dict[str, deque[bool]] = {}
         self._paused_until: dict[str, int] = {}
         self._strikes: dict[str, int] = {}
         self._since_hit: dict[str, int] = {}  # steps proposed in a row without a hit
-        # The yield floors' state, kept across requests (begin leaves it alone).
-        self._yields: dict[str, deque[int]] = {}
-        self._lean_until: dict[str, int] = {}
-        self._lean_strikes: dict[str, int] = {}
         self.step = 0
 
     @classmethod
     def shared(cls, acceptance: AcceptanceModel, window: int = 8, pause: int = 16,
-               adaptive: bool = True,
-               floors: Mapping[str, float] | None = None) -> DrafterGate:
+               adaptive: bool = True) -> DrafterGate:
         """The gate ``acceptance`` carries (one with these settings; a new one, which it then
         carries, where it has none or one with other settings)."""
         gate = acceptance.gate
         if not (isinstance(gate, cls)
-                and gate.settings == (*cls._settings(window, pause, adaptive),
-                                      cls._floors(floors))):
-            gate = acceptance.gate = cls(window, pause, adaptive, floors=floors)
+                and gate.settings == cls._settings(window, pause, adaptive)):
+            gate = acceptance.gate = cls(window, pause, adaptive)
         return gate
 
     @staticmethod
@@ -287,15 +269,10 @@ class DrafterGate:
         """``(window, pause, adaptive)`` as a gate made with them runs them."""
         return max(1, window), max(0, pause), adaptive
 
-    @staticmethod
-    def _floors(floors: Mapping[str, float] | None) -> tuple[tuple[str, float], ...]:
-        """The yield floors that apply (positive ones), in a comparable form."""
-        return tuple(sorted((k, float(v)) for k, v in (floors or {}).items() if v > 0))
-
     @property
-    def settings(self) -> tuple[int, int, bool, tuple[tuple[str, float], ...]]:
-        """``(window, pause, adaptive, floors)`` as in effect."""
-        return self.window, self.pause, self.adaptive, self.floors
+    def settings(self) -> tuple[int, int, bool]:
+        """``(window, pause, adaptive)`` as in effect."""
+        return self.window, self.pause, self.adaptive
 
     def begin(self) -> None:
         """A request starts: every drafter afresh (an empty window, no pause), except those
@@ -312,19 +289,14 @@ class DrafterGate:
 
     def active(self, name: str) -> bool:
         """Whether ``name`` may draft in the current step."""
-        return not self.adaptive or (self._paused_until.get(name, -1) <= self.step
-                                     and self._lean_until.get(name, -1) <= self.step)
+        return not self.adaptive or self._paused_until.get(name, -1) <= self.step
 
-    def record(self, proposed: dict[str, bool],
-               accepted: Mapping[str, int] | None = None) -> None:
+    def record(self, proposed: dict[str, bool]) -> None:
         """End of a step: ``{drafter: whether any of its nodes was accepted}`` for the
-        drafters that proposed nodes, and (for the yield floors) how many were."""
+        drafters that proposed nodes."""
         self.step += 1
         if not self.adaptive:
             return
-        floors = dict(self.floors)
-        for name in proposed.keys() & floors.keys():
-            self._count_yield(name, (accepted or {}).get(name, 0), floors[name])
         for name, hit in proposed.items():
             hits = self._hits.setdefault(name, deque(maxlen=self.window))
             hits.append(hit)
@@ -338,21 +310,6 @@ class DrafterGate:
                 self._paused_until[name] = self.step + min(self.max_pause,
                                                            self.pause << min(strikes, 16))
                 hits.clear()
-
-    def _count_yield(self, name: str, got: int, floor: float) -> None:
-        """One step's accepted tokens of a floored drafter; a full window under ``floor``
-        a step pauses it (doubling while it stays under), one at or over resets that."""
-        window = self._yields.setdefault(name, deque(maxlen=2 * self.window))
-        window.append(got)
-        if len(window) < window.maxlen:
-            return
-        if sum(window) >= floor * len(window):
-            self._lean_strikes[name] = 0
-            return
-        strikes = self._lean_strikes.get(name, 0)
-        self._lean_strikes[name] = strikes + 1
-        self._lean_until[name] = self.step + min(self.max_pause, self.pause << min(strikes, 16))
-        window.clear()
 
 
 def _same_path(built: DraftTree, tree: DraftTree, path: Sequence[int]) -> tuple[int, ...]:
