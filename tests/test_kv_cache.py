@@ -169,6 +169,26 @@ def test_native_compaction_moves_the_rows_torch_moves(heads, dim, layers, dtype,
         assert torch.equal(k1, k2) and torch.equal(v1, v2)
 
 
+def test_a_path_longer_than_the_kernels_buffer_takes_the_torch_route():
+    """keep_path hands the native kernel no path longer than its index buffer (the module's
+    ``MAX_PATH``): such a path is compacted by torch, with the same rows kept."""
+    kernel = _native.load("kvmove")
+    if kernel is None:
+        pytest.skip("the kvmove kernel is not built here")
+    tree = kernel.MAX_PATH + 3
+    path = [0, *range(2, tree)]  # MAX_PATH + 1 nodes, all but the first moved
+    keys = torch.arange(2 * (tree + 2), dtype=torch.float32).reshape(1, 1, tree + 2, 2)
+    cache = DynamicCache()
+    cache.layers = [RoomyLayer(4)]
+    cache.layer_class_to_replicate = None
+    cache.layers[0].update(keys.clone(), -keys.clone())
+    with mock.patch.object(kernel, "keep_rows", side_effect=AssertionError("native")):
+        keep_path(cache, 2, path)
+    keep = [0, 1] + [2 + p for p in path]
+    assert torch.equal(cache.layers[0].keys, keys[:, :, keep])
+    assert torch.equal(cache.layers[0].values, -keys[:, :, keep])
+
+
 def test_native_compaction_refuses_paths_it_cannot_move_safely():
     """The kernel checks its own contract: nodes ascend and never point below their slot."""
     kernel = _native.load("kvmove")

@@ -17,6 +17,10 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The longest path keep_rows takes (its index buffer; trees are far shorter). Exported as
+ * MAX_PATH: longer paths take keep_path's torch route. */
+#define KV_MAX_PATH 4096
+
 static PyObject *kv_keep_rows(PyObject *self, PyObject *args) {
     PyObject *ptrs_obj, *nodes_obj;
     Py_ssize_t heads, head_stride, row_bytes, past;
@@ -31,11 +35,11 @@ static PyObject *kv_keep_rows(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t nt = PySequence_Fast_GET_SIZE(ptrs), k = PySequence_Fast_GET_SIZE(nodes);
-    if (heads < 1 || head_stride < 0 || row_bytes < 1 || past < 0 || k > 4096) {
+    if (heads < 1 || head_stride < 0 || row_bytes < 1 || past < 0 || k > KV_MAX_PATH) {
         PyErr_SetString(PyExc_ValueError, "keep_rows: bad sizes");
         goto fail;
     }
-    Py_ssize_t idx[4096];
+    Py_ssize_t idx[KV_MAX_PATH];
     for (Py_ssize_t i = 0; i < k; i++) {
         idx[i] = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(nodes, i));
         if (idx[i] == -1 && PyErr_Occurred()) goto fail;
@@ -75,4 +79,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "kvmove",
                                     "Key-value cache compaction to an accepted path.", -1,
                                     methods};
 
-PyMODINIT_FUNC PyInit_kvmove(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit_kvmove(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "MAX_PATH", KV_MAX_PATH) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

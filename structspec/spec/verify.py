@@ -356,10 +356,6 @@ def verify_tree(
     return out.logits[0, -q:] if rows is None else out.logits[0]  # [q or len(rows), V]
 
 
-#: The longest path the ``kvmove`` kernel takes (its index buffer; trees are far shorter).
-_KVMOVE_MAX_PATH = 4096
-
-
 def _native_keep(cache: Any, past_len: int, node_indices: Sequence[int]) -> bool:
     """:func:`keep_path`'s row moves by the native ``kvmove`` kernel, every layer in one
     call (``structspec/_native/kvmove.c``); ``False`` (nothing changed) where it does not
@@ -368,7 +364,7 @@ def _native_keep(cache: Any, past_len: int, node_indices: Sequence[int]) -> bool
     only a comparison with the first layer's signature: the checks, not the copies, were
     most of a compaction's time."""
     kernel = _native.load("kvmove")
-    if kernel is None or len(node_indices) > _KVMOVE_MAX_PATH:
+    if kernel is None or len(node_indices) > kernel.MAX_PATH:  # its index buffer
         return False
     need = past_len + max(node_indices) + 1
     ref: tuple[Any, ...] | None = None
