@@ -273,6 +273,11 @@ class DraftHead:
         # are stored in fp16 anyway). Elsewhere the best lossless kernel, if any.
         half = "panel_f16" in available_kernels(lossy=True)
         pack_linears(holder, "panel_f16" if half else None)  # a no-op off CPU float32
+        # Its panels are read right after each verification pass, which evicts them: from
+        # huge pages, two cold levels 0.95x the time (session 54, one thread).
+        from structspec.spec.hugepages import use_huge_pages
+
+        use_huge_pages(holder)
         self.reduced = holder["reduced"]
 
     @classmethod
