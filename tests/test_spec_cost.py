@@ -383,20 +383,27 @@ def _scripted_passes(monkeypatch, seconds):
 
 
 def test_measured_curve_is_the_median_shape_of_its_rounds(monkeypatch, tiny_model):
-    """Each size's cost is its time relative to the same round's 1-node pass, the median over
-    rounds, times the fastest 1-node pass: a machine that slows down between rounds, or one
-    stall, does not bend the curve (a scripted clock stands in for the passes)."""
+    """Each size's cost is its time over the mean of the one-node passes just before and
+    after it, the median over rounds, times the median one-node pass: a machine that slows
+    down between rounds, a stalled pass of some size, or a stalled one-node pass (the
+    yardstick itself) does not bend the curve (a scripted clock stands in for the passes)."""
 
     shape = {1: 1.0, 2: 1.1, 4: 1.3, 8: 1.8}
     factors = [1.0, 1.3, 1.1, 1.2]  # the machine's speed, round by round
-    script = [0.5, 0.5, 0.5] + [0.01 * shape[q] * f for f in factors for q in shape]
-    script[3 + 3] *= 2  # a stall: the first round's 8-node pass
+    script = [0.5, 0.5, 0.5]  # the warm-up round: 1, 2 and 8 nodes
+    for f in factors:  # 1, 2, 1, 4, 1, 8, 1
+        script += [0.01 * f]
+        for q in (2, 4, 8):
+            script += [0.01 * shape[q] * f, 0.01 * f]
+    script[3 + 5] *= 2  # a stall: the first round's 8-node pass
+    script[3 + 7 + 2] *= 3  # another: the second round's one-node pass after 2 nodes
     calls = iter(script)
     _scripted_passes(monkeypatch, lambda tree, past_len: next(calls))
     curve = measure_cost_curve(tiny_model.model, sizes=(1, 2, 4, 8), prefix_len=4,
                                long_prefix=None, repeats=4, max_repeats=4,
                                budget_seconds=100.0)
-    assert curve.seconds[0] == pytest.approx(0.01)  # the fastest 1-node pass
+    assert next(calls, None) is None  # every scripted pass ran, no more
+    assert curve.seconds[0] == pytest.approx(0.0115)  # the median one-node pass
     assert curve.relative() == pytest.approx(shape)
     assert curve.per_token == (0.0, 0.0) and curve.at(10_000) is curve
 

@@ -173,12 +173,15 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] | None = None,
     cache; the first passes of a process ran slower), then rounds over all sizes:
     at least ``repeats``, more while the whole measurement stays within ``budget_seconds``
     (at most ``max_repeats``). What the plan reads is the curve's shape, so each size's
-    cost is its time relative to the short 1-node pass *of the same round* (passes moments
-    apart share the machine's conditions), the median over rounds, times the fastest 1-node
-    pass: on a shared CPU the fastest time per size, taken separately, mixed the luck of
-    different rounds (16 nodes at 1.66-1.96x one node over four measurements on the default
-    model, 1.84-1.86x by the median of ratios). No size costs less than one node, nor more
-    than a larger size. The per-token rates ``(a, b)`` are the least-squares line
+    cost is its time relative to the mean of the short 1-node passes timed just before and
+    after it (passes moments apart share the machine's conditions), the median over rounds,
+    times the median 1-node pass: on a shared CPU the fastest time per size, taken
+    separately, mixed the luck of different rounds (16 nodes at 1.66-1.96x one node over
+    four measurements on the default model, 1.84-1.86x by the median of ratios), and one
+    1-node pass per round as every size's yardstick let one lucky or stalled pass move a
+    whole round (8 nodes at 1.00-1.51x one node over six measurements; 1.23-1.39x
+    bracketed). No size costs less than one node, nor more than a larger size. The
+    per-token rates ``(a, b)`` are the least-squares line
     ``a + b * q`` (both non-negative) through the long-minus-short differences, per cached
     token. Token ids are arbitrary (cost does not depend on them). Does not change
     ``model``.
@@ -216,33 +219,55 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] | None = None,
             contexts.remove(ctx)
             long_prefix = None
     first = min(sizes)
+
+    def timed(ctx: int, q: int) -> float:
+        tree: DraftTree = chain(ids[ctx:ctx + q], [None] * q)
+        _sync(device)
+        t0 = time.perf_counter()
+        verify_tree(model, caches[ctx], tree, ctx)
+        _sync(device)
+        seconds = time.perf_counter() - t0
+        rollback(caches[ctx], ctx)
+        return seconds
+
+    # Per round: each size's time over the mean of the two short one-node passes just
+    # before and after it. One one-node pass per round as every size's yardstick let a
+    # single lucky or unlucky pass move the whole round: six curves in a row on the Zen 4
+    # of session 54 put 8 nodes at 1.00-1.51x one node (the loop's passes: ~1.29x), and a
+    # sitting planned prose's trees from one at 1.41x (2.4 nodes a pass against 4.4).
     rounds: list[dict[tuple[int, int], float]] = []
+    ones: list[float] = []
     start = time.perf_counter()
     round_ = 0
     while True:
-        times: dict[tuple[int, int], float] = {}
-        for ctx in contexts:
-            at = ((1, 2, max(sizes)) if round_ == 0
-                  else sizes if ctx == prefix_len else long_sizes)
-            for q in at:
-                tree: DraftTree = chain(ids[ctx:ctx + q], [None] * q)
-                _sync(device)
-                t0 = time.perf_counter()
-                verify_tree(model, caches[ctx], tree, ctx)
-                _sync(device)
-                times[ctx, q] = time.perf_counter() - t0
-                rollback(caches[ctx], ctx)
-        if round_:
-            rounds.append(times)
+        ratios: dict[tuple[int, int], float] = {}
+        if round_ == 0:
+            for ctx in contexts:
+                for q in (1, 2, max(sizes)):
+                    timed(ctx, q)
+        else:
+            before = timed(prefix_len, first)
+            ones.append(before)
+            for ctx in contexts:
+                for q in (sizes if ctx == prefix_len else long_sizes):
+                    if ctx == prefix_len and q == first:
+                        continue
+                    seconds = timed(ctx, q)
+                    after = timed(prefix_len, first)
+                    ones.append(after)
+                    ratios[ctx, q] = 2 * seconds / (before + after)
+                    before = after
+            ratios[prefix_len, first] = 1.0
+            rounds.append(ratios)
         round_ += 1
         spent = time.perf_counter() - start
         if round_ > repeats and (round_ > max_repeats
                                  or spent * (round_ + 1) / round_ > budget_seconds):
             break
-    base = min(r[prefix_len, first] for r in rounds)
+    base = statistics.median(ones)
 
     def median_time(ctx: int, q: int) -> float:
-        return base * statistics.median(r[ctx, q] / r[prefix_len, first] for r in rounds)
+        return base * statistics.median(r[ctx, q] for r in rounds)
 
     raw = [median_time(prefix_len, q) for q in sizes]
     seconds = [max(base, t) for t in raw]
