@@ -7,7 +7,7 @@ them, the gated MLP's activation (:mod:`structspec.spec.gated_mlp`) and the rota
 embeddings (:mod:`structspec.spec.rope`) as one native call each, where torch's small
 operators cost more in dispatch than in arithmetic: 5-8% of every pass, one node or many.
 And the packed weights in huge pages (:mod:`structspec.spec.hugepages`), which a pass
-streams from memory: 3-8% of a pass on one thread.
+streams from memory: 1-8% of a pass on one thread (the most at one node), 2-3% on two.
 """
 
 from __future__ import annotations
