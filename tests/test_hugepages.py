@@ -4,6 +4,8 @@ or asked for twice."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -21,6 +23,8 @@ needs_thp = pytest.mark.skipif(not hp.huge_pages_available(),
                                reason="no transparent huge pages on this OS")
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="the arena maps anonymous memory and calls madvise (Linux)")
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([torch.uint8, torch.int8, torch.float32]),
                           st.integers(1, 3000)), min_size=1, max_size=6))
