@@ -62,7 +62,10 @@ class HugePageArena:
         base: its first 2 MB-aligned address.
     """
 
-    def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
+    def __init__(self, tensors: Sequence[torch.Tensor], fill: bool = True) -> None:
+        """Map room for ``tensors`` (their shapes and dtypes) and copy them in; with
+        ``fill=False`` the copies are left to the caller (uninitialized views), who can
+        then copy and release the originals one at a time."""
         sizes = [t.numel() * t.element_size() for t in tensors]
         offsets, at = [], 0
         for size in sizes:
@@ -82,7 +85,8 @@ class HugePageArena:
         for t, size, off in zip(tensors, sizes, offsets):
             flat = torch.from_numpy(raw[skip + off: skip + off + size])
             copy = flat.view(t.dtype).view(t.shape)
-            copy.copy_(t)
+            if fill:
+                copy.copy_(t)
             self.tensors.append(copy)
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
@@ -137,10 +141,14 @@ def use_huge_pages(module: torch.nn.Module) -> HugePageArena | None:
     if not slots:
         return None
     try:
-        arena = HugePageArena([getattr(layer, name) for layer, name in slots])
+        arena = HugePageArena([getattr(layer, name) for layer, name in slots], fill=False)
     except (OSError, ValueError):  # no memory to map, or a size mmap refuses
         return None
+    # One layer at a time, so that each original can be freed before the next is copied:
+    # the arena's pages are committed as they are written, and a model's panels are not
+    # held twice over.
     for (layer, name), copy in zip(slots, arena.tensors):
+        copy.copy_(getattr(layer, name))
         setattr(layer, name, copy)
     module._structspec_huge_arena = arena  # type: ignore[assignment]
     return arena
