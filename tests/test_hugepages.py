@@ -132,3 +132,17 @@ def test_copies_and_pickles_of_a_moved_module_hold_no_arena():
     with torch.inference_mode():
         assert torch.equal(copied(x), net(x)) and torch.equal(loaded(x), net(x))
     assert hp.use_huge_pages(copied) is not None  # a copy may take its own
+
+
+@needs_int8
+@needs_thp
+def test_unpacking_lets_go_of_the_arena_and_packing_again_takes_a_new_one():
+    from structspec.spec.fastlinear import pack_linears, unpack_linears
+
+    net = _packed_stack(1)
+    hp.use_huge_pages(net)
+    unpack_linears(net)
+    assert getattr(net, "_structspec_huge_arena", None) is None
+    assert all(type(layer) is nn.Linear for layer in net)
+    pack_linears(net, "panel_int8")
+    assert hp.use_huge_pages(net) is not None

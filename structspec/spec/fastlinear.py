@@ -452,11 +452,15 @@ def replace_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module | No
 
 
 def unpack_linears(model: nn.Module) -> nn.Module:
-    """Undo :func:`pack_linears`: put the original ``nn.Linear`` modules back. In place."""
+    """Undo :func:`pack_linears`: put the original ``nn.Linear`` modules back, and let go of
+    the huge-page arena their panels may have moved to (:mod:`structspec.spec.hugepages`).
+    In place."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, PackedLinear):
                 setattr(parent, name, child.original)
+        if "_structspec_huge_arena" in vars(parent):
+            del parent._structspec_huge_arena
     return model
 
 
