@@ -109,8 +109,8 @@ def test_fast_cpu_paths_take_huge_pages_unless_told_not_to():
     on, off = Tiny(), Tiny()
     use_fast_cpu_paths(on)
     use_fast_cpu_paths(off, huge_pages=False)
-    assert getattr(on, "_structspec_huge_arena", None) is not None
-    assert getattr(off, "_structspec_huge_arena", None) is None
+    assert getattr(on, hp.ARENA_ATTR, None) is not None
+    assert getattr(off, hp.ARENA_ATTR, None) is None
 
 
 @needs_int8
@@ -123,12 +123,12 @@ def test_copies_and_pickles_of_a_moved_module_hold_no_arena():
     hp.use_huge_pages(net)
     x = torch.randn(3, 64)
     copied = copy.deepcopy(net)
-    assert getattr(copied, "_structspec_huge_arena", "missing") is None
+    assert getattr(copied, hp.ARENA_ATTR, "missing") is None
     buf = io.BytesIO()
     torch.save(net, buf)
     buf.seek(0)
     loaded = torch.load(buf, weights_only=False)
-    assert getattr(loaded, "_structspec_huge_arena", "missing") is None
+    assert getattr(loaded, hp.ARENA_ATTR, "missing") is None
     with torch.inference_mode():
         assert torch.equal(copied(x), net(x)) and torch.equal(loaded(x), net(x))
     assert hp.use_huge_pages(copied) is not None  # a copy may take its own
@@ -142,7 +142,7 @@ def test_unpacking_lets_go_of_the_arena_and_packing_again_takes_a_new_one():
     net = _packed_stack(1)
     hp.use_huge_pages(net)
     unpack_linears(net)
-    assert getattr(net, "_structspec_huge_arena", None) is None
+    assert getattr(net, hp.ARENA_ATTR, None) is None
     assert all(type(layer) is nn.Linear for layer in net)
     pack_linears(net, "panel_int8")
     assert hp.use_huge_pages(net) is not None

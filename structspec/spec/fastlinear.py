@@ -62,6 +62,7 @@ from torch import nn
 
 from structspec import _native
 from structspec.spec import block_quant
+from structspec.spec.hugepages import release_huge_pages
 
 # The native module, set when the first panel layer is packed (not an attribute of the
 # layers: a module object there would make them impossible to deep-copy).
@@ -459,8 +460,7 @@ def unpack_linears(model: nn.Module) -> nn.Module:
         for name, child in list(parent.named_children()):
             if isinstance(child, PackedLinear):
                 setattr(parent, name, child.original)
-        if "_structspec_huge_arena" in vars(parent):
-            del parent._structspec_huge_arena
+    release_huge_pages(model)
     return model
 
 

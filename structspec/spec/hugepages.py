@@ -33,6 +33,8 @@ _MADV_HUGEPAGE = 14
 #: Each tensor starts on a cache line.
 _ALIGN = 64
 _THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+#: The attribute a moved module keeps its arena under.
+ARENA_ATTR = "_structspec_huge_arena"
 
 
 def huge_pages_available() -> bool:
@@ -127,7 +129,7 @@ def use_huge_pages(module: torch.nn.Module) -> HugePageArena | None:
     the mapping refused, or already done). In place; the layers' outputs are unchanged."""
     from structspec.spec.fastlinear import PackedLinear
 
-    if getattr(module, "_structspec_huge_arena", None) is not None or not huge_pages_available():
+    if getattr(module, ARENA_ATTR, None) is not None or not huge_pages_available():
         return None
     slots: list[tuple[torch.nn.Module, str]] = []
     for layer in module.modules():
@@ -150,12 +152,20 @@ def use_huge_pages(module: torch.nn.Module) -> HugePageArena | None:
     for (layer, name), copy in zip(slots, arena.tensors):
         copy.copy_(getattr(layer, name))
         setattr(layer, name, copy)
-    module._structspec_huge_arena = arena  # type: ignore[assignment]
+    setattr(module, ARENA_ATTR, arena)
     return arena
 
 
 def huge_page_mb(module: torch.nn.Module) -> float:
     """Megabytes of ``module``'s packed panels in huge pages (0.0: none; see
     :func:`use_huge_pages`)."""
-    arena = getattr(module, "_structspec_huge_arena", None)
+    arena = getattr(module, ARENA_ATTR, None)
     return round(arena.huge_bytes() / 2**20, 1) if isinstance(arena, HugePageArena) else 0.0
+
+
+def release_huge_pages(module: torch.nn.Module) -> None:
+    """Let go of the arena ``module`` or any of its submodules holds (the mapping is freed
+    once no tensor views it), so that packing again may take a new one. In place."""
+    for part in module.modules():
+        if ARENA_ATTR in vars(part):
+            delattr(part, ARENA_ATTR)
