@@ -231,10 +231,7 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] | None = None,
         return seconds
 
     # Per round: each size's time over the mean of the two short one-node passes just
-    # before and after it. One one-node pass per round as every size's yardstick let a
-    # single lucky or unlucky pass move the whole round: six curves in a row on the Zen 4
-    # of session 54 put 8 nodes at 1.00-1.51x one node (the loop's passes: ~1.29x), and a
-    # sitting planned prose's trees from one at 1.41x (2.4 nodes a pass against 4.4).
+    # before and after it (why: the docstring).
     rounds: list[dict[tuple[int, int], float]] = []
     ones: list[float] = []
     start = time.perf_counter()
