@@ -113,8 +113,21 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     return i
 
 
+def argmax(logits: torch.Tensor) -> int:
+    """The index of the first maximum of ``logits`` ``[V]`` — ``torch.argmax``'s answer, ties
+    and NaN included (both take the first NaN as the maximum).
+
+    Why not ``torch.argmax``: on CPU it reduces a 49k-token row in ~43 µs, numpy's SIMD
+    argmax in ~4 µs, and greedy decoding takes one per token in both modes (a speculative
+    pass one per accepted node). Elsewhere (a GPU, half precision, autograd) torch's."""
+    if (logits.device.type == "cpu" and logits.dim() == 1 and not logits.requires_grad
+            and logits.dtype in (torch.float32, torch.float64)):
+        return int(logits.numpy().argmax())
+    return int(torch.argmax(logits))
+
+
 def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
     """Pick one id from masked ``logits`` ``[V]``."""
     if params.greedy:
-        return int(torch.argmax(logits))
+        return argmax(logits)
     return sample(probabilities(logits, params), generator)

@@ -14,7 +14,7 @@ from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
 from structspec.errors import GenerationError
 from structspec.masks import apply_mask, mask_to_bool
-from structspec.sampling import SamplingParams, nucleus, probabilities, sample
+from structspec.sampling import SamplingParams, argmax, nucleus, probabilities, sample
 from structspec.vocab import Vocabulary
 
 PATTERN = r'\{"id":[0-9]{1,3},"tag":"(red|green|blue)"\}'
@@ -174,3 +174,39 @@ def test_top_k_and_top_p_filter_and_keep_the_best():
     assert p[2] == 0 and p[3] == 0 and p[4] == 0 and torch.isclose(p.sum(), torch.tensor(1.0))
     p = probabilities(logits, SamplingParams(temperature=1.0, top_p=0.01))
     assert p[0] == 1.0
+
+
+_SPECIAL = st.sampled_from([float("-inf"), float("inf"), float("nan"), 0.0, -0.0, 1.0, -1.0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(_SPECIAL, st.floats(-1e6, 1e6, width=32),
+                                 st.integers(-3, 3).map(float)), min_size=1, max_size=80),
+       dtype=st.sampled_from([torch.float32, torch.float64]), stride=st.integers(1, 3))
+def test_argmax_is_torch_argmax(values, dtype, stride):
+    """The numpy-backed argmax gives torch's index on any row: ties (the first maximum),
+    infinities, NaN (the first NaN), signed zeros, strided views."""
+    row = torch.tensor(values, dtype=dtype).repeat_interleave(stride)[::stride]
+    assert argmax(row) == int(torch.argmax(row))
+
+
+def test_argmax_of_rows_numpy_cannot_take_goes_to_torch():
+    row = torch.tensor([0.5, 2.0, 2.0, -1.0], dtype=torch.bfloat16)
+    assert argmax(row) == 1
+    grad = torch.tensor([0.0, 3.0, 1.0], requires_grad=True)
+    assert argmax(grad) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.one_of(_SPECIAL, st.floats(-1e6, 1e6, width=32)), min_size=1,
+                       max_size=60), data=st.data())
+def test_apply_mask_sets_exactly_the_disallowed_ids_to_minus_infinity(values, data):
+    logits = torch.tensor(values, dtype=torch.float32)
+    allowed = torch.tensor(data.draw(st.lists(st.booleans(), min_size=len(values),
+                                              max_size=len(values))))
+    out = apply_mask(logits, allowed)
+    expected = logits.masked_fill(~allowed, float("-inf"))
+    assert out.dtype == logits.dtype
+    assert torch.equal(out.isnan(), expected.isnan())
+    assert torch.equal(out.nan_to_num(0.0), expected.nan_to_num(0.0))
+    assert out.data_ptr() != logits.data_ptr()  # a new tensor; the logits are kept

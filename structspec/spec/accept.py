@@ -32,7 +32,7 @@ import torch
 
 from structspec.automata.base import Constraint, State, TokenMask
 from structspec.masks import apply_mask, mask_to_bool
-from structspec.sampling import SamplingParams, probabilities, sample
+from structspec.sampling import SamplingParams, argmax, probabilities, sample
 from structspec.spec.tree import DraftTree
 
 Outcome = Literal["bonus", "eos", "complete", "limit", "dead"]
@@ -40,7 +40,7 @@ Outcome = Literal["bonus", "eos", "complete", "limit", "dead"]
 
 def greedy_choice(masked_logits: torch.Tensor, drafts: Sequence[int]) -> tuple[int, int | None]:
     """The masked argmax of ``masked_logits`` ``[V]``, and which draft equals it (or ``None``)."""
-    token = int(torch.argmax(masked_logits))
+    token = argmax(masked_logits)
     for i, x in enumerate(drafts):
         if x == token:
             return token, i
@@ -217,7 +217,7 @@ def walk_tree(
         children = tree.children[node]
         drafts = [tree.tokens[c] for c in children]
         if exact_greedy and drafts:
-            top = int(torch.argmax(logits[node]))
+            top = argmax(logits[node])
             if top in drafts:
                 path.append(children[drafts.index(top)])
                 row = None  # not computed: this node's distribution is not kept
@@ -247,7 +247,7 @@ def _choose(
         if i is not None:
             return drafts[i], i
         if sampling.greedy:
-            token = int(torch.argmax(row))
+            token = argmax(row)
         else:
             p = probabilities(row, sampling)  # [V]
             token = sample(p, generator)
