@@ -32,7 +32,7 @@ import contextlib
 import hashlib
 import math
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -279,6 +279,25 @@ class DraftHead:
 
         use_huge_pages(holder)
         self.reduced = holder["reduced"]
+        #: Per step block, what :meth:`step`'s lean path reads (``None``: the modules' path).
+        self._lean = self._lean_blocks()
+        self._lean_logits = isinstance(self.reduced, PackedLinear) and self.reduced.int8
+
+    def _lean_blocks(self) -> list[tuple[torch.Tensor, float, Any, Any]] | None:
+        """``(norm weights [2, H], eps, fc1, fc2)`` per block where every block's inner
+        layers run on integer panels and its two norms share an eps, else ``None``. Read
+        once: a head drafts with the weights it was bound with."""
+        from structspec.spec.fastlinear import PackedLinear
+
+        out = []
+        for block in (self.net, *self.net.extra):
+            fc1, fc2 = block.fc1, block.fc2
+            if not (isinstance(fc1, PackedLinear) and fc1.int8 and isinstance(fc2, PackedLinear)
+                    and fc2.int8 and block.norm_s.eps == block.norm_e.eps):
+                return None
+            weights = torch.stack([block.norm_s.weight.detach(), block.norm_e.weight.detach()])
+            out.append((weights.float().contiguous(), float(block.norm_s.eps), fc1, fc2))
+        return out
 
     @classmethod
     def load(cls, path: str | Path, model: Any) -> DraftHead:
@@ -330,18 +349,47 @@ class DraftHead:
         return self.net.start(h.float(), None if m is None else m.float())
 
     @torch.inference_mode()
-    def step(self, s: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """Next states ``[n, H]`` after ``tokens`` ``[n]`` from states ``s`` ``[n, H]``."""
+    def step(self, s: torch.Tensor, tokens: torch.Tensor | Sequence[int]) -> torch.Tensor:
+        """Next states ``[n, H]`` after ``tokens`` (``[n]`` ids, a tensor or a list) from
+        states ``s`` ``[n, H]``."""
+        weight = self.embedding.weight
+        if isinstance(tokens, torch.Tensor):
+            e = weight[tokens]
+        elif len(tokens) == 1:  # a view: no index tensor, no copy
+            e = weight[tokens[0]:tokens[0] + 1]
+        else:
+            e = weight[list(tokens)]
         # No dtype conversion's dispatch where none is needed; the activation in place.
-        e = self.embedding.weight[tokens]
         if e.dtype != torch.float32:
             e = e.float()
-        return self.net.step(s.float(), e, inplace=True)
+        s = s.float()
+        if self._lean is not None and s.device.type == "cpu":
+            return self._lean_step(s.contiguous(), e)
+        return self.net.step(s, e, inplace=True)
+
+    def _lean_step(self, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        """:meth:`DraftHeadNet.step`'s numbers, bit for bit, in fewer operator calls: both
+        norms in one (a norm without weight, times the two weights, is how torch's norm
+        computes them), the integer layers without their module calls, the activation and
+        the residual in place. A drafted level is a few steps of ~10 µs of arithmetic each,
+        and the module path spent ~90 µs a step (two threads, Zen 4; this path ~45)."""
+        hidden = s.shape[-1]
+        for weights, eps, fc1, fc2 in self._lean or ():
+            n = s.shape[0]
+            z = torch.stack([s, e], 1)  # [n, 2, H]
+            z = nn.functional.rms_norm(z, (hidden,), None, eps).mul_(weights).view(n, 2 * hidden)
+            h = fc1.int8_rows(z)  # [n, D]
+            nn.functional.silu(h, inplace=True)
+            s = fc2.int8_rows(h).add_(s)  # [n, H]
+        return s
 
     @torch.inference_mode()
     def logits(self, s: torch.Tensor) -> torch.Tensor:
         """Reduced-vocabulary logits ``[n, Vr]`` of states ``s`` ``[n, H]``."""
-        return self.reduced.forward(s.float())
+        s = s.float()
+        if self._lean_logits and s.device.type == "cpu" and s.dim() == 2:
+            return self.reduced.int8_rows(s.contiguous())
+        return self.reduced.forward(s)
 
 
 _PACKAGED: dict[int, tuple[Any, DraftHead | None]] = {}
@@ -538,10 +586,9 @@ class DraftHeadDrafter:
         if len(feed) > max_feed:  # far from the target's last state: weak and slow drafts
             return
         s = h.reshape(1, -1)  # [1, H]
-        device = head.vocab.device
         vocab_ids = head.vocab_ids
         for tok in feed:
-            s = head.step(s, torch.tensor([tok], device=device))  # [1, H]
+            s = head.step(s, [tok])  # [1, H]
         constraint = builder.constraint
         eos = builder.eos_ids
         # Candidates: (cumulative logp, depth, parent candidate or -1, token, logp, main,
@@ -585,8 +632,7 @@ class DraftHeadDrafter:
             if not new or level + 1 >= max_depth:
                 break
             rows = [layer.index(cands[c][2]) for c in new]
-            ids = torch.tensor([cands[c][3] for c in new], device=device)
-            states = head.step(states[rows], ids)  # [m', H]
+            states = head.step(states[rows], [cands[c][3] for c in new])  # [m', H]
             layer = new
         # The likeliest candidates, parents before children (a child is never likelier).
         order = sorted(range(len(cands)), key=lambda c: (-cands[c][0], cands[c][1]))
