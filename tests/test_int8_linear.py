@@ -385,6 +385,22 @@ def test_zero_rows_and_blocks_and_batched_shapes():
         assert torch.equal(out[0, 1], layer(x[0, 1:2])[0])
 
 
+@pytest.mark.parametrize("signed", [False, True])
+def test_int8_rows_gives_forwards_bits_and_refuses_layers_without_integer_panels(signed):
+    """``PackedLinear.int8_rows`` (the draft head's call, without ``forward``'s checks): the
+    same bits as ``forward`` for any row count, zero included; a layer that does not run on
+    integer panels is refused with a ``ValueError`` that names the requirement."""
+    make = _q8_linear if signed else _q4_linear
+    layer = fl.PackedLinear(make(40, 64, True, 3), "panel_int8")
+    with torch.inference_mode():
+        for rows in (0, 1, 7, 13):
+            x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(rows))
+            assert torch.equal(layer.int8_rows(x), layer(x))
+    lossless = fl.PackedLinear(nn.Linear(48, 10).eval(), "panel_int8")
+    with pytest.raises(ValueError, match="integer panels"), torch.inference_mode():
+        lossless.int8_rows(torch.randn(2, 48))
+
+
 def test_layers_it_cannot_run_keep_the_lossless_panels():
     float_layer = nn.Linear(64, 30).eval()  # not block-quantized
     odd = _q4_linear(10, 64, False)  # Q4_1, but k = 48 would not be a multiple of 32:

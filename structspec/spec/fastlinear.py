@@ -261,11 +261,7 @@ class PackedLinear(nn.Module):
         rows = x.numel() // self.in_features
         out = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32)
         if rows and self._ipacked is not None:
-            _QDOT[0].linear(x.data_ptr(), rows, self.in_features, self._ipacked.data_ptr(),
-                            self.out_features,
-                            0 if self._bias is None else self._bias.data_ptr(),
-                            out.data_ptr(), torch.get_num_threads(), self._signed,
-                            self._narrow)
+            self._int8_into(x, rows, out)
         elif rows:
             quant = self._qpacked is not None and rows <= _QUANT_MAX[0]
             packed = self._qpacked if quant else self._packed
@@ -290,12 +286,14 @@ class PackedLinear(nn.Module):
         rows = x.shape[0]
         out = torch.empty(rows, self.out_features, dtype=torch.float32)
         if rows:
-            _QDOT[0].linear(x.data_ptr(), rows, self.in_features, self._ipacked.data_ptr(),
-                            self.out_features,
-                            0 if self._bias is None else self._bias.data_ptr(),
-                            out.data_ptr(), torch.get_num_threads(), self._signed,
-                            self._narrow)
+            self._int8_into(x, rows, out)
         return out
+
+    def _int8_into(self, x: torch.Tensor, rows: int, out: torch.Tensor) -> None:
+        """The integer kernel on ``rows`` contiguous float32 rows of ``x`` into ``out``."""
+        _QDOT[0].linear(x.data_ptr(), rows, self.in_features, self._ipacked.data_ptr(),
+                        self.out_features, 0 if self._bias is None else self._bias.data_ptr(),
+                        out.data_ptr(), torch.get_num_threads(), self._signed, self._narrow)
 
     @property
     def quantized(self) -> bool:
