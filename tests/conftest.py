@@ -282,6 +282,31 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+SUITE = SHARED_DATA / "json-schema-test-suite" / "tests" / "draft2020-12"
+MASKBENCH = SHARED_DATA / "maskbench" / "maskbench_dev.jsonl.gz"
+
+
+def suite_groups() -> list[tuple[str, dict]]:
+    """``(name, group)`` for every test group of the JSON-Schema-Test-Suite (draft 2020-12):
+    ``group["schema"]`` and its ``tests`` (``data``, ``valid``). Skips the test without it."""
+    if not SUITE.is_dir():
+        pytest.skip(f"JSON-Schema-Test-Suite not found at {SUITE} (see ../shared/data/README.md)")
+    return [(f"{path.name}#{i} {group['description']}", group)
+            for path in sorted(SUITE.glob("*.json"))
+            for i, group in enumerate(json.loads(path.read_text()))]
+
+
+def maskbench_rows(stride: int, start: int = 0) -> list[dict]:
+    """Every ``stride``-th MaskBench row from ``start`` (``id``, ``description``, ``schema``,
+    ``tests``): a fixed sample of a file sorted by source. Skips the test without it."""
+    import gzip
+
+    if not MASKBENCH.is_file():
+        pytest.skip(f"MaskBench not found at {MASKBENCH} (see ../shared/data/README.md)")
+    with gzip.open(MASKBENCH, "rt") as f:
+        return [json.loads(line) for n, line in enumerate(f) if n % stride == start]
+
+
 def humaneval_programs(shared_data: Path, n: int) -> list[str]:
     """The first ``n`` distinct HumanEval single-line infilling programs (prompt + canonical
     solution + suffix), as real Python for the grammar tests."""

@@ -17,40 +17,27 @@ schemas, each checked to accept a valid instance) is counted, not failed, up to 
 
 from __future__ import annotations
 
-import gzip
-import json
 import random
 import warnings
-from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import maskbench_rows, suite_groups
 from test_json_schema import Walker
 
 from structspec.automata import compile_json_schema
 from structspec.errors import StructSpecError
 from structspec.vocab import Vocabulary
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-SUITE = DATA / "json-schema-test-suite" / "tests" / "draft2020-12"
-MASKBENCH = DATA / "maskbench" / "maskbench_dev.jsonl.gz"
 MASKBENCH_STRIDE = 20
 
 
 def _suite() -> list[tuple[str, Any]]:
-    if not SUITE.is_dir():
-        pytest.skip(f"JSON-Schema-Test-Suite not found at {SUITE} (see ../shared/data/README.md)")
-    return [(f"{path.name}#{i} {group['description']}", group["schema"])
-            for path in sorted(SUITE.glob("*.json"))
-            for i, group in enumerate(json.loads(path.read_text()))]
+    return [(name, group["schema"]) for name, group in suite_groups()]
 
 
 def _maskbench(stride: int = MASKBENCH_STRIDE, start: int = 0) -> list[tuple[str, Any]]:
-    if not MASKBENCH.is_file():
-        pytest.skip(f"MaskBench not found at {MASKBENCH} (see ../shared/data/README.md)")
-    with gzip.open(MASKBENCH, "rt") as f:
-        rows = [json.loads(line) for n, line in enumerate(f) if n % stride == start]
-    return [(row["id"], row["schema"]) for row in rows]
+    return [(row["id"], row["schema"]) for row in maskbench_rows(stride, start)]
 
 
 def _walk_all(schemas: list[tuple[str, Any]], vocab: Vocabulary, *, walks: int,

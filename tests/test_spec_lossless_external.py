@@ -1,0 +1,215 @@
+"""Lossless on constraints others wrote: speculative decoding against plain decoding over
+external schemas and code.
+
+The speculative tests beside this one prove greedy identity on patterns and a schema written
+for them; here the constraints are the ones users bring — MaskBench's real-world schemas,
+the JSON-Schema-Test-Suite's groups (draft 2020-12), and Python fill-in-the-middle views of
+HumanEval's infilling tasks — read from ``../shared/data`` (skipped where it is absent).
+
+The target is the tiny random model with the real tokenizer: its choices are arbitrary, so
+its outputs wander into every corner of a schema (odd strings, long numbers, optional keys)
+and most drafts are rejected somewhere. Three drafting set-ups cover the acceptance paths:
+the default drafters (forced text, alternatives, lookup, values, closers, top-k); a draft
+model with the target's own weights (every draft accepted: long paths, deep compaction of
+the cache); and another random model (partial acceptance at any depth). Greedy runs must
+give plain decoding's tokens, completion and error; sampled runs a valid output, the same
+for the same seed. A Hypothesis test draws schema, prompt and tree budgets together.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import warnings
+from typing import Any
+
+import pytest
+from conftest import maskbench_rows, suite_groups, tiny_llama
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from structspec.automata import compile_json_schema
+from structspec.engine import decode
+from structspec.errors import GenerationError, StructSpecError
+from structspec.sampling import SamplingParams
+from structspec.spec import SpecConfig, speculative_decode
+from structspec.vocab import Vocabulary
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+MASKBENCH_STRIDE, MASKBENCH_START = 100, 7   # 78 of MaskBench's 7,773 schemas
+SUITE_STRIDE = 4                            # a quarter of the suite's 383 groups
+CODE_STRIDE = 400                           # 15 of HumanEval's multi-line infilling tasks
+MAX_NEW = 40
+GREEDY = SamplingParams()
+SETUPS = ("default", "draft_model_same", "draft_model_other")
+
+
+@pytest.fixture(scope="module")
+def setting(tiny_model):
+    """``(target, tokenizer, vocabulary, drafting set-ups)``; the draft models are copies
+    (a draft model keeps its own state on the module)."""
+    tok = tiny_model.tokenizer
+    vocab = Vocabulary.from_tokenizer(tok, eos_token_ids=tiny_model.eos_token_ids)
+    configs = {
+        "default": SpecConfig(),
+        "draft_model_same": SpecConfig(draft_model=copy.deepcopy(tiny_model.model)),
+        "draft_model_other": SpecConfig(draft_model=tiny_llama(tok, seed=1)),
+    }
+    return tiny_model.model, tok, vocab, configs
+
+
+def _run(fn, *args, **kwargs) -> tuple[list[int], bool, str | None, int]:
+    """(token ids, complete, error, forward passes) of one decode, its error included."""
+    try:
+        out = fn(*args, **kwargs)
+        return out.token_ids, out.complete, None, out.stats.forward_passes
+    except GenerationError as exc:
+        passes = getattr(exc.stats, "forward_passes", 0)
+        return exc.token_ids, False, str(exc).split(":")[0], passes
+
+
+def _prompt(tok, description: str, instance: Any) -> list[int]:
+    """The schema's description and one of its valid instances: text the lookup and values
+    drafters can copy from, whatever the random target does with it."""
+    text = (description or "") + ("" if instance is None else " " + json.dumps(instance))
+    return tok.encode(text[:600] or "{", add_special_tokens=False)[:200]
+
+
+@pytest.fixture(scope="module")
+def json_tasks(setting):
+    """``[(name, constraint, prompt ids)]``: the MaskBench and suite samples the compiler
+    accepts in the default model's vocabulary (the rest are refused with typed errors,
+    which other tests check), and how many were refused."""
+    _, tok, vocab, _ = setting
+    pool = [(row["id"], row["schema"], row.get("description", ""), row.get("tests", []))
+            for row in maskbench_rows(MASKBENCH_STRIDE, MASKBENCH_START)]
+    pool += [(name, group["schema"], group["description"], group["tests"])
+             for name, group in suite_groups()[::SUITE_STRIDE]]
+    tasks, refused = [], 0
+    for name, schema, description, tests in pool:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                constraint = compile_json_schema(schema, vocab)
+        except StructSpecError:
+            refused += 1
+            continue
+        instance = next((t["data"] for t in tests if t.get("valid")), None)
+        tasks.append((name, constraint, _prompt(tok, description, instance)))
+    assert len(tasks) > 120 and refused < len(pool) // 3, (len(tasks), refused)
+    return tasks
+
+
+@pytest.fixture(scope="module")
+def plain_json(setting, json_tasks):
+    """Plain greedy decoding of every JSON task (the reference for each set-up)."""
+    model, _, vocab, _ = setting
+    return [_run(decode, model, vocab, prompt, c, max_new_tokens=MAX_NEW, sampling=GREEDY)
+            for _, c, prompt in json_tasks]
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_speculative_greedy_is_plain_greedy_on_external_schemas(setting, json_tasks,
+                                                                plain_json, setup):
+    model, tok, vocab, configs = setting
+    mismatches, tokens, passes = [], 0, 0
+    for (name, c, prompt), plain in zip(json_tasks, plain_json, strict=True):
+        spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=MAX_NEW,
+                    sampling=GREEDY, tokenizer=tok, config=configs[setup])
+        if spec[:3] != plain[:3]:
+            mismatches.append(f"{name}: plain {plain[:3]} speculative {spec[:3]}")
+        if plain[1]:  # what a complete output says must be valid
+            text = vocab.decode(plain[0]).decode("utf-8")
+            assert c.problem(text) is None, (name, text, c.problem(text))
+        tokens, passes = tokens + len(plain[0]), passes + spec[3]
+    assert not mismatches, "\n".join(mismatches[:10])
+    # The comparison is not vacuous: speculation ran and committed several tokens a pass
+    # (with the target's own weights as its draft model, nearly every draft is accepted).
+    assert passes * (3 if setup == "draft_model_same" else 1) < tokens, (passes, tokens)
+
+
+def test_sampled_speculation_on_external_schemas_is_valid_and_seeded(setting, json_tasks):
+    """Sampling (temperature, top-p, top-k, the lossy ``validation_threshold``): every
+    complete output is valid, and a seed gives the same output again."""
+    model, tok, vocab, configs = setting
+    modes = [(SamplingParams(temperature=1.0, seed=0), configs["default"]),
+             (SamplingParams(temperature=0.7, top_p=0.9, seed=1), configs["draft_model_other"]),
+             (SamplingParams(temperature=1.0, top_k=20, seed=2),
+              SpecConfig(validation_threshold=0.5))]
+    complete = 0
+    for n, (name, c, prompt) in enumerate(json_tasks[::2]):
+        sampling, config = modes[n % len(modes)]
+        runs = [_run(speculative_decode, model, vocab, prompt, c, max_new_tokens=MAX_NEW,
+                     sampling=sampling, tokenizer=tok, config=config) for _ in range(2)]
+        assert runs[0][:3] == runs[1][:3], name
+        if runs[0][1]:
+            complete += 1
+            text = vocab.decode(runs[0][0]).decode("utf-8")
+            assert c.problem(text) is None, (name, text, c.problem(text))
+    assert complete >= 10  # enough outputs ended inside the budget to judge
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), max_new=st.integers(1, 48),
+       max_nodes=st.sampled_from([None, 1, 4, 16, 32]),
+       draft_length=st.sampled_from([1, 3, 32]),
+       num_speculations=st.sampled_from([None, 1, 8, 16]),
+       sparse_logits=st.booleans(), setup=st.sampled_from(SETUPS))
+def test_any_tree_budget_is_lossless_on_external_schemas(setting, json_tasks, data, max_new,
+                                                         max_nodes, draft_length,
+                                                         num_speculations, sparse_logits,
+                                                         setup):
+    model, tok, vocab, configs = setting
+    name, c, prompt = data.draw(st.sampled_from(json_tasks), label="task")
+    cut = data.draw(st.integers(1, max(1, len(prompt))), label="prompt tokens")
+    prompt = prompt[:cut]
+    base = configs[setup]
+    config = SpecConfig(max_nodes=max_nodes, draft_length=draft_length,
+                        num_speculations=num_speculations, sparse_logits=sparse_logits,
+                        draft_model=base.draft_model)
+    plain = _run(decode, model, vocab, prompt, c, max_new_tokens=max_new, sampling=GREEDY,
+                 sparse_logits=sparse_logits)
+    spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=max_new,
+                sampling=GREEDY, tokenizer=tok, config=config)
+    assert spec[:3] == plain[:3], name
+
+
+@pytest.fixture(scope="module")
+def code_tasks(setting, shared_data):
+    """``[(task id, stop, constraint, prompt ids, prefix, suffix)]``: Python views of
+    HumanEval's multi-line infilling tasks, cycling through the stopping points."""
+    import structspec
+    from structspec.grammars import grammar_path
+
+    _, tok, vocab, _ = setting
+    python = structspec.compile_grammar(grammar_path("python"), vocab)
+    path = shared_data / "code" / "HumanEval-MultiLineInfilling.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()][3::CODE_STRIDE]
+    stops = ("eof", "statement", "block")
+    tasks = []
+    for n, row in enumerate(rows):
+        stop = stops[n % len(stops)]
+        view = python.with_suffix(row["suffix"], prefix=row["prompt"], stop=stop)
+        tasks.append((row["task_id"], stop, view,
+                      tok.encode(row["prompt"], add_special_tokens=False),
+                      row["prompt"], row["suffix"]))
+    return tasks
+
+
+def test_speculative_greedy_is_plain_greedy_on_code_infilling(setting, code_tasks):
+    model, tok, vocab, configs = setting
+    mismatches = []
+    for task_id, stop, view, prompt, prefix, suffix in code_tasks:
+        plain = _run(decode, model, vocab, prompt, view, max_new_tokens=32, sampling=GREEDY)
+        if plain[1] and stop == "eof":  # the middle fills the hole: the file parses
+            ast.parse(prefix + vocab.decode(plain[0]).decode("utf-8") + suffix)
+        for setup, config in configs.items():
+            spec = _run(speculative_decode, model, vocab, prompt, view, max_new_tokens=32,
+                        sampling=GREEDY, tokenizer=tok, config=config)
+            if spec[:3] != plain[:3]:
+                mismatches.append(f"{task_id} ({stop}, {setup}): plain {plain[:3]} "
+                                  f"speculative {spec[:3]}")
+    assert not mismatches, "\n".join(mismatches[:10])
