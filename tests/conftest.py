@@ -91,6 +91,26 @@ def tiny_llama(tokenizer, seed: int = 0, vocab_size: int | None = None):
     return LlamaForCausalLM(config).eval()
 
 
+def random_draft_head(model, seed: int = 0, vocab_size: int = 4096,
+                      mid_layer: int | None = None, blocks: int = 1, hidden_dim: int = 48):
+    """A head with random weights over a random reduced vocabulary (ids of ``model``);
+    with ``mid_layer``, one that also reads that decoder layer's output; ``blocks``
+    residual blocks per step of inner width ``hidden_dim``."""
+    import torch
+
+    from structspec.spec.draft_head import DraftHead, DraftHeadNet
+
+    g = torch.Generator().manual_seed(seed)
+    hidden = model.config.hidden_size
+    net = DraftHeadNet(hidden, hidden_dim, mid=mid_layer is not None, blocks=blocks)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    n = model.get_input_embeddings().weight.shape[0]
+    vocab = torch.randperm(n, generator=g)[:vocab_size].sort().values
+    return DraftHead(net, vocab, model, name="tiny-random-head", mid_layer=mid_layer)
+
+
 def random_tree(rng, n: int, vocab_size: int):
     """A random ``DraftTree`` of ``n`` nodes (each node's parent drawn among the nodes
     before it), tokens from ``100..vocab_size``; for tests of tree passes."""

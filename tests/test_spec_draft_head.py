@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import legal_prefix, run_decode, tiny_llama
+from conftest import legal_prefix, random_draft_head, run_decode, tiny_llama
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -43,29 +43,12 @@ GREEDY = SamplingParams()
 FLAT = CostCurve((1, 64), (1.0, 1.0))  # every tree size costs the same: nothing is pruned
 
 
-def _random_head(model, seed: int = 0, vocab_size: int = 4096,
-                 mid_layer: int | None = None, blocks: int = 1,
-                 hidden_dim: int = 48) -> DraftHead:
-    """A head with random weights over a random reduced vocabulary (ids of ``model``);
-    with ``mid_layer``, one that also reads that decoder layer's output; ``blocks``
-    residual blocks per step of inner width ``hidden_dim``."""
-    g = torch.Generator().manual_seed(seed)
-    hidden = model.config.hidden_size
-    net = DraftHeadNet(hidden, hidden_dim, mid=mid_layer is not None, blocks=blocks)
-    with torch.no_grad():
-        for p in net.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    n = model.get_input_embeddings().weight.shape[0]
-    vocab = torch.randperm(n, generator=g)[:vocab_size].sort().values
-    return DraftHead(net, vocab, model, name="tiny-random-head", mid_layer=mid_layer)
-
-
 @pytest.fixture(scope="module")
 def tiny(tiny_model):
     vocab = Vocabulary.from_tokenizer(tiny_model.tokenizer, eos_token_ids=tiny_model.eos_token_ids)
     constraints = {k: compile_regex(v, vocab) for k, v in PATTERNS.items()}
     constraints["free"] = free_text(vocab)
-    return tiny_model.model, tiny_model.tokenizer, vocab, constraints, _random_head(
+    return tiny_model.model, tiny_model.tokenizer, vocab, constraints, random_draft_head(
         tiny_model.model)
 
 
@@ -233,7 +216,7 @@ def test_a_head_reading_a_middle_layer_keeps_greedy_identical_and_round_trips(ti
     save and load; a file that reads a layer the model lacks, or does not say which, is
     refused with the typed error."""
     model, tok, vocab, constraints, _ = tiny
-    head = _random_head(model, seed=5, mid_layer=1)
+    head = random_draft_head(model, seed=5, mid_layer=1)
     assert head.mid_layer == 1
     for words, name in (("the id is 42 and the tag is red", "free"), ("hello", "tag")):
         prompt = tok.encode(words, add_special_tokens=False)
@@ -266,7 +249,7 @@ def test_a_head_of_several_blocks_round_trips_and_keeps_greedy_identical(tiny, t
     before it) loads as one block, new blocks start as the identity, and greedy decoding
     with it is plain greedy."""
     model, tok, vocab, constraints, _ = tiny
-    head = _random_head(model, seed=5, blocks=3)
+    head = random_draft_head(model, seed=5, blocks=3)
     assert head.net.blocks == 3
     s = torch.randn(4, model.config.hidden_size, generator=torch.Generator().manual_seed(1))
     ids = torch.tensor([5, 7, 11, 13])
@@ -290,7 +273,7 @@ def test_a_head_of_several_blocks_round_trips_and_keeps_greedy_identical(tiny, t
     reference = DraftHead(rounded, head.vocab, model, name="tiny-deep-rounded")
     with torch.inference_mode():
         assert torch.equal(loaded.step(s, ids), reference.step(s, ids))
-    one = _random_head(model, seed=6)
+    one = random_draft_head(model, seed=6)
     save_head(path, one.net, one.vocab, fingerprint(model), name="tiny-one")
     blob = torch.load(path, weights_only=True)
     del blob["blocks"]
@@ -431,7 +414,7 @@ def test_the_steps_layers_run_on_integer_panels_where_they_can_and_save_unrounde
     from structspec.spec import fastlinear as fl
 
     model, *_ = tiny
-    head = _random_head(model, seed=9)
+    head = random_draft_head(model, seed=9)
     if "panel_int8" not in fl.available_kernels(approx=True):
         pytest.skip("the integer kernel does not run here")
     fc1, fc2 = head.net.fc1, head.net.fc2
@@ -456,7 +439,7 @@ def test_the_lean_step_gives_the_networks_bits(tiny, blocks):
     model, *_ = tiny
     if "panel_int8" not in fl.available_kernels(approx=True):
         pytest.skip("the integer kernel does not run here")
-    head = _random_head(model, seed=11, blocks=blocks, hidden_dim=64)
+    head = random_draft_head(model, seed=11, blocks=blocks, hidden_dim=64)
     assert head._lean is not None
     g = torch.Generator().manual_seed(3)
     with torch.inference_mode():
@@ -488,7 +471,7 @@ def test_a_head_file_is_loaded_once_per_model_until_it_changes(tiny, tmp_path):
     import os
 
     model, *_ = tiny
-    head = _random_head(model, seed=4)
+    head = random_draft_head(model, seed=4)
     path = tmp_path / "cached.pt"
     save_head(path, head.net, head.vocab, fingerprint(model), name="tiny-cached")
     first = resolve_head(str(path), model)

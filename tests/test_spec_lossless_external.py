@@ -8,9 +8,10 @@ HumanEval's infilling tasks — read from ``../shared/data`` (skipped where it i
 
 The target is the tiny random model with the real tokenizer: its choices are arbitrary, so
 its outputs wander into every corner of a schema (odd strings, long numbers, optional keys)
-and most drafts are rejected somewhere. Three drafting set-ups cover the acceptance paths:
-the default drafters (forced text, alternatives, lookup, values, closers, top-k); a draft
-model with the target's own weights (every draft accepted: long paths, deep compaction of
+and most drafts are rejected somewhere. Four drafting set-ups cover the acceptance paths:
+the default drafters (forced text, alternatives, lookup, values, closers, top-k); a random
+draft head (the learned drafter's tree growth and beam); a draft model with the target's
+own weights (every draft accepted: long paths, deep compaction of
 the cache); and another random model (partial acceptance at any depth). Greedy runs must
 give plain decoding's tokens, completion and error; sampled runs a valid output, the same
 for the same seed. A Hypothesis test draws schema, prompt and tree budgets together.
@@ -25,7 +26,7 @@ import warnings
 from typing import Any
 
 import pytest
-from conftest import maskbench_rows, suite_groups, tiny_llama
+from conftest import maskbench_rows, random_draft_head, suite_groups, tiny_llama
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -43,17 +44,18 @@ SUITE_STRIDE = 4                            # a quarter of the suite's 383 group
 CODE_STRIDE = 400                           # 15 of HumanEval's multi-line infilling tasks
 MAX_NEW = 40
 GREEDY = SamplingParams()
-SETUPS = ("default", "draft_model_same", "draft_model_other")
+SETUPS = ("default", "draft_head", "draft_model_same", "draft_model_other")
 
 
 @pytest.fixture(scope="module")
 def setting(tiny_model):
     """``(target, tokenizer, vocabulary, drafting set-ups)``; the draft models are copies
-    (a draft model keeps its own state on the module)."""
+    (a draft model keeps its own state on the module), the head a random one."""
     tok = tiny_model.tokenizer
     vocab = Vocabulary.from_tokenizer(tok, eos_token_ids=tiny_model.eos_token_ids)
     configs = {
         "default": SpecConfig(),
+        "draft_head": SpecConfig(draft_head=random_draft_head(tiny_model.model)),
         "draft_model_same": SpecConfig(draft_model=copy.deepcopy(tiny_model.model)),
         "draft_model_other": SpecConfig(draft_model=tiny_llama(tok, seed=1)),
     }
@@ -169,7 +171,7 @@ def test_any_tree_budget_is_lossless_on_external_schemas(setting, json_tasks, da
     base = configs[setup]
     config = SpecConfig(max_nodes=max_nodes, draft_length=draft_length,
                         num_speculations=num_speculations, sparse_logits=sparse_logits,
-                        draft_model=base.draft_model)
+                        draft_model=base.draft_model, draft_head=base.draft_head)
     plain = _run(decode, model, vocab, prompt, c, max_new_tokens=max_new, sampling=GREEDY,
                  sparse_logits=sparse_logits)
     spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=max_new,

@@ -6,10 +6,15 @@ plain greedy on the tiny random model, with and without a draft head)."""
 from __future__ import annotations
 
 import pytest
-from conftest import exact_pairs, fixed_drafter, run_decode, sampled_pairs_chi_square
+from conftest import (
+    exact_pairs,
+    fixed_drafter,
+    random_draft_head,
+    run_decode,
+    sampled_pairs_chi_square,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_spec_draft_head import _random_head
 
 from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
@@ -38,7 +43,7 @@ def tiny(tiny_model):
         r'\{"id":[0-9]{1,3},"tag":"(red|green|blue)","ok":(true|false)\}', vocab),
         "free": free_text(vocab)}
     return (tiny_model.model, tiny_model.tokenizer, vocab, constraints,
-            _random_head(tiny_model.model))
+            random_draft_head(tiny_model.model))
 
 
 def test_the_curves_free_nodes():
