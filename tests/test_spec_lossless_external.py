@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import json
 import warnings
 from typing import Any
@@ -35,6 +36,7 @@ from structspec.engine import decode
 from structspec.errors import GenerationError, StructSpecError
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
+from structspec.spec.cost import CostCurve
 from structspec.vocab import Vocabulary
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -44,6 +46,7 @@ SUITE_STRIDE = 4                            # a quarter of the suite's 383 group
 CODE_STRIDE = 400                           # 15 of HumanEval's multi-line infilling tasks
 MAX_NEW = 40
 GREEDY = SamplingParams()
+FLAT = CostCurve((1, 64), (1.0, 1.0))  # every tree size costs the same: nothing is pruned
 SETUPS = ("default", "draft_head", "draft_model_same", "draft_model_other")
 
 
@@ -55,21 +58,22 @@ def setting(tiny_model):
     vocab = Vocabulary.from_tokenizer(tok, eos_token_ids=tiny_model.eos_token_ids)
     configs = {
         "default": SpecConfig(),
-        "draft_head": SpecConfig(draft_head=random_draft_head(tiny_model.model)),
+        # A random head's paths are improbable: kept only with no floor and a flat curve.
+        "draft_head": SpecConfig(draft_head=random_draft_head(tiny_model.model),
+                                 draft_head_min_prob=0.0, adaptive=False, cost_curve=FLAT),
         "draft_model_same": SpecConfig(draft_model=copy.deepcopy(tiny_model.model)),
         "draft_model_other": SpecConfig(draft_model=tiny_llama(tok, seed=1)),
     }
     return tiny_model.model, tok, vocab, configs
 
 
-def _run(fn, *args, **kwargs) -> tuple[list[int], bool, str | None, int]:
-    """(token ids, complete, error, forward passes) of one decode, its error included."""
+def _run(fn, *args, **kwargs) -> tuple[list[int], bool, str | None, Any]:
+    """(token ids, complete, error, stats) of one decode, its error included."""
     try:
         out = fn(*args, **kwargs)
-        return out.token_ids, out.complete, None, out.stats.forward_passes
+        return out.token_ids, out.complete, None, out.stats
     except GenerationError as exc:
-        passes = getattr(exc.stats, "forward_passes", 0)
-        return exc.token_ids, False, str(exc).split(":")[0], passes
+        return exc.token_ids, False, str(exc).split(":")[0], exc.stats
 
 
 def _prompt(tok, description: str, instance: Any) -> list[int]:
@@ -116,7 +120,7 @@ def plain_json(setting, json_tasks):
 def test_speculative_greedy_is_plain_greedy_on_external_schemas(setting, json_tasks,
                                                                 plain_json, setup):
     model, tok, vocab, configs = setting
-    mismatches, tokens, passes = [], 0, 0
+    mismatches, tokens, passes, head_nodes = [], 0, 0, 0
     for (name, c, prompt), plain in zip(json_tasks, plain_json, strict=True):
         spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=MAX_NEW,
                     sampling=GREEDY, tokenizer=tok, config=configs[setup])
@@ -125,8 +129,10 @@ def test_speculative_greedy_is_plain_greedy_on_external_schemas(setting, json_ta
         if plain[1]:  # what a complete output says must be valid
             text = vocab.decode(plain[0]).decode("utf-8")
             assert c.problem(text) is None, (name, text, c.problem(text))
-        tokens, passes = tokens + len(plain[0]), passes + spec[3]
+        tokens, passes = tokens + len(plain[0]), passes + spec[3].forward_passes
+        head_nodes += spec[3].per_drafter.get("draft_head", (0, 0))[0]
     assert not mismatches, "\n".join(mismatches[:10])
+    assert (head_nodes > 0) == (setup == "draft_head")
     # The comparison is not vacuous: speculation ran and committed several tokens a pass
     # (with the target's own weights as its draft model, nearly every draft is accepted).
     assert passes * (3 if setup == "draft_model_same" else 1) < tokens, (passes, tokens)
@@ -168,10 +174,9 @@ def test_any_tree_budget_is_lossless_on_external_schemas(setting, json_tasks, da
     name, c, prompt = data.draw(st.sampled_from(json_tasks), label="task")
     cut = data.draw(st.integers(1, max(1, len(prompt))), label="prompt tokens")
     prompt = prompt[:cut]
-    base = configs[setup]
-    config = SpecConfig(max_nodes=max_nodes, draft_length=draft_length,
-                        num_speculations=num_speculations, sparse_logits=sparse_logits,
-                        draft_model=base.draft_model, draft_head=base.draft_head)
+    config = dataclasses.replace(configs[setup], max_nodes=max_nodes,
+                                 draft_length=draft_length, num_speculations=num_speculations,
+                                 sparse_logits=sparse_logits)
     plain = _run(decode, model, vocab, prompt, c, max_new_tokens=max_new, sampling=GREEDY,
                  sparse_logits=sparse_logits)
     spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=max_new,
