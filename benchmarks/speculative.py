@@ -35,11 +35,12 @@ Face ``generate`` unconstrained (``speedup_vs_hf``) and, for JSON, with xgrammar
 processor (``speedup_vs_hf_xgrammar``); ``--no-peers`` skips them.
 
 ``--temperature T`` (with ``--top-k``, ``--top-p``, ``--seed``) samples instead, in both
-modes and for the peers (``do_sample``): speculative sampling keeps the distribution of
-plain constrained sampling (multi-draft rejection sampling, checked by
-``tests/test_spec_accept.py``), not the samples, so outputs are not compared; every rate is
-per generated token of each mode's own output (task ``i`` seeds both modes with
-``seed + i``), and the summary says how many outputs of each mode were complete.
+modes and for the peers (``do_sample``): task ``i`` seeds both modes with ``seed + i``, and
+under one seed speculative sampling emits plain sampling's tokens (each position's token is
+the one its seeded number picks, :class:`structspec.sampling.TokenDraws`), so the outputs
+are compared as greedy ones are; the summary also says how many outputs of each mode were
+complete. (Sessions before 57 sampled speculatively by multi-draft rejection sampling: the
+same distribution, other samples, rates per token of each mode's own output.)
 
 ``--cost-curve RUN.json`` sizes the trees by the curve another run of this script recorded
 (a GPU's, say) instead of this machine's: the tokens per pass are what that device's plan
@@ -519,8 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-peers", action="store_true",
                     help="skip Hugging Face generate (plain, and with xgrammar for JSON)")
     ap.add_argument("--temperature", type=float, default=0.0,
-                    help="sample at this temperature in both modes (default 0: greedy, and "
-                         "the outputs must be identical)")
+                    help="sample at this temperature in both modes (default 0: greedy); "
+                         "under one seed the outputs must be identical either way")
     ap.add_argument("--top-k", type=int, default=None, help="sampling: keep the k likeliest")
     ap.add_argument("--top-p", type=float, default=None, help="sampling: nucleus mass")
     ap.add_argument("--seed", type=int, default=0,
@@ -672,11 +673,11 @@ def main(argv: list[str] | None = None) -> int:
         row = {
             "id": task["id"], "prompt_tokens": len(task["prompt_ids"]), "new_tokens": n_tok,
             "speculative_tokens": s_tok, "complete": b_ok, "speculative_complete": s_ok,
-            # sampling: the same distribution, not the same samples
-            "identical": b_ids == s_ids if samp is None else None,
-            # greedy, not identical: the first token index where they part (half-precision
-            # arithmetic can break a near-tie differently in a tree pass and a one-token step)
-            "first_difference": (None if samp is not None or b_ids == s_ids else next(
+            # sampling under one seed: the same tokens too (TokenDraws)
+            "identical": b_ids == s_ids,
+            # not identical: the first token index where they part (half-precision arithmetic
+            # can break a near-tie differently in a tree pass and a one-token step)
+            "first_difference": (None if b_ids == s_ids else next(
                 (i for i, (a, b) in enumerate(zip(b_ids, s_ids)) if a != b),
                 min(len(b_ids), len(s_ids)))),
             "prefill_s": round(prefill, 3),
@@ -753,7 +754,7 @@ def main(argv: list[str] | None = None) -> int:
         "sampling": None if sampling.greedy else {
             "temperature": sampling.temperature, "top_k": sampling.top_k,
             "top_p": sampling.top_p, "seed": args.seed},
-        "identical": sum(r["identical"] for r in rows) if sampling.greedy else None,
+        "identical": sum(r["identical"] for r in rows),
         "complete": {"baseline": sum(r["complete"] for r in rows),
                      "speculative": sum(r["speculative_complete"] for r in rows)},
         "speedup_median": round(statistics.median(r["speedup"] for r in rows), 3),
@@ -782,7 +783,7 @@ def main(argv: list[str] | None = None) -> int:
               result["loop_pass_costs"])
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1))
-    return 0 if not sampling.greedy or summary["identical"] == len(rows) else 1
+    return 0 if summary["identical"] == len(rows) else 1
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from structspec.automata.base import Constraint, State
 from structspec.errors import GenerationError
 from structspec.hf_compat import cache_kwargs
 from structspec.masks import apply_mask, mask_to_bool
-from structspec.sampling import SamplingParams, choose, make_generator
+from structspec.sampling import SamplingParams, choose, make_draws
 from structspec.vocab import Vocabulary
 
 
@@ -170,7 +170,7 @@ def decode(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     device = model.device
     stats = DecodeStats(prompt_tokens=len(prompt_ids))
-    generator = make_generator(sampling, device)
+    draws = make_draws(sampling)
     eos = vocab.eos_token_ids
     start = time.perf_counter()
 
@@ -212,7 +212,7 @@ def decode(
                 bool_masks[id(mask)] = cached
             masked = apply_mask(row, cached[1])
             stats.mask_seconds += time.perf_counter() - t0
-            token = choose(masked, sampling, generator)
+            token = choose(masked, sampling, None if draws is None else draws(len(out)))
             if token in eos:
                 complete = True
                 break

@@ -2,11 +2,13 @@
 temperature, top-k and top-p, reproducible under a seed.
 
 Kept apart from the decode loop so that speculative acceptance can reuse exactly the same
-distribution (lossless sampling needs the very probabilities plain decoding would use).
+distribution (lossless sampling needs the very probabilities plain decoding would use) and
+the same random numbers (:class:`TokenDraws`: one per output position).
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 import torch
@@ -89,28 +91,72 @@ def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return keep
 
 
-def make_generator(
-    params: SamplingParams, device: torch.device | str = "cpu"
-) -> torch.Generator | None:
-    """A seeded ``torch.Generator`` for sampling, or ``None`` for greedy / unseeded."""
-    if params.greedy or params.seed is None:
-        return None
-    gen = torch.Generator(device=device)
-    gen.manual_seed(params.seed)
-    return gen
+_MASK64 = (1 << 64) - 1
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """One id drawn from ``probs`` ``[V]`` (non-negative, not all zero, any total): the first
-    id whose running sum exceeds a uniform draw times the total. An id of probability 0 is
-    never drawn. ``torch.multinomial`` took ~1.2 ms for one draw over a 49k-token vocabulary
-    on one CPU thread (~4% of a small model's decoding step); this ~0.1 ms."""
+def _mix64(z: int) -> int:
+    """SplitMix64's finalizer (Steele, Lea and Flood 2014): a bijection of 64-bit words whose
+    outputs for consecutive inputs pass the usual tests of randomness."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+class TokenDraws:
+    """The uniform number in [0, 1) that picks the sampled token at each output position.
+
+    Why per position, not one random stream consumed per decision: speculative decoding makes
+    a varying number of decisions per token — its trees depend on its drafters and on what a
+    ``Generator`` has learned from earlier requests — so a stream gave one seed different
+    outputs from one call to the next, and other outputs than plain decoding. A number fixed
+    by (seed, position) and inverse-CDF sampling (:func:`sample_at`) make the sampled output
+    a function of the seed and the model's distributions alone, as greedy output is of the
+    model alone: speculative sampling emits plain sampling's tokens exactly, and a drafted
+    token is accepted exactly when it is the one the position's number picks — with
+    probability ``p(x)``, what rejection sampling of a deterministic draft gives it.
+
+    The numbers are SplitMix64 (a counter-based generator: Java's ``SplittableRandom``) of
+    the mixed seed plus the position; ``seed=None`` draws a fresh key from the OS.
+    """
+
+    __slots__ = ("key",)
+
+    def __init__(self, seed: int | None) -> None:
+        raw = secrets.randbits(64) if seed is None else seed & _MASK64
+        self.key = _mix64(raw ^ 0x5DEECE66D)
+
+    def __call__(self, position: int) -> float:
+        """The number of output position ``position`` (0 = the first generated token)."""
+        z = (self.key + (position + 1) * 0x9E3779B97F4A7C15) & _MASK64
+        return (_mix64(z) >> 11) * 2.0 ** -53
+
+
+def make_draws(params: SamplingParams) -> TokenDraws | None:
+    """The per-position draws of a sampled decode, or ``None`` when greedy."""
+    return None if params.greedy else TokenDraws(params.seed)
+
+
+def sample_at(probs: torch.Tensor, u: float) -> int:
+    """The id of ``probs`` ``[V]`` (non-negative, not all zero, any total) that the uniform
+    number ``u`` in [0, 1) picks: the first id whose running sum (in id order, float64)
+    exceeds ``u`` times the total. An id of probability 0 is never picked; equal ``probs``
+    and ``u`` pick the same id. ``torch.multinomial`` took ~1.2 ms for one draw over a
+    49k-token vocabulary on one CPU thread (~4% of a small model's decoding step); this
+    ~0.07 ms."""
     cumulative = torch.cumsum(probs, dim=-1, dtype=torch.float64)  # [V]
-    u = torch.rand((), generator=generator, dtype=torch.float64, device=probs.device)
-    i = int(torch.searchsorted(cumulative, (u * cumulative[-1]).reshape(1), right=True))
+    target = (cumulative[-1] * u).reshape(1)
+    i = int(torch.searchsorted(cumulative, target, right=True))
     if i >= probs.numel() or not float(probs[i]) > 0:  # u * total rounded up to the total
         i = int(torch.nonzero(probs > 0).max())
     return i
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One id drawn from ``probs`` ``[V]`` with a uniform number from ``generator``
+    (:func:`sample_at`)."""
+    device = probs.device if generator is None else generator.device
+    return sample_at(probs, float(torch.rand((), generator=generator, dtype=torch.float64,
+                                             device=device)))
 
 
 def argmax(logits: torch.Tensor) -> int:
@@ -126,8 +172,11 @@ def argmax(logits: torch.Tensor) -> int:
     return int(torch.argmax(logits))
 
 
-def choose(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """Pick one id from masked ``logits`` ``[V]``."""
+def choose(logits: torch.Tensor, params: SamplingParams, u: float | None) -> int:
+    """Pick one id from masked ``logits`` ``[V]``: the argmax when greedy, else the id the
+    position's uniform number ``u`` picks (:class:`TokenDraws`)."""
     if params.greedy:
         return argmax(logits)
-    return sample(probabilities(logits, params), generator)
+    if u is None:
+        raise ValueError("sampling needs the position's uniform number")
+    return sample_at(probabilities(logits, params), u)

@@ -3,6 +3,7 @@ KV-cached greedy equal to a from-scratch reference, limits, sampling reproducibi
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -14,7 +15,16 @@ from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
 from structspec.errors import GenerationError
 from structspec.masks import apply_mask, mask_to_bool
-from structspec.sampling import SamplingParams, argmax, nucleus, probabilities, sample
+from structspec.sampling import (
+    SamplingParams,
+    TokenDraws,
+    argmax,
+    make_draws,
+    nucleus,
+    probabilities,
+    sample,
+    sample_at,
+)
 from structspec.vocab import Vocabulary
 
 PATTERN = r'\{"id":[0-9]{1,3},"tag":"(red|green|blue)"\}'
@@ -210,3 +220,42 @@ def test_apply_mask_sets_exactly_the_disallowed_ids_to_minus_infinity(values, da
     assert torch.equal(out.isnan(), expected.isnan())
     assert torch.equal(out.nan_to_num(0.0), expected.nan_to_num(0.0))
     assert out.data_ptr() != logits.data_ptr()  # a new tensor; the logits are kept
+
+
+def test_token_draws_are_fixed_by_seed_and_position_and_uniform():
+    draws = TokenDraws(7)
+    values = [draws(i) for i in range(20000)]
+    assert values == [TokenDraws(7)(i) for i in range(20000)]  # a function of (seed, position)
+    assert all(0.0 <= u < 1.0 for u in values)
+    assert [TokenDraws(8)(i) for i in range(50)] != values[:50]
+    assert TokenDraws(-1)(0) == TokenDraws(2**64 - 1)(0)  # seeds taken modulo 2**64
+    counts = [0] * 20
+    for u in values:
+        counts[int(u * 20)] += 1
+    chi2 = sum((c - 1000) ** 2 / 1000 for c in counts)
+    assert chi2 < 50, counts  # 19 degrees of freedom: P(X > 50) ≈ 1e-4
+    # neighbouring positions and seeds are not correlated
+    pairs = sum((a - 0.5) * (b - 0.5) for a, b in itertools.pairwise(values))
+    assert abs(pairs / len(values)) < 0.005
+    seeds = [TokenDraws(s)(0) for s in range(5000)]
+    assert abs(sum(seeds) / len(seeds) - 0.5) < 0.02
+    assert TokenDraws(None)(0) != TokenDraws(None)(0)  # unseeded: a fresh key each time
+    assert make_draws(SamplingParams()) is None
+    assert make_draws(SamplingParams(temperature=1.0, seed=3))(5) == TokenDraws(3)(5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(weights=st.lists(st.sampled_from([0.0, 0.0, 1e-9, 0.25, 1.0, 3.0]), min_size=1,
+                        max_size=12).filter(lambda w: sum(w) > 0),
+       u=st.floats(0.0, 1.0, exclude_max=True))
+def test_sample_at_picks_the_id_whose_cumulative_interval_holds_u(weights, u):
+    """Inverse CDF: the id ``i`` with ``S(i-1) <= u * total < S(i)`` (float64 running sums in
+    id order), never an id of weight 0, and monotone in ``u``."""
+    probs = torch.tensor(weights, dtype=torch.float32)
+    i = sample_at(probs, u)
+    assert weights[i] > 0
+    cumulative = torch.cumsum(probs, 0, dtype=torch.float64).tolist()
+    target = cumulative[-1] * u
+    below = cumulative[i - 1] if i else 0.0
+    assert below <= target < cumulative[i] or i == max(j for j, w in enumerate(weights) if w)
+    assert sample_at(probs, u + (1.0 - u) / 2) >= i

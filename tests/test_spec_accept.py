@@ -1,5 +1,6 @@
 """Acceptance rules as pure tensor functions: greedy, lossless multi-draft rejection sampling
-(chi-square against the target distribution), typical acceptance, and the tree walk."""
+(chi-square against the target distribution), typical acceptance, and the tree walk (whose
+seeded sampling follows the target distribution too)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from structspec.automata.base import TokenMask
-from structspec.sampling import SamplingParams, probabilities
+from structspec.sampling import SamplingParams, TokenDraws, probabilities
 from structspec.spec.accept import (
     MaskCache,
     greedy_choice,
@@ -131,12 +132,12 @@ def test_walk_tree_samples_paths_with_the_target_probabilities():
     masks = MaskCache(4, "cpu")
     allowed = masks.get(c.allowed(0))
     p = [probabilities(logits[i].masked_fill(~allowed, float("-inf")), params) for i in range(4)]
-    gen = torch.Generator().manual_seed(5)
     n = 8000
     first = torch.zeros(4)
     second_after_2 = torch.zeros(4)
-    for _ in range(n):
-        acc = walk_tree(tree, logits, c, masks, params, gen, eos_ids=frozenset({0}), budget=10)
+    for seed in range(n):
+        acc = walk_tree(tree, logits, c, masks, params, TokenDraws(seed), eos_ids=frozenset({0}),
+                        budget=10)
         emitted = [tree.tokens[i] for i in acc.path[1:]] + [acc.token]
         assert acc.outcome == "bonus"
         first[emitted[0]] += 1

@@ -71,6 +71,49 @@ def test_speculative_greedy_equals_plain_greedy(tiny, words, name, max_new, node
         assert stats.forward_passes <= plain[3].stats.forward_passes
 
 
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
+       name=st.sampled_from(sorted([*PATTERNS, "free"])),
+       max_new=st.integers(1, 48),
+       nodes=st.sampled_from([0, 4, 16]), depth=st.sampled_from([1, 4, 32]),
+       adaptive=st.booleans(), seed=st.integers(0, 2**63),
+       temperature=st.sampled_from([0.5, 1.0, 2.0]), top_k=st.sampled_from([None, 1, 3, 50]),
+       top_p=st.sampled_from([None, 0.5, 0.95]))
+def test_speculative_sampling_equals_plain_sampling_under_a_seed(tiny, words, name, max_new,
+                                                                 nodes, depth, adaptive, seed,
+                                                                 temperature, top_k, top_p):
+    """Each output position's token is the one its seeded number picks from the target's
+    distribution, in both modes: the same tokens, whatever the trees were."""
+    model, tok, vocab, constraints = tiny
+    prompt = tok.encode(" ".join(words), add_special_tokens=False)
+    c = constraints[name]
+    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    plain = _run(decode, model, vocab, prompt, c, max_new_tokens=max_new, sampling=sampling)
+    cfg = SpecConfig(max_nodes=nodes, draft_length=depth, adaptive=adaptive, window=2)
+    spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=max_new,
+                sampling=sampling, config=cfg, tokenizer=tok)
+    assert spec[:3] == plain[:3]
+
+
+def test_a_seed_gives_one_output_whatever_the_generator_learned(tiny):
+    """A learned acceptance model changes the trees from one request to the next; the
+    sampled output of a seed stays the same (and is plain decoding's)."""
+    model, tok, vocab, constraints = tiny
+    prompt = tok.encode("the id is 42 and the tag is red", add_special_tokens=False)
+    sampling = SamplingParams(temperature=1.0, seed=11)
+    habits = AcceptanceModel()
+    plain = _run(decode, model, vocab, prompt, constraints["tag"], max_new_tokens=40,
+                 sampling=sampling)
+    for words in (["red", "blue"], ["hello"], ["the", "id", "is", "42"]):  # other requests
+        other = tok.encode(" ".join(words), add_special_tokens=False)
+        _run(speculative_decode, model, vocab, other, constraints["tag"], max_new_tokens=40,
+             sampling=GREEDY, tokenizer=tok, acceptance=habits)
+        again = _run(speculative_decode, model, vocab, prompt, constraints["tag"],
+                     max_new_tokens=40, sampling=sampling, tokenizer=tok, acceptance=habits)
+        assert again[:3] == plain[:3]
+
+
 _HABITS = AcceptanceModel()  # learned across the examples below, as a Generator's requests do
 
 

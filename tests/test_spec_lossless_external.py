@@ -138,24 +138,34 @@ def test_speculative_greedy_is_plain_greedy_on_external_schemas(setting, json_ta
     assert passes * (3 if setup == "draft_model_same" else 1) < tokens, (passes, tokens)
 
 
-def test_sampled_speculation_on_external_schemas_is_valid_and_seeded(setting, json_tasks):
-    """Sampling (temperature, top-p, top-k, the lossy ``validation_threshold``): every
-    complete output is valid, and a seed gives the same output again."""
+def test_speculative_sampling_is_plain_sampling_on_external_schemas(setting, json_tasks):
+    """Sampling (temperature, top-p, top-k): under one seed speculative decoding emits plain
+    decoding's tokens, whatever it drafted (each position's token is the one its seeded
+    number picks); every complete output is valid. The lossy ``validation_threshold`` mode:
+    valid, and the same output again for the same seed."""
     model, tok, vocab, configs = setting
-    modes = [(SamplingParams(temperature=1.0, seed=0), configs["default"]),
-             (SamplingParams(temperature=0.7, top_p=0.9, seed=1), configs["draft_model_other"]),
-             (SamplingParams(temperature=1.0, top_k=20, seed=2),
-              SpecConfig(validation_threshold=0.5))]
-    complete = 0
+    modes = [SamplingParams(temperature=1.0, seed=0),
+             SamplingParams(temperature=0.7, top_p=0.9, seed=1),
+             SamplingParams(temperature=1.3, top_k=20, seed=2)]
+    mismatches, complete = [], 0
     for n, (name, c, prompt) in enumerate(json_tasks[::2]):
-        sampling, config = modes[n % len(modes)]
-        runs = [_run(speculative_decode, model, vocab, prompt, c, max_new_tokens=MAX_NEW,
-                     sampling=sampling, tokenizer=tok, config=config) for _ in range(2)]
-        assert runs[0][:3] == runs[1][:3], name
-        if runs[0][1]:
-            complete += 1
-            text = vocab.decode(runs[0][0]).decode("utf-8")
-            assert c.problem(text) is None, (name, text, c.problem(text))
+        sampling, setup = modes[n % len(modes)], SETUPS[n % len(SETUPS)]
+        plain = _run(decode, model, vocab, prompt, c, max_new_tokens=MAX_NEW, sampling=sampling)
+        spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=MAX_NEW,
+                    sampling=sampling, tokenizer=tok, config=configs[setup])
+        if spec[:3] != plain[:3]:
+            mismatches.append(f"{name} ({setup}, {sampling}): plain {plain[:3]} "
+                              f"speculative {spec[:3]}")
+        lossy = [_run(speculative_decode, model, vocab, prompt, c, max_new_tokens=MAX_NEW,
+                      sampling=sampling, tokenizer=tok,
+                      config=SpecConfig(validation_threshold=0.5)) for _ in range(2)]
+        assert lossy[0][:3] == lossy[1][:3], name
+        for run in (plain, lossy[0]):
+            if run[1]:
+                complete += 1
+                text = vocab.decode(run[0]).decode("utf-8")
+                assert c.problem(text) is None, (name, text, c.problem(text))
+    assert not mismatches, "\n".join(mismatches[:10])
     assert complete >= 10  # enough outputs ended inside the budget to judge
 
 
@@ -165,11 +175,13 @@ def test_sampled_speculation_on_external_schemas_is_valid_and_seeded(setting, js
        max_nodes=st.sampled_from([None, 1, 4, 16, 32]),
        draft_length=st.sampled_from([1, 3, 32]),
        num_speculations=st.sampled_from([None, 1, 8, 16]),
-       sparse_logits=st.booleans(), setup=st.sampled_from(SETUPS))
+       sparse_logits=st.booleans(), setup=st.sampled_from(SETUPS),
+       sampling=st.sampled_from([GREEDY, SamplingParams(temperature=1.0, seed=3),
+                                 SamplingParams(temperature=0.8, top_k=5, top_p=0.95, seed=4)]))
 def test_any_tree_budget_is_lossless_on_external_schemas(setting, json_tasks, data, max_new,
                                                          max_nodes, draft_length,
                                                          num_speculations, sparse_logits,
-                                                         setup):
+                                                         setup, sampling):
     model, tok, vocab, configs = setting
     name, c, prompt = data.draw(st.sampled_from(json_tasks), label="task")
     cut = data.draw(st.integers(1, max(1, len(prompt))), label="prompt tokens")
@@ -177,10 +189,10 @@ def test_any_tree_budget_is_lossless_on_external_schemas(setting, json_tasks, da
     config = dataclasses.replace(configs[setup], max_nodes=max_nodes,
                                  draft_length=draft_length, num_speculations=num_speculations,
                                  sparse_logits=sparse_logits)
-    plain = _run(decode, model, vocab, prompt, c, max_new_tokens=max_new, sampling=GREEDY,
+    plain = _run(decode, model, vocab, prompt, c, max_new_tokens=max_new, sampling=sampling,
                  sparse_logits=sparse_logits)
     spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=max_new,
-                sampling=GREEDY, tokenizer=tok, config=config)
+                sampling=sampling, tokenizer=tok, config=config)
     assert spec[:3] == plain[:3], name
 
 

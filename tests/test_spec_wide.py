@@ -107,7 +107,7 @@ def test_wide_trees_are_lossless(tiny, words, name, max_new, head_on):
 def test_wide_sampled_trees_follow_the_target_distribution(tiny):
     """Sampling through a tree wider than the free-text default (3 first tokens × 3
     followers: 12 nodes, kept whole under a flat curve): two-token outputs under top-k=3
-    match the exact probabilities (chi-square), so the multi-draft rejection stays lossless
+    match the exact probabilities (chi-square), so the seeded acceptance stays lossless
     with many siblings at both levels."""
     model, tok, vocab, constraints, _ = tiny
     c = constraints["free"]

@@ -2,7 +2,8 @@
 
 - :mod:`~structspec.spec.tree`: :class:`DraftTree`, tree attention mask and positions;
 - :mod:`~structspec.spec.verify`: one forward pass over a tree, KV-cache compaction;
-- :mod:`~structspec.spec.accept`: greedy, lossless multi-draft rejection, typical acceptance;
+- :mod:`~structspec.spec.accept`: greedy and seeded sampled acceptance (both plain decoding's
+  tokens), multi-draft rejection for sampled drafts, typical acceptance;
 - :mod:`~structspec.spec.drafters`: forced / alternatives / lookup / values / top-k drafters;
 - :mod:`~structspec.spec.draft_model`: a small model with the same tokenizer as a drafter;
 - :mod:`~structspec.spec.schedule`: adaptive speculation budget;

@@ -8,15 +8,19 @@ moves there) or emits one *bonus* token drawn from what is left, which ends the 
 
 - **Greedy** (temperature 0): the child equal to the masked argmax is accepted; otherwise the
   masked argmax is the bonus. Token for token what plain greedy decoding emits.
-- **Sampling** (temperature, top-k, top-p): the recursive rejection scheme for several drafts
-  (SpecInfer, Miao et al. 2023, "multi-step speculative sampling"; Chen et al. 2023 and
-  Leviathan et al. 2023 for one draft). With target ``p`` and drafts ``x_1..x_k`` drawn from
-  ``q_1..q_k``: accept ``x_i`` with probability ``min(1, r(x_i) / q_i(x_i))`` where ``r`` is the
-  current residual (``r = p`` at first); on rejection ``r ← normalize(max(r - q_i, 0))``; if
-  all are rejected, sample from ``r``. The emitted token is then distributed exactly as ``p``.
-  Our drafters are deterministic (``q_i`` a point mass at ``x_i``), where this reads: accept
-  ``x_i`` with probability ``r(x_i)``, else zero ``r(x_i)`` and renormalize — sampling from
-  ``p`` one candidate at a time.
+- **Sampling** (temperature, top-k, top-p): the token at each output position is the one the
+  position's uniform number picks from the node's distribution by inverse CDF
+  (:class:`~structspec.sampling.TokenDraws`, as plain decoding picks it), and the child
+  holding that token is accepted; otherwise that token is the bonus. So the output is
+  token for token plain sampling's under the same seed, whatever was drafted — exactly
+  distributed as constrained sampling, and reproducible from the seed although trees
+  differ from call to call. A drafted token ``x`` is accepted with probability ``p(x)``,
+  several siblings with their summed probability: what the recursive rejection scheme for
+  deterministic drafts gives (SpecInfer, Miao et al. 2023; Chen et al. 2023 and Leviathan
+  et al. 2023 for one draft). That scheme, :func:`multi_draft_sample`, is kept for drafts
+  drawn from distributions ``q_i`` (accept ``x_i`` with probability ``min(1, r(x_i) /
+  q_i(x_i))``, ``r`` the residual); structspec's drafters are all deterministic, and the
+  decode loop does not use it.
 - **Typical acceptance** (opt-in, lossy; Medusa, Cai et al. 2024): accept the most likely child
   whose probability exceeds ``min(ε, √ε · exp(-H(p)))``, ``ε = validation_threshold``.
 """
@@ -32,7 +36,7 @@ import torch
 
 from structspec.automata.base import Constraint, State, TokenMask
 from structspec.masks import apply_mask, mask_to_bool
-from structspec.sampling import SamplingParams, argmax, probabilities, sample
+from structspec.sampling import SamplingParams, TokenDraws, argmax, probabilities, sample, sample_at
 from structspec.spec.tree import DraftTree
 
 Outcome = Literal["bonus", "eos", "complete", "limit", "dead"]
@@ -169,10 +173,11 @@ def walk_tree(
     constraint: Constraint,
     masks: MaskCache,
     sampling: SamplingParams,
-    generator: torch.Generator | None,
+    draws: TokenDraws | None,
     *,
     eos_ids: frozenset[int],
     budget: int,
+    position: int = 0,
     validation_threshold: float | None = None,
     done: Callable[[State], bool] | None = None,
 ) -> Acceptance:
@@ -188,14 +193,15 @@ def walk_tree(
         constraint: the constraint the tree's states belong to.
         masks: bool-mask cache of matching width.
         sampling: greedy or sampling parameters (the exact distribution of plain decoding).
-        generator: random source for sampling.
+        draws: the per-position uniform numbers of a sampled decode (``None`` when greedy).
         eos_ids: end-of-sequence ids.
         budget: tokens that may still be emitted (>= 1).
+        position: the output position of the root's children (tokens emitted before).
         validation_threshold: ``None`` for lossless acceptance; else typical acceptance.
         done: optional override of the "nothing but EOS can follow" test.
 
     Returns:
-        An :class:`Acceptance`. Pure apart from drawing from ``generator``.
+        An :class:`Acceptance`. Pure.
     """
     if done is None:
         def done(s: State) -> bool:
@@ -226,7 +232,8 @@ def walk_tree(
         if mask.count() == 0:
             return Acceptance(tuple(path), None, "dead", row)
         row = apply_mask(logits[node], masks.get(mask))  # [V]
-        token, accepted = _choose(row, drafts, sampling, generator, validation_threshold)
+        u = None if draws is None else draws(position + len(path) - 1)
+        token, accepted = _choose(row, drafts, sampling, u, validation_threshold)
         if token in eos_ids:
             return Acceptance(tuple(path), token, "eos", row)
         if accepted is None:
@@ -235,10 +242,11 @@ def walk_tree(
 
 
 def _choose(
-    row: torch.Tensor, drafts: list[int], sampling: SamplingParams,
-    generator: torch.Generator | None, threshold: float | None,
+    row: torch.Tensor, drafts: list[int], sampling: SamplingParams, u: float | None,
+    threshold: float | None,
 ) -> tuple[int, int | None]:
-    """The token at one node and the accepted draft index (``None``: a bonus token)."""
+    """The token at one node and the accepted draft index (``None``: a bonus token); ``u``
+    is the position's uniform number when sampling."""
     if threshold is not None and drafts:
         typical = SamplingParams(temperature=sampling.temperature or 1.0, top_k=sampling.top_k,
                                  top_p=sampling.top_p)
@@ -246,14 +254,10 @@ def _choose(
         i = typical_choice(p, drafts, threshold)
         if i is not None:
             return drafts[i], i
-        if sampling.greedy:
-            token = argmax(row)
-        else:
-            p = probabilities(row, sampling)  # [V]
-            token = sample(p, generator)
-        # A token that happens to be drafted is taken as that child (its KV is computed).
-        return token, drafts.index(token) if token in drafts else None
     if sampling.greedy:
         return greedy_choice(row, drafts)
-    p = probabilities(row, sampling)  # [V]
-    return multi_draft_sample(p, drafts, generator)
+    if u is None:
+        raise ValueError("sampling needs the position's uniform number")
+    token = sample_at(probabilities(row, sampling), u)
+    # A drafted token is taken as that child (its key/values are computed).
+    return token, drafts.index(token) if token in drafts else None

@@ -6,8 +6,8 @@ Each step (DESIGN.md, "Data flow of one request"):
    token — every node legal under the constraint;
 2. one forward pass of the target over all nodes (tree attention on the KV cache);
 3. acceptance walks the tree with each node's masked logits: greedy is token-identical to
-   :func:`structspec.engine.decode`, sampling is lossless (multi-draft rejection), and a
-   lossy typical-acceptance mode is opt-in;
+   :func:`structspec.engine.decode`, and so is sampling under one seed (each position's token
+   is the one its seeded number picks), and a lossy typical-acceptance mode is opt-in;
 4. the KV cache keeps only the accepted path; the bonus token becomes the next root.
 
 The cache holds the committed sequence *minus its last token*, which is the next root, and
@@ -41,7 +41,7 @@ import torch
 from structspec.automata.base import Constraint, State
 from structspec.engine import DecodeOutput, DecodeStats, advance_or_raise, dead_end
 from structspec.errors import GenerationError
-from structspec.sampling import SamplingParams, make_generator
+from structspec.sampling import SamplingParams, make_draws
 from structspec.spec.accept import MaskCache, walk_tree
 from structspec.spec.corpus import SOURCE as CORPUS
 from structspec.spec.corpus import TokenCorpus, resolve_corpus
@@ -517,7 +517,7 @@ def speculative_decode(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     device = model.device
     stats = SpecStats(prompt_tokens=len(prompt_ids))
-    generator = make_generator(sampling, device)
+    draws = make_draws(sampling)
     eos = frozenset(vocab.eos_token_ids)
     start = time.perf_counter()
 
@@ -668,8 +668,8 @@ def speculative_decode(
                 stats.prefill_seconds = t2 - start
             if masks is None:
                 masks = MaskCache(logits.shape[-1], logits.device)
-            acc = walk_tree(tree, logits, constraint, masks, sampling, generator, eos_ids=eos,
-                            budget=max_new_tokens - len(out),
+            acc = walk_tree(tree, logits, constraint, masks, sampling, draws, eos_ids=eos,
+                            budget=max_new_tokens - len(out), position=len(out),
                             validation_threshold=config.validation_threshold)
             t3 = time.perf_counter()
             keep_path(cache, past_len, acc.path)
