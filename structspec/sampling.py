@@ -8,7 +8,6 @@ the same random numbers (:class:`TokenDraws`: one per output position).
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 
 import torch
@@ -116,13 +115,17 @@ class TokenDraws:
     probability ``p(x)``, what rejection sampling of a deterministic draft gives it.
 
     The numbers are SplitMix64 (a counter-based generator: Java's ``SplittableRandom``) of
-    the mixed seed plus the position; ``seed=None`` draws a fresh key from the OS.
+    the mixed seed plus the position; ``seed=None`` draws the key from torch's global random
+    generator (so ``torch.manual_seed`` fixes unseeded sampling, as it did before).
     """
 
     __slots__ = ("key",)
 
     def __init__(self, seed: int | None) -> None:
-        raw = secrets.randbits(64) if seed is None else seed & _MASK64
+        if seed is None:
+            raw = int(torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64)) & _MASK64
+        else:
+            raw = seed & _MASK64
         self.key = _mix64(raw ^ 0x5DEECE66D)
 
     def __call__(self, position: int) -> float:

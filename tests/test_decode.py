@@ -240,6 +240,10 @@ def test_token_draws_are_fixed_by_seed_and_position_and_uniform():
     seeds = [TokenDraws(s)(0) for s in range(5000)]
     assert abs(sum(seeds) / len(seeds) - 0.5) < 0.02
     assert TokenDraws(None)(0) != TokenDraws(None)(0)  # unseeded: a fresh key each time
+    torch.manual_seed(5)
+    first = TokenDraws(None)(0)
+    torch.manual_seed(5)
+    assert TokenDraws(None)(0) == first  # ... from torch's global generator
     assert make_draws(SamplingParams()) is None
     assert make_draws(SamplingParams(temperature=1.0, seed=3))(5) == TokenDraws(3)(5)
 
