@@ -141,7 +141,8 @@ class SpecConfig:
             ``draft_length`` only, so a pass runs at most ``1 + draft_length + max_nodes``
             tokens.
         validation_threshold: ``None`` for lossless acceptance; a float ``ε`` in (0, 1)
-            enables Medusa-style typical acceptance (lossy, opt-in).
+            enables Medusa-style typical acceptance (lossy, opt-in: which drafts it takes
+            depends on what was drafted, so its output is not fixed by the seed alone).
         adaptive: shrink the speculative budget when its hit rate over ``window`` steps is
             below ``min_acceptance`` (down to none, probing every ``probe_every`` steps); for
             free text with a cost curve, below the break-even rate of a half-size tree when
