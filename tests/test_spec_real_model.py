@@ -50,6 +50,23 @@ def test_speculative_equals_plain_on_bfcl_calls(gen, shared_data):
         assert passes * 2 <= len(plain) + 2  # at least ~2 tokens per pass on function calls
 
 
+def test_sampled_calls_are_plain_sampling_and_the_same_on_every_call(gen, shared_data):
+    """Sampling at 0.7 with the shipped draft head and the learned habits: under one seed a
+    call emits plain sampling's tokens, and the same again on a later call (whose trees
+    differ: the Generator learned from the first)."""
+    with open(shared_data / "bfcl" / "bfcl_dev.jsonl") as f:
+        rows = [json.loads(line) for line in f][3:5]
+    for seed, row in enumerate(rows):
+        kw = dict(schema=row["call_json_schema"], temperature=0.7, top_p=0.95, seed=seed,
+                  max_new_tokens=96)
+        request = row["messages"][-1]["content"]
+        plain = gen.run(request, speculative=False, **kw)
+        first = gen.run(request, **kw)
+        again = gen.run(request, **kw)
+        assert first.token_ids == plain.token_ids == again.token_ids
+        assert first.stats.forward_passes * 2 <= len(plain.token_ids) + 2
+
+
 def test_packed_default_model_matches_within_1e_3(gen):
     from structspec.spec.fastlinear import pack_linears, packing_available, unpack_linears
 
