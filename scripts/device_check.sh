@@ -8,9 +8,9 @@
 #   float32; a model failing it is refused speculation), then runs benchmarks/speculative.py
 #   on the GPU for json, code and prose in float32 (the default model's dtype on every
 #   device), prose again with deeper draft-head trees (`_wide`), code and prose with the
-#   node bounds before session 44 (`_narrow`), then in bfloat16 (other models' CUDA
-#   default) as time allows (DEADLINE seconds): speed, and speculative
-#   greedy == plain greedy per task (its `identical` count), writing
+#   node bounds before session 44 (`_narrow`), JSON sampled at 0.7 (`_sampled`), then in
+#   bfloat16 (other models' CUDA default) as time allows (DEADLINE seconds): speed, and
+#   speculative == plain output per task (its `identical` count), writing
 #   $OUT/speculative_<task>_<dtype>.json; everything is logged to $OUT/device_check.log.
 #   Figures of session 32: docs/performance.md.
 # DEVICE=cpu PYTHON=.venv/bin/python SKIP_WHEELS=1 runs the same steps here, as a dry run.
@@ -96,6 +96,10 @@ TAG=wide run prose float32 "${TASK_N:-10}" --max-nodes 32 --head-topk 2 --head-m
 [ ${#code_data[@]} -gt 0 ] && TAG=narrow run code float32 "${TASK_N:-10}" --max-nodes 16 \
   "${code_data[@]}"
 TAG=narrow run prose float32 "${TASK_N:-10}" --max-nodes 8
+# Sampling (session 57: under one seed speculation emits plain sampling's tokens; on a GPU the
+# tree pass's float32 rows are not bitwise a one-token step's, so a boundary may part them).
+[ ${#json_data[@]} -gt 0 ] && TAG=sampled run json float32 "${TASK_N:-10}" \
+  --temperature 0.7 --top-p 0.95 "${json_data[@]}"
 # bfloat16 (other models' CUDA default; not lossless in practice, session 32) as time allows.
 [ ${#json_data[@]} -gt 0 ] && run json bfloat16 "${TASK_N:-10}" "${json_data[@]}"
 run prose bfloat16 "${TASK_N:-10}"
