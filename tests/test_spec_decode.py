@@ -48,6 +48,20 @@ def tiny(tiny_model):
 _run = run_decode
 
 
+@pytest.fixture(scope="module")
+def packed(tiny):
+    """The tiny model on the fast CPU paths a ``Generator`` installs (packed linears, the
+    row-exact attention kernel): a tree pass's rows are bitwise one-token steps' there,
+    which sampled identity needs (an inverse-CDF pick on a near-flat distribution moves with
+    the running sum's last bit)."""
+    import copy
+
+    from structspec.spec.cpu_paths import use_fast_cpu_paths
+
+    model, tok, vocab, constraints = tiny
+    return use_fast_cpu_paths(copy.deepcopy(model)), tok, vocab, constraints
+
+
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
@@ -80,12 +94,12 @@ def test_speculative_greedy_equals_plain_greedy(tiny, words, name, max_new, node
        adaptive=st.booleans(), seed=st.integers(0, 2**63),
        temperature=st.sampled_from([0.5, 1.0, 2.0]), top_k=st.sampled_from([None, 1, 3, 50]),
        top_p=st.sampled_from([None, 0.5, 0.95]))
-def test_speculative_sampling_equals_plain_sampling_under_a_seed(tiny, words, name, max_new,
+def test_speculative_sampling_equals_plain_sampling_under_a_seed(packed, words, name, max_new,
                                                                  nodes, depth, adaptive, seed,
                                                                  temperature, top_k, top_p):
     """Each output position's token is the one its seeded number picks from the target's
     distribution, in both modes: the same tokens, whatever the trees were."""
-    model, tok, vocab, constraints = tiny
+    model, tok, vocab, constraints = packed
     prompt = tok.encode(" ".join(words), add_special_tokens=False)
     c = constraints[name]
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
@@ -96,10 +110,10 @@ def test_speculative_sampling_equals_plain_sampling_under_a_seed(tiny, words, na
     assert spec[:3] == plain[:3]
 
 
-def test_a_seed_gives_one_output_whatever_the_generator_learned(tiny):
+def test_a_seed_gives_one_output_whatever_the_generator_learned(packed):
     """A learned acceptance model changes the trees from one request to the next; the
     sampled output of a seed stays the same (and is plain decoding's)."""
-    model, tok, vocab, constraints = tiny
+    model, tok, vocab, constraints = packed
     prompt = tok.encode("the id is 42 and the tag is red", add_special_tokens=False)
     sampling = SamplingParams(temperature=1.0, seed=11)
     habits = AcceptanceModel()

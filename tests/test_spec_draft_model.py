@@ -101,6 +101,49 @@ def test_the_target_as_its_own_draft_is_nearly_always_accepted(tiny, name):
     assert max(d["acceptance_per_drafter_depth"]["draft_model"]) >= 0.9
 
 
+@pytest.mark.parametrize("name", ["tag", "free"])
+@pytest.mark.parametrize("sampling", [SamplingParams(temperature=1.0, seed=2),
+                                      SamplingParams(temperature=0.7, top_k=40, top_p=0.9,
+                                                     seed=9)], ids=["t1", "t07_k40_p09"])
+def test_sampled_drafts_follow_the_positions_numbers(tiny, name, sampling):
+    """Under sampling the draft model drafts the token each position's seeded number picks
+    from its own distribution: the target as its own draft model then drafts the sampled
+    tokens themselves (its likeliest token would be the sampled one only with the target's
+    probability of it), and the output is plain sampling's (the target on the fast CPU paths,
+    whose tree rows are bitwise one-token steps')."""
+    from structspec.spec.cpu_paths import use_fast_cpu_paths
+
+    raw, tok, vocab, constraints, other = tiny
+    model = use_fast_cpu_paths(copy.deepcopy(raw))
+    prompt = tok.encode("the id is 42 and the tag is red", add_special_tokens=False)
+    c = constraints[name]
+    plain = _run(decode, model, vocab, prompt, c, max_new_tokens=48, sampling=sampling)
+    cfg = SpecConfig(draft_model=DraftModel(model, tok), drafters=("draft_model",),
+                     cost_curve=FLAT, adaptive=False, max_nodes=16, draft_model_topk=1)
+    spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=48,
+                sampling=sampling, config=cfg, tokenizer=tok)
+    assert spec[:3] == plain[:3]
+    if spec[3] is not None:
+        proposed, accepted = spec[3].stats.per_drafter["draft_model"]
+        # Rejections only where the target ends (the drafter never proposes EOS).
+        assert accepted >= 0.8 * proposed > 0, spec[3].stats.as_dict()
+        assert spec[3].stats.mean_accepted_length >= min(5.0, len(plain[0]) / 3)
+    unrelated = SpecConfig(draft_model=other, cost_curve=FLAT, draft_model_topk=3)
+    assert _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=48,
+                sampling=sampling, config=unrelated, tokenizer=tok)[:3] == plain[:3]
+
+
+def test_draw_below_names_the_output_position(tiny):
+    from structspec.sampling import TokenDraws
+
+    _, tok, vocab, constraints, other = tiny
+    ctx = _context(tok, vocab, constraints["free"], [5, 6, 7, 8, 9], 3, other)
+    assert ctx.draw_below(0) is None  # greedy
+    ctx.draws = TokenDraws(4)
+    # history: 3 prompt tokens + 2 committed; the root's children are output position 2
+    assert ctx.draw_below(0) == TokenDraws(4)(2) and ctx.draw_below(3) == TokenDraws(4)(5)
+
+
 def test_sampling_with_a_draft_model_is_valid_and_reproducible(tiny):
     import re
 

@@ -52,19 +52,26 @@ SETUPS = ("default", "draft_head", "draft_model_same", "draft_model_other")
 
 @pytest.fixture(scope="module")
 def setting(tiny_model):
-    """``(target, tokenizer, vocabulary, drafting set-ups)``; the draft models are copies
-    (a draft model keeps its own state on the module), the head a random one."""
+    """``(target, tokenizer, vocabulary, drafting set-ups)``. The target runs the fast CPU
+    paths a ``Generator`` installs (packed linears, the row-exact attention kernel), where a
+    tree pass's row is bitwise a one-token step's — what sampled identity rests on: on a
+    near-flat distribution an inverse-CDF pick moves with the last bit of the running sum.
+    The draft models are copies (a draft model keeps its own state on the module), the head
+    a random one."""
+    from structspec.spec.cpu_paths import use_fast_cpu_paths
+
     tok = tiny_model.tokenizer
     vocab = Vocabulary.from_tokenizer(tok, eos_token_ids=tiny_model.eos_token_ids)
+    target = use_fast_cpu_paths(copy.deepcopy(tiny_model.model))
     configs = {
         "default": SpecConfig(),
         # A random head's paths are improbable: kept only with no floor and a flat curve.
-        "draft_head": SpecConfig(draft_head=random_draft_head(tiny_model.model),
+        "draft_head": SpecConfig(draft_head=random_draft_head(target),
                                  draft_head_min_prob=0.0, adaptive=False, cost_curve=FLAT),
-        "draft_model_same": SpecConfig(draft_model=copy.deepcopy(tiny_model.model)),
+        "draft_model_same": SpecConfig(draft_model=copy.deepcopy(target)),
         "draft_model_other": SpecConfig(draft_model=tiny_llama(tok, seed=1)),
     }
-    return tiny_model.model, tok, vocab, configs
+    return target, tok, vocab, configs
 
 
 def _run(fn, *args, **kwargs) -> tuple[list[int], bool, str | None, Any]:

@@ -558,6 +558,7 @@ def speculative_decode(
         field_literals=field_literals(prompt_text) if config.enabled else {},
         options=config.options, draft_model=draft_model,
         text_index=TextIndex(prompt_bytes) if config.enabled else None,
+        sampling=None if draws is None else sampling, draws=draws,
     )
     structured = _structured(constraint, vocab)
     # "auto": the shipped head wherever one matches. The first head cost more than it

@@ -24,8 +24,13 @@ The draft model keeps its own ``DynamicCache`` in sync with the committed sequen
   seen — usually the bonus token and the forced chain, in one pass that also checks the
   forced chain against the draft model's own choices — are run.
 
-Drafts are a deterministic function of the context (top-k, no sampling), so they are point
-masses and acceptance stays lossless in both greedy and sampling modes.
+Drafts are a deterministic function of the context, so they are point masses and acceptance
+stays lossless in both greedy and sampling modes. Under sampling the first candidate at a
+node is not the draft model's likeliest token but the one the output position's seeded
+number picks from the draft model's distribution (:meth:`DraftModelDrafter._coupled`): the
+target's token there is the one the same number picks from the target's distribution, so
+the closer the draft model, the more often they agree (always, for a draft model that
+computes the target's numbers).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import torch
 from structspec.errors import VocabularyError
 from structspec.hf_compat import cache_kwargs
 from structspec.masks import mask_to_bool
+from structspec.sampling import probabilities, sample_at
 from structspec.spec.drafters import register_drafter
 from structspec.spec.tree import TreeBuilder
 from structspec.spec.verify import (
@@ -286,21 +292,43 @@ class DraftModelDrafter:
         return out.logits[0]  # [m, V]
 
     def _legal(self, ctx: Any, state: Any, width: int, device: torch.device,
-               eos: frozenset[int]) -> tuple[torch.Tensor, int]:
-        """``[width]`` bool: tokens legal in ``state``, EOS excluded, and how many there are
-        (memoized per mask object; constraints memoize masks per state)."""
+               eos: frozenset[int]) -> tuple[torch.Tensor, int, torch.Tensor]:
+        """``[width]`` bool: tokens legal in ``state``, EOS excluded, how many there are, and
+        ``[width]`` bool: the legal tokens EOS included (the target's mask there). Memoized
+        per mask object (constraints memoize masks per state)."""
         mask = ctx.constraint.allowed(state)
         hit = self._masks.get(id(mask))
         if hit is None:
-            allowed = mask_to_bool(mask, width, device).clone()
+            legal = mask_to_bool(mask, width, device)
+            allowed = legal.clone()
             for e in eos:
                 if e < width:
                     allowed[e] = False
             if len(self._masks) > 256:
                 self._masks.clear()
-            hit = (mask, allowed, int(allowed.sum()))
+            hit = (mask, allowed, int(allowed.sum()), legal)
             self._masks[id(mask)] = hit
-        return hit[1], hit[2]
+        return hit[1], hit[2], hit[3]
+
+    @staticmethod
+    def _coupled(ctx: Any, row: torch.Tensor, legal: torch.Tensor, depth: int,
+                 eos: frozenset[int]) -> int | None:
+        """Under sampling, the token the output position below a node at ``depth`` will be
+        sampled with, picked from the draft model's own distribution there (the target's
+        mask, temperature, top-k and top-p) by that position's number; ``None`` when greedy
+        or where it is EOS (never drafted).
+
+        Why: the target's token at that position is the one the same number picks from the
+        target's distribution (:class:`~structspec.sampling.TokenDraws`), so a draft model
+        close to the target drafts the sampled token itself — always, for a draft model
+        that computes the target's numbers — where its likeliest token is the sampled one
+        only with the target's probability of it."""
+        u = ctx.draw_below(depth)
+        if u is None:
+            return None
+        q = probabilities(row.float().masked_fill(~legal, float("-inf")), ctx.sampling)
+        token = sample_at(q, u)
+        return None if token in eos else token
 
     # -- drafting --------------------------------------------------------------------------
 
@@ -329,10 +357,14 @@ class DraftModelDrafter:
         # be split in several ways; the model may prefer another), else at its end.
         start = len(chain) - 1
         for j in range(len(chain) - 1):
-            allowed, n_allowed = self._legal(ctx, builder.states[chain[j]], width, rows.device,
-                                             builder.eos_ids)
-            if n_allowed and int(torch.argmax(rows[j].masked_fill(~allowed, float("-inf")))) \
-                    != builder.tokens[chain[j + 1]]:
+            allowed, n_allowed, legal = self._legal(ctx, builder.states[chain[j]], width,
+                                                    rows.device, builder.eos_ids)
+            if not n_allowed:
+                continue
+            mine = self._coupled(ctx, rows[j], legal, builder.depths[chain[j]], builder.eos_ids)
+            if mine is None:
+                mine = int(torch.argmax(rows[j].masked_fill(~allowed, float("-inf"))))
+            if mine != builder.tokens[chain[j + 1]]:
                 start = j
                 break
         if start < len(chain) - 1:
@@ -359,15 +391,19 @@ class DraftModelDrafter:
             for node, slot, row, cum, is_chain in beams:
                 if builder.room(node) <= 0:
                     continue
-                allowed, n_allowed = self._legal(ctx, builder.states[node], width, row.device,
-                                                 builder.eos_ids)
+                allowed, n_allowed, legal = self._legal(ctx, builder.states[node], width,
+                                                        row.device, builder.eos_ids)
                 if not n_allowed:  # only EOS (or nothing) may follow
                     continue
                 k = topk if is_chain and level < branch_levels else 1
                 logp = torch.log_softmax(row.float().masked_fill(~allowed, float("-inf")), -1)
                 top = torch.topk(logp, min(k, n_allowed))  # [k]
-                for rank, (lp, tok) in enumerate(zip(top.values.tolist(), top.indices.tolist(),
-                                                     strict=True)):
+                ranked = list(zip(top.values.tolist(), top.indices.tolist(), strict=True))
+                coupled = self._coupled(ctx, row, legal, builder.depths[node], builder.eos_ids)
+                if coupled is not None:  # sampling: the position's token first
+                    ranked = [(float(logp[coupled]), coupled),
+                              *[c for c in ranked if c[1] != coupled]][:k]
+                for rank, (lp, tok) in enumerate(ranked):
                     main = is_chain and rank == 0
                     score = 0.0 if main else (lp if is_chain else cum + lp)
                     if not math.isfinite(lp) or (not main and score < min_logp):

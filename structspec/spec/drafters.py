@@ -457,6 +457,11 @@ class DraftContext:
             (:func:`field_literals`): tried first where that property's value starts.
         text_index: a :class:`~structspec.spec.text_lookup.TextIndex` of the prompt for
             the ``text_lookup`` drafter, or ``None``.
+        sampling: the decode's sampling parameters, ``None`` when greedy.
+        draws: the decode's per-position uniform numbers
+            (:class:`~structspec.sampling.TokenDraws`), ``None`` when greedy: a drafter with
+            a distribution can draft the token a position's number will pick
+            (:meth:`draw_below`).
     """
 
     constraint: Constraint
@@ -476,6 +481,15 @@ class DraftContext:
     corpus: Any = None
     field_literals: dict[str, list[str]] = field(default_factory=dict)
     text_index: Any = None
+    sampling: Any = None
+    draws: Any = None
+
+    def draw_below(self, depth: int) -> float | None:
+        """The uniform number of the output position just below a tree node at ``depth``
+        (the root, the last committed token, is at depth 0), or ``None`` when greedy."""
+        if self.draws is None:
+            return None
+        return self.draws(len(self.history.tokens) - self.prompt_len + depth)
 
     def output_text(self, tail: int = 64) -> bytes:
         """The last ``tail`` tokens of the committed output, as bytes."""
