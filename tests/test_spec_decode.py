@@ -62,13 +62,17 @@ def packed(tiny):
     return use_fast_cpu_paths(copy.deepcopy(model)), tok, vocab, constraints
 
 
+#: A request and tree bounds, for the identity tests below.
+REQUESTS = dict(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
+                name=st.sampled_from(sorted([*PATTERNS, "free"])),
+                max_new=st.integers(1, 48),
+                nodes=st.sampled_from([0, 4, 16]), depth=st.sampled_from([1, 4, 32]),
+                adaptive=st.booleans())
+
+
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
-       name=st.sampled_from(sorted([*PATTERNS, "free"])),
-       max_new=st.integers(1, 48),
-       nodes=st.sampled_from([0, 4, 16]), depth=st.sampled_from([1, 4, 32]),
-       adaptive=st.booleans())
+@given(**REQUESTS)
 def test_speculative_greedy_equals_plain_greedy(tiny, words, name, max_new, nodes, depth,
                                                  adaptive):
     model, tok, vocab, constraints = tiny
@@ -87,11 +91,7 @@ def test_speculative_greedy_equals_plain_greedy(tiny, words, name, max_new, node
 
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
-       name=st.sampled_from(sorted([*PATTERNS, "free"])),
-       max_new=st.integers(1, 48),
-       nodes=st.sampled_from([0, 4, 16]), depth=st.sampled_from([1, 4, 32]),
-       adaptive=st.booleans(), seed=st.integers(0, 2**63),
+@given(**REQUESTS, seed=st.integers(0, 2**63),
        temperature=st.sampled_from([0.5, 1.0, 2.0]), top_k=st.sampled_from([None, 1, 3, 50]),
        top_p=st.sampled_from([None, 0.5, 0.95]))
 def test_speculative_sampling_equals_plain_sampling_under_a_seed(packed, words, name, max_new,
