@@ -311,12 +311,14 @@ class DraftModelDrafter:
         return hit[1], hit[2], hit[3]
 
     @staticmethod
-    def _coupled(ctx: Any, row: torch.Tensor, legal: torch.Tensor, depth: int,
+    def _coupled(ctx: Any, row: torch.Tensor, legal: torch.Tensor, n_allowed: int, depth: int,
                  eos: frozenset[int]) -> int | None:
         """Under sampling, the token the output position below a node at ``depth`` will be
         sampled with, picked from the draft model's own distribution there (the target's
-        mask, temperature, top-k and top-p) by that position's number; ``None`` when greedy
-        or where it is EOS (never drafted).
+        mask, temperature, top-k and top-p) by that position's number; ``None`` when greedy,
+        where it is EOS (never drafted) or where a single token besides EOS is legal (then
+        the likeliest is that one: no distribution over the vocabulary is needed, and forced
+        chains are long).
 
         Why: the target's token at that position is the one the same number picks from the
         target's distribution (:class:`~structspec.sampling.TokenDraws`), so a draft model
@@ -324,7 +326,7 @@ class DraftModelDrafter:
         that computes the target's numbers — where its likeliest token is the sampled one
         only with the target's probability of it."""
         u = ctx.draw_below(depth)
-        if u is None:
+        if u is None or n_allowed <= 1:
             return None
         q = probabilities(row.float().masked_fill(~legal, float("-inf")), ctx.sampling)
         token = sample_at(q, u)
@@ -361,7 +363,8 @@ class DraftModelDrafter:
                                                     rows.device, builder.eos_ids)
             if not n_allowed:
                 continue
-            mine = self._coupled(ctx, rows[j], legal, builder.depths[chain[j]], builder.eos_ids)
+            mine = self._coupled(ctx, rows[j], legal, n_allowed, builder.depths[chain[j]],
+                                 builder.eos_ids)
             if mine is None:
                 mine = int(torch.argmax(rows[j].masked_fill(~allowed, float("-inf"))))
             if mine != builder.tokens[chain[j + 1]]:
@@ -399,7 +402,8 @@ class DraftModelDrafter:
                 logp = torch.log_softmax(row.float().masked_fill(~allowed, float("-inf")), -1)
                 top = torch.topk(logp, min(k, n_allowed))  # [k]
                 ranked = list(zip(top.values.tolist(), top.indices.tolist(), strict=True))
-                coupled = self._coupled(ctx, row, legal, builder.depths[node], builder.eos_ids)
+                coupled = self._coupled(ctx, row, legal, n_allowed, builder.depths[node],
+                                        builder.eos_ids)
                 if coupled is not None:  # sampling: the position's token first
                     # ... then the likeliest ones as before, none of them dropped: for a
                     # draft model far from the target (the draft head's distance, 0.56 in
