@@ -8,6 +8,7 @@ the same random numbers (:class:`TokenDraws`: one per output position).
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +37,13 @@ class SamplingParams:
             raise ValueError(f"top_k must be a positive integer, got {self.top_k!r}")
         if self.top_p is not None and not (0 < self.top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.seed is not None:
+            try:  # any integer (a NumPy one too), not a bool
+                operator.index(self.seed)
+            except TypeError:
+                raise ValueError(f"seed must be an integer or None, got {self.seed!r}") from None
+            if isinstance(self.seed, bool):
+                raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
 
     @property
     def greedy(self) -> bool:
@@ -125,7 +133,7 @@ class TokenDraws:
         if seed is None:
             raw = int(torch.randint(-(2**63), 2**63 - 1, (), dtype=torch.int64)) & _MASK64
         else:
-            raw = seed & _MASK64
+            raw = operator.index(seed) & _MASK64
         self.key = _mix64(raw ^ 0x5DEECE66D)
 
     def __call__(self, position: int) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import re
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -19,6 +20,7 @@ from structspec.sampling import (
     SamplingParams,
     TokenDraws,
     argmax,
+    choose,
     make_draws,
     nucleus,
     probabilities,
@@ -114,7 +116,8 @@ def test_bad_decode_arguments(tiny, constraint):
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [({"temperature": -1}, "temperature"), ({"top_k": 0}, "top_k"), ({"top_p": 0}, "top_p"),
-     ({"top_p": 1.5}, "top_p")],
+     ({"top_p": 1.5}, "top_p"), ({"seed": "7"}, "seed"), ({"seed": 1.5}, "seed"),
+     ({"seed": True}, "seed")],
 )
 def test_bad_sampling_parameters_name_the_argument(kwargs, name):
     with pytest.raises(ValueError, match=name):
@@ -229,6 +232,7 @@ def test_token_draws_are_fixed_by_seed_and_position_and_uniform():
     assert all(0.0 <= u < 1.0 for u in values)
     assert [TokenDraws(8)(i) for i in range(50)] != values[:50]
     assert TokenDraws(-1)(0) == TokenDraws(2**64 - 1)(0)  # seeds taken modulo 2**64
+    assert TokenDraws(np.int64(7))(3) == draws(3)  # a NumPy integer is the same seed
     counts = [0] * 20
     for u in values:
         counts[int(u * 20)] += 1
@@ -263,3 +267,9 @@ def test_sample_at_picks_the_id_whose_cumulative_interval_holds_u(weights, u):
     below = cumulative[i - 1] if i else 0.0
     assert below <= target < cumulative[i] or i == max(j for j, w in enumerate(weights) if w)
     assert sample_at(probs, u + (1.0 - u) / 2) >= i
+
+
+def test_sampling_without_the_positions_number_is_refused():
+    with pytest.raises(ValueError, match="uniform number"):
+        choose(torch.tensor([0.0, 1.0]), SamplingParams(temperature=1.0), None)
+    assert choose(torch.tensor([0.0, 1.0]), SamplingParams(), None) == 1  # greedy needs none
