@@ -620,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
     spec_pc = None if args.no_prefix_cache else PrefixCache()
     gen.vocab.ids_for(b"{")  # per-process tables a long-running Generator has built
     try:
-        from structspec.automata.grammar import token_table, token_trie
+        from structspec.automata.token_walk import token_table, token_trie
 
         token_table(gen.vocab)
         token_trie(gen.vocab)

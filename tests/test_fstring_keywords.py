@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from structspec import GrammarError, compile_grammar
-from structspec.automata.dfa import PYTHON_KEYWORDS
+from structspec.automata.byte_nfa import PYTHON_KEYWORDS
 from structspec.automata.lark_grammar import load_grammar
 from structspec.grammars import grammar_path
 

@@ -13,9 +13,9 @@ import pytest
 from conftest import humaneval_programs
 
 from structspec import _native
-from structspec.automata.grammar import token_table
 from structspec.automata.lark_constraint import LarkRuntime
 from structspec.automata.lark_grammar import load_grammar
+from structspec.automata.token_walk import token_table
 from structspec.grammars import grammar_path
 
 needs_kernel = pytest.mark.skipif(_native.load("lark_walk") is None,

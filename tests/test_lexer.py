@@ -94,7 +94,7 @@ def test_contextual_start_sets_restrict_terminals() -> None:
 
 
 def test_vocabulary_walk_splits_inside_and_crossing(byte_vocab) -> None:
-    from structspec.automata.grammar import token_table
+    from structspec.automata.token_walk import token_table
 
     lx = _lexer()
     tt = token_table(byte_vocab)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from structspec import compile_json_schema
-from structspec.automata.grammar import token_table, token_trie
+from structspec.automata.token_walk import token_table, token_trie
 
 SCHEMAS = [
     # extra keys beside named ones: the key automaton is "a string minus these keys"

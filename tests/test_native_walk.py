@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from structspec import _native
-from structspec.automata import grammar as g
+from structspec.automata import token_walk as g
 from structspec.automata.dfa import compile_dfa
 from structspec.automata.json_grammar import json_string_dfa
 
@@ -41,7 +41,7 @@ def _walk_native(vocab, table, accepting, cur, st0):
                           dfs.first[cur], st0.astype(np.int32), dfs.depth)
 
 
-def _crossing_pairs(walk: g._Walk) -> list[tuple[int, bytes]]:
+def _crossing_pairs(walk: g.VocabWalk) -> list[tuple[int, bytes]]:
     return sorted(zip(walk.cand_ids.tolist(), [walk.remainders[i] for i in walk.cand_rem],
                       strict=True))
 
@@ -141,7 +141,7 @@ def test_native_equals_numpy_on_random_dfas_smollm(smollm_vocab, dfa):
 def test_switch_off_takes_the_twin(byte_vocab, monkeypatch):
     dfa = compile_dfa(REGEXES[0])
     monkeypatch.setenv("STRUCTSPEC_NATIVE", "off")
-    assert g._native_walker(dfa.table, dfa.accepting) is None
+    assert g.native_walker(dfa.table, dfa.accepting) is None
     calls: list[int] = []
     real = g._walk_levels
 
@@ -157,9 +157,9 @@ def test_switch_off_takes_the_twin(byte_vocab, monkeypatch):
 @needs_native
 def test_native_takes_plain_tables_only(byte_vocab):
     dfa = compile_dfa(REGEXES[1])
-    assert g._native_walker(dfa.table, dfa.accepting) is trie_walk
-    assert g._native_walker(dfa.table.astype(np.int64), dfa.accepting) is None
-    assert g._native_walker(np.asfortranarray(dfa.table), dfa.accepting) is None
+    assert g.native_walker(dfa.table, dfa.accepting) is trie_walk
+    assert g.native_walker(dfa.table.astype(np.int64), dfa.accepting) is None
+    assert g.native_walker(np.asfortranarray(dfa.table), dfa.accepting) is None
 
 
 @needs_native

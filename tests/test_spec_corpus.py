@@ -13,6 +13,7 @@ from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
+from structspec.spec.canonical import CanonicalTokenizer
 from structspec.spec.corpus import (
     CorpusDrafter,
     CorpusMismatchError,
@@ -21,7 +22,8 @@ from structspec.spec.corpus import (
     resolve_corpus,
 )
 from structspec.spec.cost import CostCurve
-from structspec.spec.drafters import CanonicalTokenizer, DraftContext, NgramIndex
+from structspec.spec.draft_context import DraftContext
+from structspec.spec.ngram import NgramIndex
 from structspec.spec.tree import TreeBuilder
 from structspec.vocab import Vocabulary
 

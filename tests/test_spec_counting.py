@@ -7,15 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from structspec.automata.regex import compile_regex
+from structspec.spec.canonical import CanonicalTokenizer
+from structspec.spec.config import DEFAULT_DRAFTERS
 from structspec.spec.counting import increment_continuation, run_continuation
-from structspec.spec.decode import DEFAULT_DRAFTERS
-from structspec.spec.drafters import (
-    CanonicalTokenizer,
-    DraftContext,
-    NgramIndex,
-    build_tree,
-    make_drafters,
-)
+from structspec.spec.draft_context import DraftContext
+from structspec.spec.drafters import build_tree, make_drafters
+from structspec.spec.ngram import NgramIndex
 from structspec.spec.tree import TreeBuilder
 
 

@@ -16,7 +16,9 @@ from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
+from structspec.spec.canonical import CanonicalTokenizer
 from structspec.spec.cost import CostCurve
+from structspec.spec.draft_context import DraftContext
 from structspec.spec.draft_head import (
     DraftHead,
     DraftHeadDrafter,
@@ -27,7 +29,7 @@ from structspec.spec.draft_head import (
     resolve_head,
     save_head,
 )
-from structspec.spec.drafters import CanonicalTokenizer, DraftContext, NgramIndex
+from structspec.spec.ngram import NgramIndex
 from structspec.spec.tree import TreeBuilder
 from structspec.vocab import Vocabulary
 

@@ -20,9 +20,11 @@ from structspec.engine import decode, free_text
 from structspec.errors import VocabularyError
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
+from structspec.spec.canonical import CanonicalTokenizer
 from structspec.spec.cost import CostCurve
+from structspec.spec.draft_context import DraftContext
 from structspec.spec.draft_model import DraftModel, DraftModelDrafter, DraftModelMismatchError
-from structspec.spec.drafters import CanonicalTokenizer, DraftContext, NgramIndex
+from structspec.spec.ngram import NgramIndex
 from structspec.spec.tree import TreeBuilder
 from structspec.vocab import Vocabulary
 

@@ -12,20 +12,12 @@ from hypothesis import strategies as st
 
 from structspec.automata.regex import compile_regex
 from structspec.engine import free_text
-from structspec.spec.drafters import (
-    VALUES_ALT,
-    CanonicalTokenizer,
-    DraftContext,
-    NgramIndex,
-    build_tree,
-    canonical_tokenizer,
-    drafter_of,
-    extract_literals,
-    field_literals,
-    forced_tokens,
-    make_drafters,
-    rank_literals,
-)
+from structspec.spec.canonical import CanonicalTokenizer, canonical_tokenizer
+from structspec.spec.draft_context import VALUES_ALT, DraftContext, drafter_of
+from structspec.spec.drafters import build_tree, make_drafters
+from structspec.spec.forced import forced_tokens
+from structspec.spec.literals import extract_literals, field_literals, rank_literals
+from structspec.spec.ngram import NgramIndex
 from structspec.spec.text_lookup import TextIndex
 from structspec.spec.tree import TreeBuilder
 from structspec.vocab import Vocabulary
@@ -348,7 +340,7 @@ def test_learned_splits_steer_the_forced_chain(setup):
     tok, vocab, constraints = setup
     c = constraints["call"]
     from structspec.automata.base import walk
-    from structspec.spec.drafters import learn_choice
+    from structspec.spec.forced import learn_choice
 
     out = tok.encode('{"name":"get_weather","arguments":{"city', add_special_tokens=False)
     state = walk(c, out)
@@ -362,7 +354,7 @@ def test_learned_splits_steer_the_forced_chain(setup):
     # The suffix rule carries over to other tokens ending in '"' after a separator ('","'
     # becomes '",' + '"'), not to an opener's ('{"' stays whole).
     assert b'"' in ctx.split_suffixes
-    from structspec.spec.drafters import _preferred
+    from structspec.spec.forced import _preferred
 
     comma_quote, brace_quote = vocab.ids_for(b'","')[0], vocab.ids_for(b'{"')[0]
     assert vocab.tokens[_preferred(ctx, comma_quote, b"land")] == b'",'
@@ -374,7 +366,7 @@ def test_learned_splits_steer_the_forced_chain(setup):
 def test_a_token_running_past_the_forced_text_is_learned_where_legal(setup):
     tok, vocab, _ = setup
     from structspec.automata.base import walk
-    from structspec.spec.drafters import learn_choice
+    from structspec.spec.forced import learn_choice
 
     c = compile_regex(ITEMS, vocab)  # after an item only '"' is forced, then ',' or ']'
     out = tok.encode('["red', add_special_tokens=False)
@@ -398,7 +390,7 @@ def test_splits_learned_over_requests_steer_the_chain_and_hedge_the_other(setup)
     c = constraints["call"]
     from structspec.automata.base import walk
     from structspec.spec.cost import AcceptanceModel
-    from structspec.spec.drafters import learn_choice
+    from structspec.spec.forced import learn_choice
 
     habits = AcceptanceModel()
     out = tok.encode('{"name":"get_weather","arguments":{"city', add_special_tokens=False)
@@ -489,7 +481,7 @@ def test_closers_follow_how_the_model_ended_values(setup):
     c = constraints["call"]
     from structspec.automata.base import walk
     from structspec.spec.cost import AcceptanceModel
-    from structspec.spec.drafters import learn_closer
+    from structspec.spec.forced import learn_closer
 
     text = '{"name":"get_weather","arguments":{"city":"Paris'
     out = tok.encode(text, add_special_tokens=False)

@@ -9,15 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from structspec.automata.regex import compile_regex
-from structspec.spec.drafters import (
-    CanonicalTokenizer,
-    DraftContext,
-    NgramIndex,
-    build_tree,
-    make_drafters,
-    request_literals,
-    request_text,
-)
+from structspec.spec.canonical import CanonicalTokenizer
+from structspec.spec.draft_context import DraftContext
+from structspec.spec.drafters import build_tree, make_drafters
+from structspec.spec.literals import request_literals, request_text
+from structspec.spec.ngram import NgramIndex
 from structspec.spec.text_lookup import TextIndex, word_end
 from structspec.spec.tree import TreeBuilder
 from structspec.vocab import Vocabulary

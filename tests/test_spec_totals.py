@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from structspec.engine import DecodeStats
-from structspec.spec.decode import SpecStats
+from structspec.spec.stats import SpecStats
 from structspec.spec.totals import StatsTotals
 
 

@@ -21,8 +21,8 @@ from structspec.engine import decode, free_text
 from structspec.errors import GenerationError
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
+from structspec.spec.config import AUTO_BUDGETS, WIDE_MAX_NODES
 from structspec.spec.cost import CostCurve, free_nodes
-from structspec.spec.decode import AUTO_BUDGETS, WIDE_MAX_NODES
 from structspec.vocab import Vocabulary
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -119,7 +119,7 @@ class Constraint(Protocol):
     Every method is pure and thread-safe; ``allowed`` is memoized per state. A constraint
     whose masks are costly may also offer ``known_allowed(state) -> TokenMask | None`` (the
     mask if already computed): drafters then avoid computing masks of draft nodes that
-    decoding may never reach (:func:`structspec.spec.drafters.cheap_allowed`).
+    decoding may never reach (:func:`structspec.spec.forced.cheap_allowed`).
     """
 
     @property

@@ -29,7 +29,7 @@ from structspec.automata.dfa import (
     product,
     trimmed,
 )
-from structspec.automata.grammar import (
+from structspec.automata.grammar_ir import (
     EMPTY,
     Expr,
     Grammar,

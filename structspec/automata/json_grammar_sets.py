@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from structspec.automata.dfa import ByteDFA, literals_dfa, product
-from structspec.automata.grammar import EMPTY, Expr, alt, opt, ref, rep, seq, term
+from structspec.automata.grammar_ir import EMPTY, Expr, alt, opt, ref, rep, seq, term
 from structspec.errors import ResourceLimitError
 
 

@@ -153,7 +153,7 @@ class LarkConstraint:
         """:meth:`allowed` if it has been computed for ``state`` already, else ``None``.
         A mask of a code grammar costs milliseconds; drafters that only want to know whether
         a draft node allows a single token ask this and fall back to cheaper checks
-        (:func:`structspec.spec.drafters.forced_tokens`)."""
+        (:func:`structspec.spec.forced.forced_tokens`)."""
         return self._allowed.get(state)
 
     def is_accepting(self, state: int) -> bool:

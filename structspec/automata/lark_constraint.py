@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from structspec.automata.base import TokenMask
-from structspec.automata.grammar import token_table
 from structspec.automata.lalr import ParserStacks, Signatures
 from structspec.automata.lark_asi import AsiRules
 from structspec.automata.lark_grammar import TAB_REFUSED
 from structspec.automata.lark_masks import MaskBuilder
 from structspec.automata.lexer import ContextualLexer
+from structspec.automata.token_walk import token_table
 
 if TYPE_CHECKING:
     from structspec.automata.lark_grammar import LoadedGrammar

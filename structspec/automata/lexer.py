@@ -39,7 +39,7 @@ from structspec import _native
 from structspec.automata.dfa import ByteDFA
 
 if TYPE_CHECKING:
-    from structspec.automata.grammar import _TokenTable
+    from structspec.automata.token_walk import TokenTable
 
 
 PENDING, INSIDE, CROSS, DEAD = 0, 1, 2, 3
@@ -258,7 +258,7 @@ class ContextualLexer:
 
     # -- vocabulary walks ------------------------------------------------------------------
 
-    def walk(self, state: int, tt: _TokenTable) -> TokenWalk:
+    def walk(self, state: int, tt: TokenTable) -> TokenWalk:
         """Walk every token of ``tt`` from ``state`` at once (see :class:`TokenWalk`).
         Memoized per state.
 
@@ -282,7 +282,7 @@ class ContextualLexer:
         self._walks[state] = got
         return got
 
-    def _walk_first(self, tt: _TokenTable, b: int, s1: int) -> tuple[np.ndarray, ...]:
+    def _walk_first(self, tt: TokenTable, b: int, s1: int) -> tuple[np.ndarray, ...]:
         """The part of a vocabulary walk (:class:`TokenWalk`'s five arrays) of the tokens
         whose first byte ``b`` has led to lexer state ``s1``. Memoized per ``(b, s1)``."""
         key = (b, s1)
@@ -301,7 +301,7 @@ class ContextualLexer:
             self._first_walks[key] = got
         return got
 
-    def walk_rows(self, tt: _TokenTable, rows: np.ndarray, offs: np.ndarray,
+    def walk_rows(self, tt: TokenTable, rows: np.ndarray, offs: np.ndarray,
                   states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Walk token rows ``rows`` of ``tt`` from byte ``offs[i]`` in lexer state
         ``states[i]``, each until its bytes run out (``INSIDE``), its lexeme ends before
@@ -335,7 +335,7 @@ class ContextualLexer:
             self.expand(ends[idx])
         return status, pos, ends
 
-    def _walk_rows_numpy(self, tt: _TokenTable, rows: np.ndarray, offs: np.ndarray,
+    def _walk_rows_numpy(self, tt: TokenTable, rows: np.ndarray, offs: np.ndarray,
                          states: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The NumPy twin of the ``lark_walk`` kernel (see :meth:`walk_rows`): all rows
         one byte per round."""

@@ -20,7 +20,7 @@ import functools
 import re
 from typing import Any
 
-from structspec.automata.dfa import MAX_CODEPOINT, Ranges, complement, normalize
+from structspec.automata.byte_nfa import MAX_CODEPOINT, Ranges, complement, normalize
 from structspec.errors import GrammarError
 
 try:  # Python >= 3.11

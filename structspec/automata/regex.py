@@ -17,7 +17,8 @@ import numpy as np
 
 from structspec.automata.base import TokenMask
 from structspec.automata.dfa import ByteDFA, compile_dfa, literal_dfa, product, trimmed
-from structspec.automata.grammar import GrammarBuilder, GrammarConstraint, opt, term
+from structspec.automata.grammar import GrammarConstraint
+from structspec.automata.grammar_ir import GrammarBuilder, opt, term
 from structspec.automata.limits import Limits, check_input_size, compiling
 from structspec.errors import VocabularyError
 

@@ -13,7 +13,7 @@ import re
 from functools import cache
 from typing import Any
 
-from structspec.automata.dfa import Ranges, complement, normalize
+from structspec.automata.byte_nfa import Ranges, complement, normalize
 
 try:  # Python >= 3.11
     import re._constants as _sre

@@ -246,7 +246,7 @@ def _frequent_paths(rows: np.ndarray, branches: int, min_share: float) -> list[l
 
 
 def resolve_corpus(spec: Any, vocab: Any) -> TokenCorpus | None:
-    """The corpus a :class:`~structspec.spec.decode.SpecConfig` ``corpus`` value asks for:
+    """The corpus a :class:`~structspec.spec.config.SpecConfig` ``corpus`` value asks for:
     ``None``/``False`` → none; a path or a :class:`TokenCorpus` → that corpus, which must
     belong to ``vocab``.
 

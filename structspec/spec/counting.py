@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from structspec.spec.drafters import register_drafter, text_before
 
 if TYPE_CHECKING:
-    from structspec.spec.drafters import DraftContext
+    from structspec.spec.draft_context import DraftContext
     from structspec.spec.tree import TreeBuilder
 
 SOURCE = "counting"

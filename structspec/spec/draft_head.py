@@ -457,7 +457,7 @@ def packaged_head(model: Any) -> DraftHead | None:
 
 
 def resolve_head(spec: Any, model: Any) -> DraftHead | None:
-    """The head a :class:`~structspec.spec.decode.SpecConfig` ``draft_head`` value asks for:
+    """The head a :class:`~structspec.spec.config.SpecConfig` ``draft_head`` value asks for:
     ``"auto"`` → the packaged one if it matches (else ``None``); ``False``/``None`` → none; a
     path → that file (mismatch raises); a :class:`DraftHead` → itself.
 

@@ -15,15 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from structspec.spec.drafters import (
-    ClosersDrafter,
-    costly_masks,
-    register_drafter,
-    text_before,
-)
+from structspec.spec.drafters import ClosersDrafter, register_drafter, text_before
+from structspec.spec.forced import costly_masks
 
 if TYPE_CHECKING:
-    from structspec.spec.drafters import DraftContext
+    from structspec.spec.draft_context import DraftContext
     from structspec.spec.tree import TreeBuilder
 
 SOURCE = "text_lookup"

@@ -1,6 +1,6 @@
 """Cumulative statistics over many requests: what a :class:`~structspec.api.Generator` (or a
 service around one) did since it started, with the same measures a single request's
-:class:`~structspec.spec.decode.SpecStats` gives — passes, drafted and accepted tokens,
+:class:`~structspec.spec.stats.SpecStats` gives — passes, drafted and accepted tokens,
 acceptance per drafter and per depth, mean accepted length, the time split — plus what only
 exists across attempts: validation failures and failed requests.
 
@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from structspec.engine import DecodeStats
-from structspec.spec.decode import SpecStats
+from structspec.spec.stats import SpecStats
 
 # DecodeStats fields that add up across decodes.
 _SUMMED = ("prompt_tokens", "new_tokens", "forward_passes", "seconds", "prefill_seconds",
