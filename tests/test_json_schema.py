@@ -290,6 +290,24 @@ def test_golden(byte_vocab, name, schema, accept, reject, narrowed):
         assert not accepted(constraint, text), f"{name}: narrowing changed for {text}"
 
 
+def test_a_pydantic_model_compiles_as_its_json_schema(byte_vocab):
+    """``compile_json_schema`` takes a Pydantic model class as ``Generator.run`` does: the
+    constraint of its ``model_json_schema()`` (it had failed as "not JSON-serializable")."""
+    from pydantic import BaseModel, Field
+
+    class Point(BaseModel):
+        x: int
+        label: str = Field(max_length=3)
+
+    constraint = compile_(Point, byte_vocab)
+    assert constraint.schema == Point.model_json_schema()
+    assert accepted(constraint, '{"x":-4,"label":"abc"}')
+    assert not accepted(constraint, '{"x":1.5,"label":"abc"}')
+    assert not accepted(constraint, '{"x":1,"label":"abcd"}')
+    with pytest.raises(SchemaError, match="JSON-serializable"):
+        compile_(int, byte_vocab)  # a class, but not a model
+
+
 def test_golden_with_flexible_whitespace(byte_vocab):
     constraint = compile_(PERSON, byte_vocab, whitespace="flexible")
     assert constraint.whitespace == "flexible"

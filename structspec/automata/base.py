@@ -14,14 +14,19 @@ No torch here: the automata import without it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from structspec import _native
 
-State = Hashable
+#: A constraint's state: an opaque hashable value (an int in every shipped constraint).
+#: Typed ``Any`` rather than ``Hashable`` so that an implementation may name its own state
+#: type: a method taking ``state: int`` does not match a protocol method taking
+#: ``state: Hashable`` (parameters are contravariant), and a user's type checker refused
+#: ``c: Constraint = compile_regex(...)``.
+State = Any
 
 
 class TokenMask:

@@ -310,7 +310,7 @@ def _whitespace_pattern(whitespace: Any) -> str:
 
 
 def compile_json_schema(
-    schema: dict[str, Any] | bool | str,
+    schema: dict[str, Any] | bool | str | type,
     vocab: Vocabulary,
     *,
     whitespace: str = "compact",
@@ -323,8 +323,9 @@ def compile_json_schema(
     """Compile a JSON Schema into a token-level constraint for ``vocab``.
 
     Args:
-        schema: the schema as a dict, a boolean, or JSON text. Its ``$schema`` picks the
-            draft (default 2020-12).
+        schema: the schema as a dict, a boolean, JSON text, or a Pydantic model class (its
+            ``model_json_schema()``, as ``Generator.run`` takes it). Its ``$schema`` picks
+            the draft (default 2020-12).
         vocab: the vocabulary the masks are for.
         whitespace: ``"compact"`` (no whitespace between JSON tokens) or ``"flexible"``
             (up to 16 of space/tab/newline/CR between tokens; see ``FLEXIBLE_WHITESPACE``).
@@ -362,6 +363,8 @@ def compile_json_schema(
         ValueError: ``whitespace`` is not ``"compact"`` or ``"flexible"``.
     """
     _whitespace_pattern(whitespace)  # validates the argument
+    if isinstance(schema, type) and callable(getattr(schema, "model_json_schema", None)):
+        schema = schema.model_json_schema()  # a Pydantic model (duck-typed: no import here)
     if isinstance(schema, (str, bytes)):
         try:
             schema = json.loads(schema)

@@ -193,7 +193,7 @@ class DraftModelDrafter:
         self.nodes: list[tuple[int, int]] = []
         self.forward_passes = 0
         self._model: Any = None
-        self._masks: dict[int, tuple[Any, torch.Tensor, int]] = {}
+        self._masks: dict[int, tuple[Any, torch.Tensor, int, torch.Tensor]] = {}
 
     # -- cache bookkeeping ---------------------------------------------------------------
 

@@ -216,7 +216,7 @@ class ClosersDrafter:
     name = "closers"
 
     def __init__(self) -> None:
-        self._memo: dict[Any, list[int]] = {}
+        self._memo: dict[Any, tuple[list[int], frozenset[int]]] = {}  # state -> (cands, enders)
 
     def propose(self, ctx: DraftContext, builder: TreeBuilder, frontier: int) -> None:
         state = builder.states[frontier]
