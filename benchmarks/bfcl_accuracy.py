@@ -14,8 +14,11 @@ out) in its allowed values present. Layouts:
 - ``request``: the JSON Schema after the request in the user message, under a short system
   message (structspec's layout before it moved the schema).
 
+``--whitespace spaced,compact,flexible`` compares the output's whitespace policies (each
+layout × policy a run; the default is a ``Generator``'s, spaced).
+
     python benchmarks/bfcl_accuracy.py [--n 250] [--offset 0]
-        [--layouts system,system-json,request]
+        [--layouts system,system-json,request] [--whitespace spaced,compact,flexible]
         [--threads T] [--json-out F]
 """
 
@@ -36,6 +39,7 @@ import torch  # noqa: E402
 
 import structspec  # noqa: E402
 from structspec.api import Generator  # noqa: E402
+from structspec.automata.json_schema import DEFAULT_WHITESPACE  # noqa: E402
 from structspec.errors import GenerationError  # noqa: E402
 from structspec.sampling import SamplingParams  # noqa: E402
 from structspec.schema_prompt import schema_instruction  # noqa: E402
@@ -101,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-int8-activations", action="store_true",
                     help="run the exactly Q4_1-quantized layers with float32 activations "
                          "(Generator(int8_activations=False))")
+    ap.add_argument("--whitespace", default=DEFAULT_WHITESPACE,
+                    help="comma-separated output whitespace policies to compare (spaced, "
+                         f"compact, flexible; default {DEFAULT_WHITESPACE})")
     ap.add_argument("--json-out")
     args = ap.parse_args(argv)
     if not BFCL.exists():
@@ -112,14 +119,18 @@ def main(argv: list[str] | None = None) -> int:
     rows = rows[args.offset:args.offset + args.n]
     gen = Generator(None, int8_activations=not args.no_int8_activations)
     summary = {}
-    for layout in args.layouts.split(","):
+    runs = [(layout, ws) for layout in args.layouts.split(",")
+            for ws in args.whitespace.split(",")]
+    for layout, whitespace in runs:
         if layout not in LAYOUTS:
             raise SystemExit(f"--layouts: unknown layout {layout!r} ({', '.join(LAYOUTS)})")
+        name = layout if whitespace == DEFAULT_WHITESPACE else f"{layout}+{whitespace}"
         prefixes, acceptance = PrefixCache(), AcceptanceModel()
         right = passes = tokens = prompt_tokens = 0
         start = time.perf_counter()
         for row in rows:
-            constraint = structspec.compile_json_schema(row["call_json_schema"], gen.vocab)
+            constraint = structspec.compile_json_schema(row["call_json_schema"], gen.vocab,
+                                                        whitespace=whitespace)
             ids = prompt_ids(gen, layout, row["messages"][-1]["content"], constraint.schema)
             prompt_tokens += len(ids)
             try:
@@ -134,14 +145,14 @@ def main(argv: list[str] | None = None) -> int:
                 text, stats = "", getattr(exc, "stats", None)
             passes += stats.forward_passes if stats is not None else 0
             right += call_is_right(text, row["ground_truth_bfcl"])
-        summary[layout] = {"right": right, "n": len(rows), "accuracy": round(right / len(rows), 3),
+        summary[name] = {"right": right, "n": len(rows), "accuracy": round(right / len(rows), 3),
                            "prompt_tokens": prompt_tokens, "prefix_reused": prefixes.reused_tokens,
                            "tokens_per_pass": round(tokens / max(1, passes), 2),
                            "seconds": round(time.perf_counter() - start, 1)}
-        print(f"{layout:11s} right {right}/{len(rows)} ({100 * right / len(rows):.1f}%)  "
+        print(f"{name:11s} right {right}/{len(rows)} ({100 * right / len(rows):.1f}%)  "
               f"prompt tokens {prompt_tokens} (prefix cache {prefixes.reused_tokens})  "
-              f"tokens/pass {summary[layout]['tokens_per_pass']}  "
-              f"{summary[layout]['seconds']} s", flush=True)
+              f"tokens/pass {summary[name]['tokens_per_pass']}  "
+              f"{summary[name]['seconds']} s", flush=True)
     if args.json_out:
         Path(args.json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json_out).write_text(json.dumps({"offset": args.offset,

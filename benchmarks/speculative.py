@@ -85,6 +85,7 @@ from bfcl_accuracy import LAYOUTS, prompt_ids  # noqa: E402  (beside this script
 
 import structspec  # noqa: E402
 from structspec.api import Generator  # noqa: E402
+from structspec.automata.json_schema import DEFAULT_WHITESPACE  # noqa: E402
 from structspec.automata.lark_compile import STOPS  # noqa: E402
 from structspec.engine import free_text  # noqa: E402
 from structspec.errors import GenerationError, StructSpecError  # noqa: E402
@@ -221,7 +222,7 @@ def code_rows(rows: list[dict], offset: int, n: int) -> list[tuple[int, dict]]:
 def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
                offset: int = 0, layout: str = "system", stop: str = "eof", *,
                lenient: bool = False, skipped: list[dict] | None = None,
-               shuffle: int | None = None) -> list[dict]:
+               shuffle: int | None = None, whitespace: str = DEFAULT_WHITESPACE) -> list[dict]:
     """``[{"id", "prompt_ids", "constraint"}]`` for ``kind``.
 
     ``layout`` (JSON): ``"system"`` shows the schema as ``Generator.prompt_ids`` does, in the
@@ -237,6 +238,9 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
 
     ``shuffle`` (JSON and prose files): the rows in a random order drawn from that seed
     before ``offset`` and ``n`` apply — a sample of a file sorted by source, as MaskBench is.
+
+    ``whitespace`` (JSON): the output's whitespace policy, a ``Generator``'s default unless
+    said (``compile_json_schema``'s ``whitespace``).
 
     A JSON row whose schema the compiler refuses (a keyword it cannot enforce exactly, an
     invalid schema) is left out with its reason appended to ``skipped`` (``{"id", "error"}``;
@@ -256,7 +260,8 @@ def load_tasks(kind: str, n: int, gen: Generator, data: str | None = None,
                 raise SystemExit(f"{path}: row {index} has no 'call_json_schema' (or 'schema')")
             task_id = str(row.get("id", f"json_{index}"))
             try:
-                constraint = structspec.compile_json_schema(schema, gen.vocab, lenient=lenient)
+                constraint = structspec.compile_json_schema(schema, gen.vocab, lenient=lenient,
+                                                            whitespace=whitespace)
             except StructSpecError as exc:
                 if skipped is None:
                     raise
@@ -350,8 +355,15 @@ class _Peers:
     unconstrained, and with xgrammar's logits processor for the task's JSON Schema; greedy,
     or sampling as ``sampling`` says."""
 
-    def __init__(self, gen: Generator, sampling: SamplingParams | None = None) -> None:
+    def __init__(self, gen: Generator, sampling: SamplingParams | None = None,
+                 whitespace: str = DEFAULT_WHITESPACE) -> None:
         self.gen = gen
+        # xgrammar writes what structspec's policy does: json.dumps' separators, spaced or not
+        # (its default without indentation is spaced); "flexible" lets it choose too.
+        self.xgrammar_options: dict = (
+            {"any_whitespace": True} if whitespace == "flexible" else
+            {"any_whitespace": False,
+             "separators": (", ", ": ") if whitespace == "spaced" else (",", ":")})
         self.sampling = sampling if sampling is not None and not sampling.greedy else None
         self.compiler = None
         try:
@@ -394,7 +406,7 @@ class _Peers:
 
             try:
                 compiled = self.compiler.compile_json_schema(json.dumps(task["schema"]),
-                                                             any_whitespace=False)
+                                                             **self.xgrammar_options)
                 tok, sec = self._generate(task["prompt_ids"], n,
                                           [xgr.contrib.hf.LogitsProcessor(compiled)], p)
                 out.update(hf_xgrammar_tokens=tok, hf_xgrammar_s=round(sec, 3))
@@ -440,6 +452,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layout", choices=LAYOUTS, default="system",
                     help="JSON: the schema in the system message as a typed template (as "
                          "Generator.prompt_ids) or as JSON Schema, or after the request")
+    ap.add_argument("--whitespace", choices=["spaced", "compact", "flexible"],
+                    default=DEFAULT_WHITESPACE,
+                    help=f"JSON: the output's whitespace policy (default: {DEFAULT_WHITESPACE}, "
+                         "a Generator's)")
     ap.add_argument("--stop", choices=STOPS, default="eof",
                     help="code: where an output may end (Generator.run's stop): eof, or the "
                          "end of the line, statement or block holding the cursor")
@@ -564,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     skipped: list[dict] = []
     tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, args.layout,
                        args.stop, lenient=args.lenient, skipped=skipped,
-                       shuffle=args.shuffle)
+                       shuffle=args.shuffle, whitespace=args.whitespace)
     if not tasks:
         raise SystemExit(f"no task to run ({len(skipped)} left out: their schemas could not "
                          "be compiled; --lenient compiles them under a superset)")
@@ -607,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
           f"avx512={avx512()} attention={gen.loaded.model.config._attn_implementation} "
           f"threads={torch.get_num_threads()} "
           f"load={os.getloadavg()[0]:.2f} task={args.task} n={len(tasks)}")
-    peers = None if args.no_peers else _Peers(gen, sampling)
+    peers = None if args.no_peers else _Peers(gen, sampling, args.whitespace)
 
     def sampling_of(index: int) -> SamplingParams | None:
         """Task ``index``'s sampling (the same seed for both modes and every repeat)."""

@@ -26,7 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from structspec.automata.base import Constraint
-from structspec.automata.json_schema import JsonSchemaConstraint, compile_json_schema
+from structspec.automata.json_schema import (
+    DEFAULT_WHITESPACE,
+    JsonSchemaConstraint,
+    compile_json_schema,
+)
 from structspec.automata.lark_compile import STOPS, LarkConstraint, compile_grammar
 from structspec.automata.regex import compile_regex
 from structspec.engine import DecodeStats, decode, free_text
@@ -218,7 +222,7 @@ class Generator:
     # -- building blocks ------------------------------------------------------------------
 
     def compile(
-        self, schema: Any, *, whitespace: str = "compact", lenient: bool = False
+        self, schema: Any, *, whitespace: str = DEFAULT_WHITESPACE, lenient: bool = False
     ) -> JsonSchemaConstraint:
         """Compile a JSON Schema (dict, bool, JSON text) or a Pydantic model class.
 
@@ -344,7 +348,7 @@ class Generator:
         chat: bool | None = None,
         system: str | None = None,
         schema_in_prompt: bool | str = True,
-        whitespace: str = "compact",
+        whitespace: str = DEFAULT_WHITESPACE,
         lenient: bool = False,
         max_retries: int = 3,
         speculative: bool | SpecConfig | None = None,
@@ -383,7 +387,9 @@ class Generator:
             schema_in_prompt: show the schema to the model in the prompt (chat models):
                 ``True`` or ``"template"`` as a typed JSON template, ``"json"`` as JSON
                 Schema (:mod:`structspec.schema_prompt`), ``False`` not at all.
-            whitespace: JSON whitespace policy, ``"compact"`` or ``"flexible"``.
+            whitespace: JSON whitespace policy: ``"spaced"`` (default; ``{"a": 1, "b": [2]}``,
+                which small models write more accurately than compact JSON),
+                ``"compact"`` or ``"flexible"`` (the model's own, bounded).
             lenient: accept schemas with keywords that cannot be enforced exactly;
                 generate under a superset and validate afterwards.
             max_retries: extra attempts when an output fails validation — a lenient

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from structspec.automata.json_schema import DEFAULT_WHITESPACE
 from structspec.errors import GenerationError, StructSpecError
 
 EXIT_BAD_INPUT = 2
@@ -101,8 +102,10 @@ def _build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=None, metavar="K", help="sampling: top-k")
     gen.add_argument("--top-p", type=float, default=None, metavar="P", help="sampling: top-p")
     gen.add_argument("--seed", type=int, default=None, metavar="S", help="sampling seed")
-    gen.add_argument("--whitespace", choices=["compact", "flexible"], default="compact",
-                     help="JSON whitespace policy (default: compact)")
+    gen.add_argument("--whitespace", choices=["spaced", "compact", "flexible"],
+                     default=DEFAULT_WHITESPACE,
+                     help=f"JSON whitespace policy (default: {DEFAULT_WHITESPACE}: a space after "
+                          "each ',' and ':')")
     gen.add_argument("--lenient", action="store_true",
                      help="accept keywords that cannot be enforced exactly; validate afterwards")
     gen.add_argument("--schema-style", choices=["template", "json"], default="template",

@@ -67,8 +67,10 @@ def accepted(constraint: JsonSchemaConstraint, text: str) -> bool:
 
 
 def compile_(schema: Any, vocab: Vocabulary, **kw: Any) -> JsonSchemaConstraint:
-    """Compile without the generation-time array cap (the tables test what validates)."""
+    """Compile without the generation-time array cap (the tables test what validates), for
+    compact JSON (the tables' texts are compact; the default policy is spaced)."""
     kw.setdefault("max_array_items", None)
+    kw.setdefault("whitespace", "compact")
     return compile_json_schema(schema, vocab, **kw)
 
 
@@ -306,6 +308,45 @@ def test_a_pydantic_model_compiles_as_its_json_schema(byte_vocab):
     assert not accepted(constraint, '{"x":1,"label":"abcd"}')
     with pytest.raises(SchemaError, match="JSON-serializable"):
         compile_(int, byte_vocab)  # a class, but not a model
+
+
+def test_spaced_whitespace_is_the_default_and_writes_json_dumps_separators(byte_vocab):
+    """The default policy: one space after each ``,`` and ``:`` and none elsewhere, as
+    ``json.dumps`` writes — a const or enum object too — and nothing else."""
+    constraint = compile_json_schema(PERSON, byte_vocab, max_array_items=None)
+    assert constraint.whitespace == "spaced"
+    assert accepted(constraint, '{"name": "Ana", "age": 31}')
+    for text in ['{"name":"Ana","age":31}', '{ "name": "Ana", "age": 31}',
+                 '{"name": "Ana",  "age": 31}', '{"name" : "Ana", "age": 31}',
+                 '{"name": "Ana", "age": 31}\n']:
+        assert not accepted(constraint, text), text
+    nested = {"type": "object",
+              "properties": {"xs": {"type": "array", "items": {"type": "integer"}},
+                             "k": {"const": {"a": [1, {"b": None}]}}},
+              "required": ["xs", "k"]}
+    value = {"xs": [1, 2, 3], "k": {"a": [1, {"b": None}]}}
+    spaced = compile_json_schema(nested, byte_vocab)
+    assert accepted(spaced, json.dumps(value))  # Python's default separators
+    assert not accepted(spaced, json.dumps(value, separators=(",", ":")))
+    assert accepted(compile_(nested, byte_vocab), json.dumps(value, separators=(",", ":")))
+
+
+@given(st.recursive(st.none() | st.booleans() | st.integers(-50, 50) | st.text("ab ,:", max_size=4),
+                    lambda kids: st.lists(kids, max_size=3)
+                    | st.dictionaries(st.text("abc", min_size=1, max_size=3), kids, max_size=3),
+                    max_leaves=8))
+@settings(max_examples=60, deadline=None, suppress_health_check=SLOW)
+def test_spaced_accepts_json_dumps_of_any_value(byte_vocab, value):
+    """Completeness of the spaced policy: ``json.dumps(v)`` of any JSON value is accepted by
+    the schema ``true`` and by the value's own ``const``; its compact form is not (where the
+    two differ)."""
+    anything = compile_json_schema(True, byte_vocab)
+    const = compile_json_schema({"const": value}, byte_vocab)
+    text = json.dumps(value, ensure_ascii=False)
+    assert accepted(anything, text) and accepted(const, text)
+    compact = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if compact != text:
+        assert not accepted(anything, compact) and not accepted(const, compact)
 
 
 def test_golden_with_flexible_whitespace(byte_vocab):
@@ -870,7 +911,8 @@ def test_extra_properties_follow_the_named_ones_and_never_repeat_them(byte_vocab
 def test_unbounded_arrays_are_capped_for_generation_only(byte_vocab):
     schema = {"type": "array", "items": {"type": "integer"}, "minItems": 1}
     seventeen = "[" + ",".join(["1"] * 17) + "]"
-    assert not accepted(compile_json_schema(schema, byte_vocab), seventeen)  # default: 16
+    assert not accepted(compile_json_schema(schema, byte_vocab, whitespace="compact"),
+                        seventeen)  # default: 16
     assert accepted(compile_(schema, byte_vocab, max_array_items=None), seventeen)
     assert accepted(compile_(schema, byte_vocab, max_array_items=2), "[1,2]")
     with pytest.raises(ValueError, match="max_array_items"):

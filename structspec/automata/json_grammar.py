@@ -70,14 +70,16 @@ def python_regex(rx: str) -> str:
     return _RUST_HEX.sub(lambda m: f"{m.group(1)}\\U{int(m.group(2), 16):08X}", rx)
 
 
-def json_text(value: Any) -> str:
-    """Compact JSON text of ``value``: characters as they are, except lone surrogates (not
+def json_text(value: Any, *, spaced: bool = False) -> str:
+    """Compact JSON text of ``value`` (with ``spaced``, a space after each ``,`` and ``:``, as
+    Python's ``json.dumps`` writes): characters as they are, except lone surrogates (not
     encodable in UTF-8), which are spelled as ``\\u`` escapes."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    separators = (", ", ": ") if spaced else (",", ":")
+    text = json.dumps(value, ensure_ascii=False, separators=separators)
     try:
         text.encode()
     except UnicodeEncodeError:
-        text = json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+        text = json.dumps(value, ensure_ascii=True, separators=separators)
     return text
 
 
@@ -321,6 +323,7 @@ class DialectCompiler(SetRules):
         self.b = GrammarBuilder()
         self.placeholders = placeholders
         self.flexible = whitespace == "flexible"
+        self.spaced = whitespace == "spaced"
         self.rules = rules or {}  # recursive targets: pointer -> lowered subschema
         self._rule_ids: dict[str, int] = {}
         self.max_array_items = max_array_items
@@ -362,10 +365,20 @@ class DialectCompiler(SetRules):
         return term(self.b.terminal(dfa, "string", key=key))
 
     def ws(self) -> Expr:
+        """Whitespace where JSON allows it and the policy adds none of its own: around
+        brackets and the document (``flexible``: what the model writes, bounded)."""
         return opt(self.rx(FLEXIBLE_WS, "ws")) if self.flexible else EMPTY
 
+    def sep(self, mark: str) -> Expr:
+        """A ``,`` or ``:`` between JSON tokens, spaced as the policy says: nothing around it
+        (``compact``), what the model writes (``flexible``), or one space after it
+        (``spaced``, as Python's ``json.dumps`` writes)."""
+        if self.spaced:
+            return self.lit(mark + " ")
+        return seq(self.ws(), self.lit(mark), self.ws())
+
     def json_literal(self, value: Any) -> Expr:
-        return self.lit(json_text(value))
+        return self.lit(json_text(value, spaced=self.spaced))
 
     # -- values -------------------------------------------------------------------------------
 
@@ -499,7 +512,7 @@ class DialectCompiler(SetRules):
             hi = max(lo, self.max_array_items)
         if hi == 0:
             return seq(self.lit("["), self.ws(), self.lit("]"))
-        more = seq(self.ws(), self.lit(","), self.ws(), item)
+        more = seq(self.sep(","), item)
         rest = rep(more, max(lo - 1, 0), None if hi is None else hi - 1)
         body = seq(item, rest)
         items = body if lo > 0 else opt(body)
@@ -518,7 +531,7 @@ class DialectCompiler(SetRules):
             return self.array(plain) if "items" in d or hi == 0 else \
                 seq(self.lit("["), self.ws(), self.lit("]"))
         prefix = [self.value(x) for x in d["prefixItems"][:n]]
-        comma = seq(self.ws(), self.lit(","), self.ws())
+        comma = self.sep(",")
         rest: Expr = EMPTY  # what may follow the last prefix item
         if "items" in d and (hi is None or hi > n):
             item = ref(self.b.rule("item", self.any_value() if d["items"] is True
@@ -541,7 +554,7 @@ class DialectCompiler(SetRules):
         parts: list[Expr] = []
         for i, d in enumerate(items):
             if i:
-                parts += [self.ws(), self.lit(","), self.ws()]
+                parts.append(self.sep(","))
             parts.append(self.value(d))
         return seq(self.lit("["), self.ws(), *parts, self.ws(), self.lit("]"))
 
@@ -559,10 +572,9 @@ class DialectCompiler(SetRules):
             return seq(open_, self.free_members(d["x-free"]), close)
         value = self.value(d["additionalProperties"]) if "additionalProperties" in d \
             else self.any_value()
-        member = seq(self.string(0, None), self.ws(), self.lit(":"),
-                     self.ws(), value)
+        member = seq(self.string(0, None), self.sep(":"), value)
         hi = d.get("maxProperties")  # members, not distinct keys: repeats only lower the count
-        more = rep(seq(self.ws(), self.lit(","), self.ws(), member), 0,
+        more = rep(seq(self.sep(","), member), 0,
                    None if hi is None else max(int(hi) - 1, 0))
         members = seq(member, more)
         return seq(open_, members if d.get("minProperties", 0) else opt(members), close)
@@ -574,7 +586,7 @@ class DialectCompiler(SetRules):
         when no key is left."""
         if not (isinstance(extra, dict) and "x-regions" in extra):
             value = self.any_value() if extra is True else self.value(extra)
-            return seq(self.extra_key(taken), self.ws(), self.lit(":"), self.ws(), value)
+            return seq(self.extra_key(taken), self.sep(":"), value)
         base = self._extra_keys(taken)
         return self.region_members(base, extra["x-regions"], extra["names"],
                                    "xkey\0" + "\0".join(taken))
@@ -594,9 +606,9 @@ class DialectCompiler(SetRules):
         """Named properties in order, then (if ``extra``) other keys with ``extra`` values;
         optional ones may be absent; commas only between members."""
         names = list(props)
-        members = [seq(self.json_literal(n), self.ws(), self.lit(":"), self.ws(),
+        members = [seq(self.json_literal(n), self.sep(":"),
                        self.value(props[n])) for n in names]
-        comma = seq(self.ws(), self.lit(","), self.ws())
+        comma = self.sep(",")
         after: dict[bool, Expr] = {False: EMPTY, True: EMPTY}
         if extra is not None:
             taken = list(dict.fromkeys([*names, *exclude]))

@@ -61,7 +61,7 @@ class SetRules:
             ref(self.b.rule("contains-match", self.sub(spec["match"])))
         other = None if spec["other"] is None else \
             ref(self.b.rule("contains-other", self.sub(spec["other"])))
-        comma = seq(self.ws(), self.lit(","), self.ws())
+        comma = self.sep(",")
         body: dict[tuple[int, int], int] = {}
         after: dict[tuple[int, int], int] = {}
         todo: list[tuple[int, int]] = []
@@ -104,7 +104,7 @@ class SetRules:
         positions, rest = spec["positions"], spec["rest"]
         value = [ref(self.b.rule("unique-value", alt(*(self.json_literal(v) for v in group))))
                  for group in spec["values"]]
-        comma = seq(self.ws(), self.lit(","), self.ws())
+        comma = self.sep(",")
         body: dict[frozenset[int], int] = {}
         after: dict[frozenset[int], int] = {}
         todo: list[frozenset[int]] = []
@@ -153,7 +153,7 @@ class SetRules:
             ident = json.dumps([tag, r["and"], r["minus"], names], sort_keys=True, default=str)
             key = term(self.b.terminal(keys, "key", key=ident.encode()))
             value = self.any_value() if r["value"] is True else self.value(r["value"])
-            alts.append(seq(key, self.ws(), self.lit(":"), self.ws(), value))
+            alts.append(seq(key, self.sep(":"), value))
         return ref(self.b.rule("region-member", alt(*alts))) if alts else None
 
     def names_dfa(self, d: Any) -> ByteDFA:
@@ -187,14 +187,14 @@ class SetRules:
         follows one — and the object may close only where every trigger in *S* has its
         dependencies (``needs``) in *S*.
         """
-        comma = seq(self.ws(), self.lit(","), self.ws())
+        comma = self.sep(",")
         regions = f["regions"]
         if f.get("escapes") and f["names"] is True and len(regions) == 1 \
                 and not regions[0]["and"] and not regions[0]["minus"]:
             # any key: the plain string terminal (shared with string values and their walks)
             value = self.sub(regions[0]["value"])
             other: Expr | None = ref(self.b.rule("free-member", seq(
-                self.string(0, None), self.ws(), self.lit(":"), self.ws(), value)))
+                self.string(0, None), self.sep(":"), value)))
         else:
             base = _jg().json_string_dfa(0, None) if f.get("escapes") else _jg()._keys_except(())
             other = self.region_members(base, regions, f["names"], f"free{f.get('escapes')}")
@@ -208,7 +208,7 @@ class SetRules:
             return members if lo else opt(members)
         names = [n for n, _ in f["tracked"]]
         member = {n: ref(self.b.rule(f"tracked:{n}", seq(
-            self.json_literal(n), self.ws(), self.lit(":"), self.ws(), self.sub(v))))
+            self.json_literal(n), self.sep(":"), self.sub(v))))
             for n, v in f["tracked"]}
         needs = {t: frozenset(deps) for t, deps in f["needs"].items()}
         subsets = [frozenset(c) for k in range(len(names) + 1)
