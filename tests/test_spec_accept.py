@@ -15,7 +15,7 @@ from structspec.automata.base import TokenMask
 from structspec.sampling import SamplingParams, TokenDraws, probabilities
 from structspec.spec.accept import (
     MaskCache,
-    greedy_choice,
+    _choose,
     multi_draft_sample,
     typical_choice,
     walk_tree,
@@ -93,8 +93,9 @@ def test_target_from_masked_logits_with_top_k_and_top_p():
 
 def test_greedy_and_typical_choices():
     row = torch.tensor([0.1, 2.0, float("-inf"), 1.9])
-    assert greedy_choice(row, [3, 1]) == (1, 1)
-    assert greedy_choice(row, [3]) == (1, None)
+    greedy = SamplingParams()
+    assert _choose(row, [3, 1], greedy, None, None) == (1, 1)  # the argmax, a draft's index
+    assert _choose(row, [3], greedy, None, None) == (1, None)
     p = torch.tensor([0.7, 0.2, 0.1, 0.0])
     assert typical_choice(p, [2, 1], threshold=0.09) == 1  # 0.2 clears the bar, the best does
     assert typical_choice(p, [3], threshold=0.09) is None

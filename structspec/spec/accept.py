@@ -36,19 +36,17 @@ import torch
 
 from structspec.automata.base import Constraint, State, TokenMask
 from structspec.masks import apply_mask, mask_to_bool
-from structspec.sampling import SamplingParams, TokenDraws, argmax, probabilities, sample, sample_at
+from structspec.sampling import (
+    SamplingParams,
+    TokenDraws,
+    argmax,
+    choose,
+    probabilities,
+    sample,
+)
 from structspec.spec.tree import DraftTree
 
 Outcome = Literal["bonus", "eos", "complete", "limit", "dead"]
-
-
-def greedy_choice(masked_logits: torch.Tensor, drafts: Sequence[int]) -> tuple[int, int | None]:
-    """The masked argmax of ``masked_logits`` ``[V]``, and which draft equals it (or ``None``)."""
-    token = argmax(masked_logits)
-    for i, x in enumerate(drafts):
-        if x == token:
-            return token, i
-    return token, None
 
 
 def multi_draft_sample(
@@ -245,8 +243,9 @@ def _choose(
     row: torch.Tensor, drafts: list[int], sampling: SamplingParams, u: float | None,
     threshold: float | None,
 ) -> tuple[int, int | None]:
-    """The token at one node and the accepted draft index (``None``: a bonus token); ``u``
-    is the position's uniform number when sampling."""
+    """The token at one node and the accepted draft index (``None``: a bonus token): the
+    token plain decoding would choose there (:func:`~structspec.sampling.choose`; ``u`` is
+    the position's uniform number when sampling), unless typical acceptance takes a draft."""
     if threshold is not None and drafts:
         typical = SamplingParams(temperature=sampling.temperature or 1.0, top_k=sampling.top_k,
                                  top_p=sampling.top_p)
@@ -254,10 +253,6 @@ def _choose(
         i = typical_choice(p, drafts, threshold)
         if i is not None:
             return drafts[i], i
-    if sampling.greedy:
-        return greedy_choice(row, drafts)
-    if u is None:
-        raise ValueError("sampling needs the position's uniform number")
-    token = sample_at(probabilities(row, sampling), u)
+    token = choose(row, sampling, u)
     # A drafted token is taken as that child (its key/values are computed).
     return token, drafts.index(token) if token in drafts else None
