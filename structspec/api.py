@@ -229,9 +229,7 @@ class Generator:
         Cached per schema and options. Raises :class:`SchemaError` /
         :class:`UnsupportedSchemaError` for schemas it cannot enforce.
         """
-        model_cls = _pydantic_model(schema)
-        if model_cls is not None:
-            schema = model_cls.model_json_schema()
+        # (a Pydantic model class is turned into its JSON Schema by compile_json_schema)
         return compile_json_schema(schema, self.vocab, whitespace=whitespace, lenient=lenient)
 
     def compile_grammar(self, grammar: str | os.PathLike[str] | LarkConstraint, *,
