@@ -16,7 +16,12 @@ from structspec.spec.canonical import CanonicalTokenizer, canonical_tokenizer
 from structspec.spec.draft_context import VALUES_ALT, DraftContext, drafter_of
 from structspec.spec.drafters import build_tree, make_drafters
 from structspec.spec.forced import forced_tokens
-from structspec.spec.literals import extract_literals, field_literals, rank_literals
+from structspec.spec.literals import (
+    extract_literals,
+    field_literals,
+    last_use,
+    rank_literals,
+)
 from structspec.spec.ngram import NgramIndex
 from structspec.spec.text_lookup import TextIndex
 from structspec.spec.tree import TreeBuilder
@@ -189,6 +194,28 @@ def test_rank_literals_continues_in_request_order():
     assert rank_literals(lits, '{"u":"', text_first=True)[0] == "cm"
     # In a string slot, words not written yet come before written ones.
     assert rank_literals(["kg", "cm", "mm"], '{"w":"cm","u":"', text_first=True)[:2] == ["kg", "mm"]
+
+
+def test_rank_literals_counts_whole_values_not_keys():
+    # BFCL calculate_roi: the request's key name written as a key, and "1" inside "1000",
+    # are not values written; the next value after 1000 is 3.
+    lits = ["1000", "3", "1", "annual_interest_rate"]
+    written = '{"deposit": 1000, "annual_interest_rate": '
+    assert rank_literals(lits, written)[0] == "3"
+    assert last_use(written, "1") == -1
+    assert last_use(written, "annual_interest_rate") == -1
+    assert last_use('{"r": "annual_interest_rate"', "annual_interest_rate") > 0
+    assert last_use("3, 3.5", "3") == 1  # 3.5 is another number
+    assert last_use("x.1", "1") == -1 and last_use("1.5", "1") == -1
+    assert last_use("rate_x", "rate") == -1 and last_use("", "a") == -1
+
+
+@given(st.text(alphabet='ab1._": ,', max_size=30), st.text(alphabet="ab1.", min_size=1, max_size=4))
+def test_last_use_ends_an_occurrence(written, literal):
+    end = last_use(written, literal)
+    assert end == -1 or written[end - len(literal):end] == literal
+    if literal not in written:
+        assert end == -1
 
 
 def test_nested_drafting_reaches_the_next_value(setup):

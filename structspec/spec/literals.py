@@ -166,21 +166,50 @@ def rank_literals(literals: Sequence[str], written: str, *, text_first: bool = F
     list values in the order a call uses them, so first the ones not written yet that come
     after the latest one written, then all the others in request order (code repeats its
     names), then :data:`DEFAULT_VALUES`; with ``text_first`` (a JSON string value) the ones
-    that are not numbers go first, in that order. Pure."""
+    that are not numbers go first, in that order. A literal counts as written where it
+    stands as a whole word that is not a JSON key (:func:`last_use`). Pure."""
+    find = written.rfind
+    ends = [-1 if find(lit) < 0 else last_use(written, lit) for lit in literals]
     if text_first:  # words not written yet in request order, the written ones, numbers
+        words = [(lit, end) for lit, end in zip(literals, ends, strict=True)
+                 if not _NUMBER.fullmatch(lit)]
         numbers = [lit for lit in literals if _NUMBER.fullmatch(lit)]
-        words = [lit for lit in literals if not _NUMBER.fullmatch(lit)]
-        fresh = [lit for lit in words if lit not in written]
-        return (fresh + [lit for lit in words if lit in written]
+        return ([lit for lit, end in words if end < 0] + [lit for lit, end in words if end >= 0]
                 + rank_literals(numbers, written))
-    last, last_pos = -1, -1
-    unwritten: list[int] = []
-    for i, lit in enumerate(literals):
-        pos = written.rfind(lit)
-        if pos < 0:
-            unwritten.append(i)
-        elif pos + len(lit) > last_pos:
-            last, last_pos = i, pos + len(lit)
-    after = [literals[i] for i in unwritten if i > last]
+    last, last_end = -1, -1
+    for i, end in enumerate(ends):
+        if end > last_end:
+            last, last_end = i, end
+    after = [lit for i, (lit, end) in enumerate(zip(literals, ends, strict=True))
+             if end < 0 and i > last]
     ranked = after + [lit for lit in literals if lit not in after]
     return ranked + [d for d in DEFAULT_VALUES if d not in ranked]
+
+
+def last_use(written: str, literal: str) -> int:
+    """Where the last use of ``literal`` as a value in ``written`` ends, or ``-1``.
+
+    A use stands as a whole word (``1`` is not used by ``1000``, nor ``rate`` by
+    ``interest_rate``; a number not by a longer one, ``3`` not by ``3.5``) and is not a JSON
+    key (``"annual_interest_rate":``): a key the output writes names where a value goes, and
+    counting it as the latest value written sent the ranking back to the request's first
+    value (BFCL ``calculate_roi``: after ``"deposit": 1000, "annual_interest_rate": ``, 1000
+    was drafted before 3). Pure."""
+    if not literal:
+        return -1
+    stop = len(written)
+    while (pos := written.rfind(literal, 0, stop)) >= 0:
+        end = pos + len(literal)
+        before = written[pos - 1] if pos else ""
+        nxt = written[end:end + 2]
+        if (not (before and (before.isalnum() or before in "_."))
+                and not (nxt and (nxt[0].isalnum() or nxt[0] == "_"
+                                  or (nxt[0] == "." and nxt[1:].isdigit())))
+                and not (nxt[:1] in ('"', "") and _KEY_AFTER.match(written, end))):
+            return end
+        stop = end - 1
+    return -1
+
+
+#: What follows a JSON key's name: its closing quote, then a colon.
+_KEY_AFTER = re.compile(r'"\s*:')
