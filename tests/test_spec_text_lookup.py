@@ -14,7 +14,7 @@ from structspec.spec.draft_context import DraftContext
 from structspec.spec.drafters import build_tree, make_drafters
 from structspec.spec.literals import request_literals, request_text
 from structspec.spec.ngram import NgramIndex
-from structspec.spec.text_lookup import TextIndex, word_end
+from structspec.spec.text_lookup import TextIndex, fold, snake, word_end
 from structspec.spec.tree import TreeBuilder
 from structspec.vocab import Vocabulary
 
@@ -53,10 +53,21 @@ def test_latest_occurrences_first_distinct_and_cut_at_line_breaks():
 def test_continuations_are_what_followed_an_echo_in_the_text(text, tail, length, per):
     out = TextIndex(text).continuations(tail, length, per=per)
     assert len(out) <= per
-    folded = text.lower()
+    folded = fold(text)
     for cont in out:
         assert 0 < len(cont) <= length and b"\n" not in cont
-        assert any(folded[i:].startswith(cont.lower()) for i in range(len(text)))
+        assert any(folded[i:].startswith(fold(cont)) for i in range(len(text)))
+
+
+def test_an_echo_written_as_one_identifier_goes_on_as_one():
+    index = TextIndex(b"Emissions of a gas-powered vehicle in 2020. Melt an ice block.")
+    # "gas_" echoes "gas-": the request's next words, joined the same way
+    assert index.continuations(b'{"vehicle_type": "gas_', 18) == [b"powered_vehicle_in"]
+    assert index.continuations(b'{"kind": "ice', 8) == [b" block."]  # not joined yet
+    assert fold(b"Gas-Powered_X") == b"gas powered x"
+    assert snake(b" block of ice, 2 kg") == b"_block_of_ice, 2 kg"
+    assert snake(b"-powered vehicle.") == b"_powered_vehicle."
+    assert snake(b", then") == b", then" and snake(b"") == b""
 
 
 def test_word_end():
@@ -95,6 +106,29 @@ def test_the_drafter_ends_the_word_then_closes_the_value(smollm_tokenizer, smoll
     assert any(p.startswith(b'attle","n":') for p in paths), paths  # word, closer, next key
     assert all(p.startswith(b"attle") for p in paths), paths
     assert "text_lookup" in tree.sources
+
+
+def test_a_value_s_first_word_may_go_on_joined(smollm_tokenizer, smollm_vocab):
+    # BFCL: "ice block" written as "ice_block", "plasma membrane" as "plasma_membrane".
+    tok, vocab = smollm_tokenizer, smollm_vocab
+    constraint = compile_regex(r'\{"substance": "[a-z_ ]+"\}', vocab)
+    request = "How much heat melts an ice block of 2 kg?"
+    prompt = tok.encode(request, add_special_tokens=False)
+    out = tok.encode('{"substance": "ice', add_special_tokens=False)
+    state = constraint.initial
+    for t in out:
+        state = constraint.advance(state, t)
+    history = NgramIndex(3)
+    history.extend(prompt + out)
+    ctx = DraftContext(constraint=constraint, vocab=vocab, canon=CanonicalTokenizer(tok, vocab),
+                       history=history, prompt_len=len(prompt),
+                       text_index=TextIndex(vocab.decode(prompt)))
+    builder = TreeBuilder(constraint, out[-1], state, max_depth=12, max_nodes=16,
+                          max_branches=4, eos_ids=vocab.eos_token_ids)
+    build_tree(ctx, builder, make_drafters(["text_lookup"]), forced=False)
+    tree = builder.freeze()
+    firsts = {vocab.decode([tree.tokens[i]]) for i in range(1, len(tree)) if tree.parents[i] == 0}
+    assert b" block" in firsts and any(f.startswith(b"_") for f in firsts), firsts
 
 
 @pytest.fixture()

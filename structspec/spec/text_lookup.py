@@ -6,9 +6,13 @@ tokenized otherwise (``'New'`` right after a quote, ``' New'`` after a space in 
 request), cut otherwise (``'se'`` + ``'attle'``), or written in another case
 (``"seattle"`` for "Seattle"). On held-out BFCL calls the passes that ended inside such
 values were the largest group left once the forced keys were drafted (session 36). This
-drafter matches *bytes*, with ASCII case folded, from a word start in the output's tail to
-a word start in the prompt, and drafts what followed there, tokenized canonically after
-the frontier token.
+drafter matches *bytes*, with ASCII case folded and ``-``/``_`` read as spaces, from a word
+start in the output's tail to a word start in the prompt, and drafts what followed there,
+tokenized canonically after the frontier token. A model often writes a phrase of the request
+as one identifier (``"gas_powered_vehicle"``, ``"ice_block"``): an echo written with ``_``
+goes on joined the same way, and after a string value's first word both spellings are
+drafted (BFCL dev rows 0-149, a fixed cost curve: 769 -> 763 passes; held-out 150-249 686 ->
+684; code and prose unchanged).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ class TextIndex:
 
     def __init__(self, text: bytes, *, min_match: int = 2, max_match: int = 48) -> None:
         self.text = text
-        self.folded = text.lower()  # ASCII only: byte offsets stay aligned
+        self.folded = fold(text)
         self.min_match = min_match
         self.max_match = max_match
 
@@ -56,7 +60,7 @@ class TextIndex:
         wrote the echo in lower case and the text did not, the continuation is lowered too
         (a model that writes "se" for "Seattle" goes on with "attle"). Pure."""
         tail = tail[-self.max_match:]
-        folded_tail = tail.lower()
+        folded_tail = fold(tail)
         for i in range(len(tail)):
             if (i and _word_char(tail[i - 1])) or not _word_char(tail[i]):
                 continue
@@ -85,6 +89,8 @@ class TextIndex:
                 continue
             if written.islower() and not self.text[j:start].islower():
                 cont = cont.lower()
+            if b"_" in written and b"_" not in self.text[j:start]:
+                cont = snake(cont)  # "gas_" echoes "gas-powered vehicle": "powered_vehicle"
             if any(k.startswith(cont) for k in out):
                 continue
             out = [k for k in out if not cont.startswith(k)]
@@ -92,6 +98,34 @@ class TextIndex:
             if len(out) >= per:
                 break
         return out
+
+
+#: Case and word separators folded for matching: ASCII letters lowered, ``-`` and ``_``
+#: read as a space (byte for byte, so offsets stay aligned).
+_FOLD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ-_", b"abcdefghijklmnopqrstuvwxyz  ")
+
+
+def fold(text: bytes) -> bytes:
+    """``text`` as matched: ASCII case folded, ``-`` and ``_`` as spaces. A model copying a
+    phrase of the request into a JSON string often writes it as one identifier
+    ("gas-powered vehicle" as ``gas_powered_vehicle``). Pure."""
+    return text.translate(_FOLD)
+
+
+def snake(cont: bytes) -> bytes:
+    """``cont`` with the spaces and hyphens between its leading words written as ``_``, up
+    to the first other punctuation (``b" block of ice, 2 kg"`` -> ``b"_block_of_ice, 2
+    kg"``). Pure."""
+    out = bytearray(cont)
+    for k, byte in enumerate(cont):
+        if byte in b" -":
+            if k + 1 < len(cont) and _word_char(cont[k + 1]):
+                out[k] = 0x5F
+                continue
+            break
+        if not _word_char(byte):
+            break
+    return bytes(out)
 
 
 def word_end(cont: bytes) -> int:
@@ -126,7 +160,13 @@ class TextLookupDrafter:
         tail = text_before(ctx, builder, frontier, 16)
         prev = ctx.vocab.token_bytes(builder.tokens[frontier])
         # ~4 bytes per token: enough text for the room the branch has
-        for cont in index.continuations(tail, 4 * room + 8, per=self.per):
+        conts = index.continuations(tail, 4 * room + 8, per=self.per)
+        if conts and _in_value_word(tail) and conts[0][:1] in (b" ", b"-") \
+                and len(conts[0]) > 1 and _word_char(conts[0][1]):
+            # The value's first word, then a space in the request: the model may go on
+            # with "_" ("ice block" -> "ice_block"); both spellings, the request's first.
+            conts.insert(1, snake(conts[0]))
+        for cont in conts:
             cut = word_end(cont)
             word = ctx.canon.tokens_after(prev, cont[:cut])
             end = builder.add_branch(frontier, word, self.name) if word else None
@@ -143,6 +183,15 @@ class TextLookupDrafter:
                 builder.add_chain(end, rest, self.name)
             if builder.branches >= builder.max_branches or builder.room(frontier) <= 0:
                 break
+
+
+def _in_value_word(tail: bytes) -> bool:
+    """Whether ``tail`` ends in the first word of a JSON string value (``"substance":
+    "ice``). Pure."""
+    k = len(tail)
+    while k and _word_char(tail[k - 1]):
+        k -= 1
+    return 0 < k < len(tail) and tail[k - 1:k] == b'"' and tail[:k - 1].rstrip().endswith(b":")
 
 
 register_drafter(SOURCE, TextLookupDrafter)
