@@ -289,6 +289,7 @@ def _generate(args: argparse.Namespace) -> int:
     if not generator.leader:  # a tensor-parallel follower: run rank 0's passes, print nothing
         generator.serve()
         return 0
+    retry_kwargs: dict[str, Any] = {} if retries is None else {"max_retries": retries}
     try:
         result = generator.run(
             prompt,
@@ -307,7 +308,7 @@ def _generate(args: argparse.Namespace) -> int:
             schema_in_prompt=False if raw_prompt else args.schema_style,
             whitespace=args.whitespace,
             lenient=args.lenient,
-            **({} if retries is None else {"max_retries": retries}),
+            **retry_kwargs,
         )
     finally:
         generator.close()  # releases a tensor-parallel group's followers (else a no-op)

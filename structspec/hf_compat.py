@@ -33,7 +33,7 @@ def _default_keyword() -> str:
 
 
 @functools.cache
-def _keyword_of(cls: type) -> str:
+def _keyword_of(cls: type[Any]) -> str:
     try:
         params = inspect.signature(cls.forward).parameters
     except (TypeError, ValueError, AttributeError):
@@ -47,7 +47,7 @@ def _keyword_of(cls: type) -> str:
 def cache_kwargs(model: Any, cache: Any) -> dict[str, Any]:
     """``{keyword: cache}`` for ``model(**...)``: ``cache`` or ``past_key_values``, whichever
     ``model``'s ``forward`` names (per model class, memoized)."""
-    return {_keyword_of(type(model)): cache}
+    return {_keyword_of(type(model)): cache}  # type: ignore[arg-type]  # a class is Hashable
 
 
 def base_model(model: Any) -> Any:

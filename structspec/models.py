@@ -215,7 +215,7 @@ def load_model(spec: str | None = None, *, dtype: Any = None, device: str = "cpu
         model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **extra)
     except Exception as exc:
         raise _load_error(spec, kind, exc) from exc
-    model.to(device)
+    model.to(device)  # type: ignore[arg-type]  # transformers' @wraps(Module.to) hides the self
     model.eval()
     eos = set()
     if tokenizer.eos_token_id is not None:

@@ -123,7 +123,7 @@ def trimmed(table: np.ndarray, accepting: np.ndarray, start: int) -> ByteDFA:
         for t in np.unique(table[s]):
             if t:
                 preds[int(t)].add(s)
-    frontier = list(np.flatnonzero(alive))
+    frontier: list[int] = np.flatnonzero(alive).tolist()
     while frontier:
         t = frontier.pop()
         for s in preds[t]:

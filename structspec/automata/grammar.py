@@ -191,7 +191,8 @@ class GrammarConstraint:
         self._lock = threading.RLock()
         for f in fields(_Memo):  # a memo pickled by an older version lacks the newer tables
             if not hasattr(self._memo, f.name):
-                setattr(self._memo, f.name, f.default_factory())  # type: ignore[misc]
+                assert callable(f.default_factory)  # every table has one
+                setattr(self._memo, f.name, f.default_factory())
 
     # -- bytes ---------------------------------------------------------------------------------
 

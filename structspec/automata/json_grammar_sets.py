@@ -31,6 +31,7 @@ class SetRules:
     max_array_items: int | None
     ws: Any
     lit: Any
+    sep: Any
     sub: Any
     string: Any
     json_literal: Any

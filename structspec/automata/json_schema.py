@@ -373,8 +373,10 @@ def compile_json_schema(
         ValueError: ``whitespace`` is not ``"spaced"``, ``"compact"`` or ``"flexible"``.
     """
     _whitespace_pattern(whitespace)  # validates the argument
-    if isinstance(schema, type) and callable(getattr(schema, "model_json_schema", None)):
-        schema = schema.model_json_schema()  # a Pydantic model (duck-typed: no import here)
+    to_json_schema = getattr(schema, "model_json_schema", None) \
+        if isinstance(schema, type) else None
+    if callable(to_json_schema):
+        schema = to_json_schema()  # a Pydantic model (duck-typed: no import here)
     if isinstance(schema, (str, bytes)):
         try:
             schema = json.loads(schema)

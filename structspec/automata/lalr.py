@@ -111,8 +111,8 @@ class ParseTables:
         nts: dict[str, int] = {}
         for lhs in self.rule_lhs:
             nts.setdefault(lhs, len(nts))
-        for row in self.gotos:
-            for nt in row:
+        for goto_row in self.gotos:
+            for nt in goto_row:
                 nts.setdefault(nt, len(nts))
         gotos = np.full((len(self.gotos), max(1, len(nts))), -1, dtype=np.int32)
         for st, grow in enumerate(self.gotos):
@@ -347,21 +347,21 @@ class ParserStacks:
                 if h < low:
                     low = h
             under = pushed[-1] if pushed else nodes[base][1]
-            top = gotos[under].get(rule_lhs[rule])
-            if top is None:  # pragma: no cover - lark's tables always have the goto
+            goto = gotos[under].get(rule_lhs[rule])
+            if goto is None:  # pragma: no cover - lark's tables always have the goto
                 return None, base, pushed, low
-            pushed.append(top)
+            pushed.append(goto)
+            top = goto
 
     def find_signature(self, sigs: Signatures, stack: int) -> tuple | None:
         """A value kept in ``sigs`` by ``store_signature`` for a stack whose states agree
         with ``stack``'s from the top down as far as that value's computation read, as
         ``(value, depth read)`` (the shallowest such); None if there is none. Pure (the
         kernel's ``find`` when built, else ``_find_python``)."""
-        head = self._head
-        if head is None or stack < 0:
+        head, lib = self._head, self._lib  # a head is built only where the kernel is
+        if head is None or lib is None or stack < 0:
             return self._find_python(sigs, stack)
-        return self._lib.find(sigs.child, sigs.value, head[4], head[5], stack,
-                              self._n_states)
+        return lib.find(sigs.child, sigs.value, head[4], head[5], stack, self._n_states)
 
     def _find_python(self, sigs: Signatures, stack: int) -> tuple | None:
         """``find_signature`` in Python (the twin of the ``lalr_sim`` kernel's ``find``)."""
@@ -375,9 +375,10 @@ class ParserStacks:
             if s < 0:
                 return None
             s, st, _ = nodes[s]
-            node = child.get(node * m + st)
-            if node is None:
+            nxt = child.get(node * m + st)
+            if nxt is None:
                 return None
+            node = nxt
 
     def store_signature(self, sigs: Signatures, stack: int, low: int, value: object
                         ) -> tuple:

@@ -387,7 +387,7 @@ class _ConstructView(LarkConstraint):
     def __init__(self, runtime: LarkRuntime, suffix: bytes, stop: str, start: int,
                  stops: ConstructStops) -> None:
         self._stops = stops
-        self._keys: list[Key] = [(0, 0, False, False, False, False, False)]  # 0 = dead
+        self._keys: list[Key] = [(0, 0, False, False, False, False, False, False)]  # 0 = dead
         self._ids: dict[Key, int] = {}
         self._lock = threading.Lock()
         self._bytes1: dict[tuple[int, int], int] = {}

@@ -628,7 +628,7 @@ class LarkRuntime:
         return y, low, llow, pk
 
     def _end_lexeme_asi(self, t: int, stack: int, brk: int, levels: tuple[int, ...],
-                        last_nl: bool) -> tuple[int, int, int, int]:
+                        last_nl: int) -> tuple[int, int, int, int]:
         """``_end_lexeme`` for an ASI grammar: a line break sets the bit, a token is fed
         by ``AsiRules.sequence`` and clears it, an ignored lexeme keeps it."""
         asi = self.asi

@@ -309,7 +309,7 @@ class ConstructStops:
             return reds + self.reductions(s, self.end)
         if rt.nl < 0:
             return self.reductions(stack, self.end) if rt.stacks.accepts_end(stack) else None
-        paths = [([], levels)]
+        paths: list[tuple[list[int], tuple[int, ...]]] = [([], levels)]
         if paren == 0:
             terms = self._newline_terms(levels, 0)
             if terms is not None:
@@ -682,7 +682,9 @@ class ConstructStops:
 
 
 _CODE_STOP = frozenset(b" \t\n\r\f#\\")  # bytes that do not end a newline lexeme for sure
-_TABLES: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
+#: Per (vocabulary, tab width): the four ``[V]`` tables and the tokens they were built for.
+_TABLES: dict[tuple[int, int],
+              tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple[bytes, ...]]] = {}
 _TABLES_LOCK = threading.Lock()
 
 

@@ -54,8 +54,8 @@ def unique_states(positions: list[list[int]], rest: list[int] | None, hi: int | 
     """How many sets of used values an array with unique items can pass through (position
     ``i`` draws from ``positions[i]``, later ones from ``rest``), or ``None`` above
     ``budget``."""
-    seen = {frozenset()}
-    frontier = [frozenset()]
+    seen: set[frozenset[int]] = {frozenset()}
+    frontier: list[frozenset[int]] = [frozenset()]
     while frontier:
         nxt = []
         for used in frontier:
@@ -99,8 +99,8 @@ class ArrayLowering:
         unique = bool(node.get("uniqueItems", False)) and (hi is None or hi > 1)
         counted = self.contains_spec(node, ptr, items, prefix)
         if prefix is not None:
-            out = self.lower_tuple(node, ptr, prefix, prefix_key, items, items_ptr, lo, hi)
-            return self.unique_array(out, ptr) if unique and out is not None else out
+            tup = self.lower_tuple(node, ptr, prefix, prefix_key, items, items_ptr, lo, hi)
+            return self.unique_array(tup, ptr) if unique and tup is not None else tup
         if items is _MISSING and "unevaluatedItems" in node:
             items, items_ptr = node["unevaluatedItems"], f"{ptr}/unevaluatedItems"
         out: dict[str, Any] = {"type": "array"}

@@ -61,7 +61,7 @@ def public_schema(node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     out = {k: public_schema(v) for k, v in node.items() if k not in INTERNAL}
-    extra = []
+    extra: list[dict[str, Any]] = []
     extra += [{"not": {"pattern": p}} for p in node.get(NOT_PATTERN, ())]
     if SOME_EXTRA in node:
         witness = node[SOME_EXTRA]

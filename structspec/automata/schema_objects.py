@@ -404,7 +404,7 @@ class ObjectLowering:
         parts: list[Any] = [{**rest, "type": "object"}]
         for trigger, sub in deps.items():
             # (spelled so that the draft's validator knows it: draft 4 has no propertyNames)
-            absent = {"propertyNames": {"not": {"enum": [trigger]}}} \
+            absent: dict[str, Any] = {"propertyNames": {"not": {"enum": [trigger]}}} \
                 if "propertyNames" in self.validator_keywords \
                 else {"properties": {trigger: {"not": {}}}}
             if sub is False:

@@ -40,6 +40,12 @@ def decimal_step(step: float) -> tuple[int, int] | None:
 class ScalarLowering:
     """``string``, ``integer`` and ``number`` schemas."""
 
+    # Provided by _Lowering.
+    refuse: Any
+    nothing: Any
+    placeholder: Any
+    is_valid: Any
+
     def lower_string(self, node: dict[str, Any], ptr: str, top: bool = False) -> Any:
         """Strings: lengths, pattern and format all at once (their automata are intersected
         by the grammar compiler), as ``x-regex`` placeholders beside the lengths."""

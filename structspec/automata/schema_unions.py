@@ -10,7 +10,6 @@ is refused.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from structspec.automata.schema_keywords import (
@@ -26,6 +25,14 @@ from structspec.automata.schema_values import json_equal, json_type
 
 class UnionLowering:
     """``anyOf``/``oneOf`` and the cheap disjointness proofs ``oneOf`` needs."""
+
+    # Provided by _Lowering.
+    known: frozenset[str]
+    lower: Any
+    refuse: Any
+    nothing: Any
+    deref: Any
+    is_valid: Any
 
     def lower_union(self, node: dict[str, Any], kws: set[str], ptr: str, top: bool) -> Any:
         key = "anyOf" if "anyOf" in kws else "oneOf"
@@ -68,10 +75,10 @@ class UnionLowering:
         the siblings need no complement then)."""
         try:
             return exactly_one(merged, self.deref, self.known)
-        except NegationError:
+        except NegationError as exc:
             if not common:
                 raise
-            first = sys.exc_info()[1]
+            first = exc
         try:
             parts = exactly_one(self.objects_only(list(raw)), self.deref, self.known)
             return [merge_all([common, b], self.deref) for b in parts]

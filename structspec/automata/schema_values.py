@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+#: ``json_type`` of the other Python values, by exact type.
+_TYPE_NAMES: dict[type, str] = {str: "string", list: "array", dict: "object"}
+
 
 def json_type(value: Any) -> str:
     """The JSON type of a Python value, with integers folded into ``number``."""
@@ -20,7 +23,7 @@ def json_type(value: Any) -> str:
         return "number"
     if value is None:
         return "null"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), "object")
+    return _TYPE_NAMES.get(type(value), "object")
 
 
 def json_equal(a: Any, b: Any) -> bool:

@@ -224,7 +224,7 @@ def _variants(kind: str) -> list[str]:
 
 def _ascii_without(cls: str, quote: str) -> str:
     """An ASCII class ``[...]`` of ranges minus ``quote`` and the backslash."""
-    allowed = set()
+    allowed: set[int] = set()
     body = cls[1:-1]
     i = 0
     while i < len(body):
@@ -237,11 +237,11 @@ def _ascii_without(cls: str, quote: str) -> str:
             i += 4
         allowed.update(range(lo, hi + 1))
     allowed -= {ord(quote), ord("\\")}
-    ranges, start, prev = [], None, None
-    for b in sorted(allowed):
-        if start is None:
-            start = prev = b
-        elif b == prev + 1:
+    codes = sorted(allowed)  # never empty: the classes hold more than a quote and a backslash
+    ranges: list[tuple[int, int]] = []
+    start = prev = codes[0]
+    for b in codes[1:]:
+        if b == prev + 1:
             prev = b
         else:
             ranges.append((start, prev))

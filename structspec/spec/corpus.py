@@ -129,7 +129,7 @@ class TokenCorpus:
             self._index = self._build()
         n = len(ngram)
         keys, ends = self._index[n]
-        h = np.uint64(0)
+        h: np.ndarray | np.uint64 = np.uint64(0)
         for tok in ngram:
             h = _hash_step(h, int(tok))
         lo, hi = np.searchsorted(keys, h, "left"), np.searchsorted(keys, h, "right")
@@ -225,7 +225,7 @@ def _frequent_paths(rows: np.ndarray, branches: int, min_share: float) -> list[l
     if not values.size:
         return []
     order = np.argsort(-counts, kind="stable")[:branches]
-    out = []
+    out: list[list[int]] = []
     for k in order:
         if out and counts[k] < min_share * len(rows):
             break

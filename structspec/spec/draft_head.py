@@ -34,7 +34,7 @@ import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -43,6 +43,9 @@ from structspec.errors import StructSpecError
 from structspec.hf_compat import base_model
 from structspec.spec.drafters import register_drafter
 from structspec.spec.tree import TreeBuilder
+
+if TYPE_CHECKING:
+    from structspec.spec.fastlinear import PackedLinear
 
 SOURCE = "draft_head"
 #: Source of the head's other nodes (off its greedy chain): counted apart from the chain, so
@@ -239,9 +242,11 @@ class DraftHead:
         self.vocab_ids: list[int] = self.vocab.tolist()
         self.embedding = model.get_input_embeddings()
         out_w = model.get_output_embeddings().weight.detach()  # [V, H]
-        self.reduced = nn.Linear(out_w.shape[1], len(self.vocab), bias=False).to(device)
+        reduced = nn.Linear(out_w.shape[1], len(self.vocab), bias=False).to(device)
         with torch.no_grad():
-            self.reduced.weight.copy_(out_w[self.vocab].float())
+            reduced.weight.copy_(out_w[self.vocab].float())
+        #: The output rows over the reduced vocabulary (a ``PackedLinear`` where packed).
+        self.reduced: nn.Module = reduced
         self._dtype = torch.float32
         from structspec.spec.fastlinear import (
             PackedLinear,
@@ -388,7 +393,7 @@ class DraftHead:
         """Reduced-vocabulary logits ``[n, Vr]`` of states ``s`` ``[n, H]``."""
         s = s.float()
         if self._lean_logits and s.device.type == "cpu" and s.dim() == 2:
-            return self.reduced.int8_rows(s.contiguous())
+            return cast("PackedLinear", self.reduced).int8_rows(s.contiguous())
         return self.reduced.forward(s)
 
 

@@ -153,8 +153,8 @@ def available_kernels(lossy: bool = False, approx: bool = False) -> tuple[str, .
     if lossy and module is not None and module.available(True):
         found.append("panel_f16")
     qdot = _native.load("qdot")
-    if (approx and "panel" in found and module.available(True) and qdot is not None
-            and qdot.available()):
+    if (approx and "panel" in found and module is not None and module.available(True)
+            and qdot is not None and qdot.available()):
         found.append("panel_int8")
     return tuple(found)
 
@@ -265,6 +265,7 @@ class PackedLinear(nn.Module):
         elif rows:
             quant = self._qpacked is not None and rows <= _QUANT_MAX[0]
             packed = self._qpacked if quant else self._packed
+            assert packed is not None  # quant: there are quantized panels
             _SMALLGEMM.linear(x.data_ptr(), rows, self.in_features, packed.data_ptr(),
                               self.out_features,
                               0 if self._bias is None else self._bias.data_ptr(),
@@ -291,6 +292,7 @@ class PackedLinear(nn.Module):
 
     def _int8_into(self, x: torch.Tensor, rows: int, out: torch.Tensor) -> None:
         """The integer kernel on ``rows`` contiguous float32 rows of ``x`` into ``out``."""
+        assert self._ipacked is not None  # both callers checked
         _QDOT[0].linear(x.data_ptr(), rows, self.in_features, self._ipacked.data_ptr(),
                         self.out_features, 0 if self._bias is None else self._bias.data_ptr(),
                         out.data_ptr(), torch.get_num_threads(), self._signed, self._narrow)

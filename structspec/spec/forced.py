@@ -21,6 +21,8 @@ from structspec.spec.tree import TreeBuilder
 from structspec.vocab import Vocabulary
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from structspec.spec.cost import AcceptanceModel
 
 
@@ -62,6 +64,7 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
     text = c.forced(state)
     if not text:
         return []
+    legal: Callable[[int], bool]
     if mask is None:
         def legal(token: int) -> bool:
             return c.advance(state, token) is not None

@@ -71,7 +71,8 @@ def use_fused_activation(model: Any) -> int:
         if cls.__name__ not in _GATED or not _silu(getattr(module, "act_fn", None)):
             continue
         # Plain or packed projections only (a tensor-parallel shard's gathers are not probed)
-        layers = [getattr(module, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+        layers: list[Any] = [getattr(module, n, None)
+                             for n in ("gate_proj", "up_proj", "down_proj")]
         if any(type(layer).__name__ not in ("Linear", "PackedLinear") for layer in layers):
             continue
         weight = layers[0].weight

@@ -69,6 +69,7 @@ class RoomyLayer(DynamicLayer):
         k = key_states.new_empty((*key_states.shape[:-2], room, key_states.shape[-1]))
         v = value_states.new_empty((*value_states.shape[:-2], room, value_states.shape[-1]))
         if n:
+            assert self.keys is not None and self.values is not None  # n tokens are cached
             k[..., :n, :] = self.keys
             v[..., :n, :] = self.values
         self._k, self._v = k, v

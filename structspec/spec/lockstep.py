@@ -145,8 +145,10 @@ def _build(desc: tuple) -> Any:
     cache = DynamicCache()
     cache.layers = [make(k) for k in layers]
     if made is not None:
-        cache.layer_class_to_replicate = (functools.partial(RoomyLayer, made[1])
-                                          if made[0] == "roomy" else DynamicLayer)
+        make_layer = (functools.partial(RoomyLayer, made[1]) if made[0] == "roomy"
+                      else DynamicLayer)
+        # transformers types this a layer class: it only calls it (kv_cache sets a partial too)
+        cache.layer_class_to_replicate = make_layer  # type: ignore[assignment]
     else:
         cache.layer_class_to_replicate = None
     return cache

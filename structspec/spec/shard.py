@@ -26,7 +26,7 @@ intermediate size divisible by the number of ranks. Others are refused with
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -59,7 +59,7 @@ class RowParallelLinear(nn.Module):
     def weight(self) -> torch.Tensor:
         """The rank's share of the weight (``[out, in / world]``), for code that reads a
         linear layer's dtype or device."""
-        return self.inner.weight
+        return cast(torch.Tensor, self.inner.weight)  # a linear layer's (or a packed one's)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         import torch.distributed as dist
