@@ -4,7 +4,8 @@ A snippet using the API as the README shows it is checked with mypy: the compile
 constraints must be :class:`~structspec.automata.base.Constraint` objects to a type checker
 too (they were not while the protocol typed states ``Hashable`` and the constraints ``int``:
 ``c: Constraint = compile_regex(...)`` was an error), and the calls must take what the README
-passes them. Skipped where mypy is not installed (it is in the ``test`` extra).
+passes them. And the package itself type-checks, with the configuration in pyproject.toml.
+Skipped where mypy is not installed (it is in the ``test`` extra).
 """
 
 from __future__ import annotations
@@ -58,5 +59,22 @@ def test_the_readme_api_type_checks(tmp_path, monkeypatch):
     stdout, stderr, status = api.run([
         str(source), "--python-version", "3.11", "--follow-imports", "silent",
         "--ignore-missing-imports", "--no-error-summary", "--cache-dir", str(tmp_path / "cache"),
+    ])
+    assert status == 0, stdout + stderr
+
+
+#: Modules whose remaining mypy errors another change is fixing (they are analysed, as the
+#: others import them, but their errors are not reported): remove each once it is clean.
+PENDING = frozenset({"structspec/spec/cost.py", "structspec/spec/decode.py"})
+
+
+def test_the_package_type_checks(tmp_path, monkeypatch):
+    api = pytest.importorskip("mypy.api", reason="mypy is not installed (the test extra has it)")
+    monkeypatch.chdir(ROOT)  # pyproject.toml's [tool.mypy]
+    files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "structspec").rglob("*.py"))
+    assert set(files) >= PENDING, "a pending module moved: update PENDING"
+    stdout, stderr, status = api.run([
+        *(f for f in files if f not in PENDING), "--python-version", "3.11",
+        "--follow-imports", "silent", "--no-error-summary", "--cache-dir", str(tmp_path / "cache"),
     ])
     assert status == 0, stdout + stderr
