@@ -412,6 +412,50 @@ def test_a_token_running_past_the_forced_text_is_learned_where_legal(setup):
     assert forced_tokens(ctx, state, out[-1]) == [comma]
 
 
+def test_the_value_s_opening_token_is_learned_per_kind_of_value(setup):
+    # Spaced JSON: after '":' only ' ' is forced, and the model writes it with the value's
+    # start in one token (' false', ' ["') where that is legal, but ' ' before a number.
+    tok, vocab, _ = setup
+    from structspec.automata.base import walk
+    from structspec.automata.json_schema import compile_json_schema
+    from structspec.spec.cost import AcceptanceModel
+    from structspec.spec.forced import learn_choice, value_slot
+
+    c = compile_json_schema({"type": "object", "properties": {
+        "n": {"type": "integer"}, "ok": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["n", "ok", "tags"], "additionalProperties": False}, vocab)
+    habits = AcceptanceModel()
+
+    def at(prefix):
+        out = tok.encode(prefix, add_special_tokens=False)
+        ctx = _context(tok, vocab, c, [1], out)
+        ctx.acceptance = habits
+        return ctx, walk(c, out), out[-1]
+
+    space, false, brackets = (vocab.ids_for(t)[0] for t in (b" ", b" false", b' ["'))
+    ctx, n_state, prev = at('{"n":')
+    assert forced_tokens(ctx, n_state, prev) == [space]
+    assert value_slot(vocab, b" ", c.allowed(n_state).__contains__) == b"| -"
+    learn_choice(ctx, n_state, prev, space)  # a number: ' ' then its digits
+    ctx, ok_state, prev = at('{"n": 1, "ok":')
+    assert value_slot(vocab, b" ", c.allowed(ok_state).__contains__) == b"| false| true"
+    assert forced_tokens(ctx, ok_state, prev) == [space]  # nothing known of booleans yet
+    learn_choice(ctx, ok_state, prev, false)  # a boolean: ' false' in one token
+    ctx, ok_state, prev = at('{"n": 2, "ok":')  # the next request, same kind of value
+    assert forced_tokens(ctx, ok_state, prev) == [false]
+    ctx, n_state, prev = at('{"n":')
+    assert forced_tokens(ctx, n_state, prev) == [space]  # numbers keep theirs
+    # A chain that ends in ' ' stops before it, so that its own step can tell the kind.
+    ctx, state, prev = at('{"n": 1, "ok": true, "tags')
+    assert vocab.decode(forced_tokens(ctx, state, prev)) == b'":'
+    learn_choice(ctx, walk(c, tok.encode('{"n": 1, "ok": true, "tags":',
+                                         add_special_tokens=False)),
+                 vocab.ids_for(b'":')[0], brackets)
+    ctx, state, prev = at('{"n": 1, "ok": true, "tags":')
+    assert forced_tokens(ctx, state, prev) == [brackets]
+
+
 def test_splits_learned_over_requests_steer_the_chain_and_hedge_the_other(setup):
     tok, vocab, constraints = setup
     c = constraints["call"]

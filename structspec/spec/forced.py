@@ -73,11 +73,18 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
     tokens = ctx.vocab.tokens
     prev = tokens[prev_token]
     ids = list(ctx.canon.tokens_after(prev, text))
+    if len(ids) > 1 and mask is not None and _openers(ctx.vocab, tokens[ids[-1]]):
+        # The last token (the ' ' of '": ') may run on into the value (' false', ' ["'),
+        # which depends on what is legal after it: drafted from its own state, the chain's
+        # next step (extend_forced), where value_slot() can tell.
+        text = text[: len(text) - len(tokens[ids[-1]])]
+        ids = ids[:-1]
+    slot = value_slot(ctx.vocab, text, legal) if len(ids) == 1 and mask is not None else b""
     if ctx.choices or ctx.split_suffixes or split_habits(ctx) is not None:
         out: list[int] = []
         pos = 0
         while ids:
-            first = _preferred(ctx, ids[0], prev)
+            first = _preferred(ctx, ids[0], prev, slot if pos == 0 else b"")
             if first != ids[0] and not text.startswith(tokens[first], pos):
                 # A token running on past the forced text (the model's '",' where only '"'
                 # is forced, the choice of ',' or ']' after it) is taken where it is legal
@@ -130,15 +137,51 @@ def split_context(prev: bytes) -> bytes:
     return b"w" if not last or last.isalnum() or last == b"_" or last[0] >= 0x80 else last
 
 
-def _preferred(ctx: DraftContext, canonical: int, prev: bytes) -> int:
+#: How a JSON value starts. A model writing ``"detailed": false`` after a forced ``": `` writes
+#: the space and the value's start as one token (``' false'``, ``' ["'``), and which one
+#: depends on the value's type: where the forced text and such an opener make one token, the
+#: learned choice is keyed by which of those tokens are legal (:func:`value_slot`).
+_VALUE_OPENERS = (b"true", b"false", b"null", b"[", b'["', b"[[", b"[{", b"{", b'{"', b'"',
+                  b"-")
+_OPENERS: dict[tuple[str, bytes], tuple[int, ...]] = {}  # (vocabulary, text) -> ids; a memo
+
+
+def _openers(vocab: Vocabulary, text: bytes) -> tuple[int, ...]:
+    """The tokens spelled ``text`` + a value opener (memoized)."""
+    key = (vocab.fingerprint, text)
+    hit = _OPENERS.get(key)
+    if hit is None:
+        hit = _OPENERS[key] = tuple(i for o in _VALUE_OPENERS for i in vocab.ids_for(text + o))
+    return hit
+
+
+def value_slot(vocab: Vocabulary, text: bytes, legal: Callable[[int], bool]) -> bytes:
+    """Which tokens of forced ``text`` run on into a value here (``b"| false| true"`` where a
+    boolean starts after ``' '``), as a suffix of the context a choice is learned in; ``b""``
+    where none is legal or ``text`` makes none. Pure but for the memo."""
+    legal_ids = [i for i in _openers(vocab, text) if legal(i)]
+    return b"".join(sorted(b"|" + vocab.tokens[i] for i in legal_ids))
+
+
+def _preferred(ctx: DraftContext, canonical: int, prev: bytes, slot: bytes = b"") -> int:
     """The token the model is expected to write where ``canonical`` is the canonical split,
-    after a token ``prev``: its choice in the same context earlier in this output, else its
-    usual choice there over earlier requests (``ctx.acceptance``), else ``canonical``
-    shortened by a suffix it split off after a separator in this output, else
-    ``canonical``."""
+    after a token ``prev`` (where a value of kind ``slot`` follows, :func:`value_slot`): its
+    choice in the same context earlier in this output, else its usual choice there over
+    earlier requests (``ctx.acceptance``) — first for this kind of value, then for any —
+    else ``canonical`` shortened by a suffix it split off after a separator in this output,
+    else ``canonical``."""
     tokens = ctx.vocab.tokens
     cb = tokens[canonical]
     key = (split_context(prev), cb)
+    if slot:
+        own = (key[0] + slot, cb)
+        exact = ctx.choices.get(own)
+        if exact is not None:
+            return exact
+        habits = split_habits(ctx)
+        shares = habits.split_shares(own, canonical) if habits is not None else []
+        if shares:
+            return shares[0][0]
     exact = ctx.choices.get(key)
     if exact is not None:
         return exact
@@ -180,9 +223,16 @@ def learn_choice(ctx: DraftContext, state: State, prev_token: int, chosen: int) 
     if not _punctuation(canonical):
         return
     key = (split_context(prev), canonical)
-    ctx.choices[key] = chosen
-    if ctx.acceptance is not None:
-        ctx.acceptance.record_split(key, chosen)
+    keys = [key]
+    if len(ids) == 1:
+        mask = cheap_allowed(ctx.constraint, state)
+        slot = value_slot(ctx.vocab, text, mask.__contains__) if mask is not None else b""
+        if slot:
+            keys.append((key[0] + slot, canonical))
+    for k in keys:
+        ctx.choices[k] = chosen
+        if ctx.acceptance is not None:
+            ctx.acceptance.record_split(k, chosen)
     if (chosen != ids[0] and canonical.startswith(got) and got[-1:] in _SEPARATOR_ENDS
             and len(ctx.split_suffixes) < 8):
         ctx.split_suffixes[canonical[len(got):]] = None
