@@ -19,7 +19,9 @@ from structspec.spec.forced import forced_tokens
 from structspec.spec.literals import (
     extract_literals,
     field_literals,
+    key_distances,
     last_use,
+    rank_for_key,
     rank_literals,
 )
 from structspec.spec.ngram import NgramIndex
@@ -208,6 +210,22 @@ def test_rank_literals_counts_whole_values_not_keys():
     assert last_use("3, 3.5", "3") == 1  # 3.5 is another number
     assert last_use("x.1", "1") == -1 and last_use("1.5", "1") == -1
     assert last_use("rate_x", "rate") == -1 and last_use("", "a") == -1
+
+
+def test_literals_named_beside_a_property_s_words_rank_first_for_it():
+    request = ("Calculate the return of a savings account with a deposit of $1000, "
+               "annual interest rate of 3% for 1 year.")
+    lits = ("1000", "3", "1")
+    years = key_distances(request, "years", lits)
+    assert min(years, key=years.get) == "1"  # "1 year"
+    assert rank_for_key(["1000", "1", "3"], years)[0] == "1"  # moved up one place
+    deposit = key_distances(request, "deposit", lits)
+    assert rank_for_key(["3", "1000", "1"], deposit)[0] == "1000"
+    # no word of the property in the request: the order stands
+    assert key_distances(request, "zz_qq", lits) == {}
+    assert rank_for_key(["3", "1000", "1"], {}) == ["3", "1000", "1"]
+    # whole words only: "1" is not inside "1000"
+    assert key_distances("x 1000 y", "x", ("1",)) == {}
 
 
 @given(st.text(alphabet='ab1._": ,', max_size=30), st.text(alphabet="ab1.", min_size=1, max_size=4))

@@ -63,7 +63,7 @@ from structspec.spec.draft_model import DraftModel
 from structspec.spec.drafters import build_tree, make_drafters
 from structspec.spec.forced import cheap_allowed, learn_choice, learn_closer
 from structspec.spec.habits import fresh_acceptance
-from structspec.spec.literals import field_literals, request_literals
+from structspec.spec.literals import field_literals, request_literals, request_text
 from structspec.spec.lockstep import refuse_prefix_cache
 from structspec.spec.ngram import NgramIndex
 from structspec.spec.prefix import PrefixCache
@@ -186,6 +186,7 @@ def speculative_decode(
         field_literals=field_literals(prompt_text) if config.enabled else {},
         options=config.options, draft_model=draft_model,
         text_index=TextIndex(prompt_bytes) if config.enabled else None,
+        request=request_text(vocab, prompt_ids) if config.enabled else "",
         sampling=None if draws is None else sampling, draws=draws,
     )
     structured = _structured(constraint, vocab)

@@ -70,6 +70,9 @@ class DraftContext:
         field_literals: property name -> the values the prompt's note on it names
             (:func:`~structspec.spec.literals.field_literals`): tried first where that
             property's value starts.
+        request: the request inside the prompt (:func:`~structspec.spec.literals.request_text`):
+            where its words name a property, the values drafter ranks the literals beside
+            them first.
         text_index: a :class:`~structspec.spec.text_lookup.TextIndex` of the prompt for
             the ``text_lookup`` drafter, or ``None``.
         sampling: the decode's sampling parameters, ``None`` when greedy.
@@ -96,6 +99,7 @@ class DraftContext:
     corpus: Any = None
     field_literals: dict[str, list[str]] = field(default_factory=dict)
     text_index: Any = None
+    request: str = ""
     sampling: Any = None
     draws: Any = None
 

@@ -59,7 +59,12 @@ from structspec.spec.forced import (
     split_habits,
     structural_tokens,
 )
-from structspec.spec.literals import open_property, rank_literals
+from structspec.spec.literals import (
+    key_distances,
+    open_property,
+    rank_for_key,
+    rank_literals,
+)
 from structspec.spec.tree import TreeBuilder
 from structspec.vocab import Vocabulary
 
@@ -134,8 +139,10 @@ class ValuesDrafter:
         text_slot = tail.endswith((b'":"', b'": "'))  # a JSON string value starts here
         written = tail.decode("utf-8", errors="replace")
         ranked = rank_literals(ctx.literals, written, text_first=text_slot)
-        key = open_property(tail) if ctx.field_literals else None
-        if key is not None:  # this property's own values (its default) first
+        key = open_property(tail) if ctx.field_literals or ctx.request else None
+        if key is not None and ctx.request:  # the literals named beside the property's words
+            ranked = rank_for_key(ranked, key_distances(ctx.request, key, tuple(ctx.literals)))
+        if key is not None and ctx.field_literals:  # its own values (its default) first
             ranked = list(dict.fromkeys([*ctx.field_literals.get(key, []), *ranked]))
         for literal in ranked:
             if opened >= max_branches:
