@@ -267,17 +267,17 @@ def measure_cost_curve(model: Any, *, sizes: Sequence[int] | None = None,
         return base * statistics.median(r[ctx, q] for r in rounds)
 
     raw = [median_time(prefix_len, q) for q in sizes]
-    seconds = [max(base, t) for t in raw]
+    times = [max(base, t) for t in raw]
     # Fewer nodes never cost more: an outlier is capped by the larger sizes.
-    for i in range(len(seconds) - 2, -1, -1):
-        seconds[i] = min(seconds[i], seconds[i + 1])
+    for i in range(len(times) - 2, -1, -1):
+        times[i] = min(times[i], times[i + 1])
     rates = (0.0, 0.0)
     if long_prefix is not None:
         short = dict(zip(sizes, raw, strict=True))
         points = [(q, (median_time(long_prefix, q) - short[q]) / (long_prefix - prefix_len))
                   for q in long_sizes if q in short]
         rates = _line_fit(points)
-    return CostCurve(tuple(sizes), tuple(seconds), context=prefix_len if long_prefix else 0,
+    return CostCurve(tuple(sizes), tuple(times), context=prefix_len if long_prefix else 0,
                      per_token=rates)
 
 

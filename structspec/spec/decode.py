@@ -287,7 +287,8 @@ def speculative_decode(
             hidden_mid = captured_mid[-1][0, -len(tree):] if captured_mid else None  # [q, H]
             captured.clear()
             captured_mid.clear()
-            if plan is not None and sparse is not None:
+            if plan is not None and sparse is not None and hidden is not None:  # (the
+                # norm's hook captures every pass where sparse logits are on)
                 logits = sparse.assemble(plan, logits, hidden)  # [q, V]
                 stats.sparse_rows += len(plan.gathered)
             past_len += len(prefix)
