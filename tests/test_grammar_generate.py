@@ -134,11 +134,13 @@ KEYWORDS = ('start: "let " NAME " = " VALUE ";"\nNAME: /[a-z]{1,2}/\n'
 def test_alternatives_drafter_branches_at_keyword_choices(gen):
     # After " = " the grammar allows 10 tokens (t, tr, true, f, fa, fal, false, n, nu, null)
     # but three options: the drafter branches on the options (every drafted node kept).
+    # Where the Generator's earlier requests wrote the space and a keyword as one token
+    # (' true'), the forced chain drafts that habit and the other two go beside it.
     spec = SpecConfig(cost_model=False)
     plain = gen.run("Bind.", grammar=KEYWORDS, max_new_tokens=20, speculative=False)
     fast = gen.run("Bind.", grammar=KEYWORDS, max_new_tokens=20, speculative=spec)
     assert plain.token_ids == fast.token_ids
-    assert fast.stats.per_drafter.get("alternatives", [0, 0])[0] >= 3
+    assert fast.stats.per_drafter.get("alternatives", [0, 0])[0] >= 2
     assert fast.stats.forward_passes < plain.stats.forward_passes
 
 

@@ -462,6 +462,14 @@ def test_the_value_s_opening_token_is_learned_per_kind_of_value(setup):
     learn_choice(ctx, ok_state, prev, false)  # a boolean: ' false' in one token
     ctx, ok_state, prev = at('{"n": 2, "ok":')  # the next request, same kind of value
     assert forced_tokens(ctx, ok_state, prev) == [false]
+    # The habit picked a value, not the kind: the other boolean goes beside it.
+    builder = TreeBuilder(c, prev, ok_state, max_depth=8, max_nodes=8, max_branches=4,
+                          eos_ids=vocab.eos_token_ids)
+    build_tree(ctx, builder, make_drafters([]))
+    tree = builder.freeze()
+    firsts = {vocab.tokens[tree.tokens[i]]: tree.sources[i]
+              for i in range(1, len(tree)) if tree.parents[i] == 0}
+    assert firsts == {b" false": "forced", b" true": "alternatives"}
     ctx, n_state, prev = at('{"n":')
     assert forced_tokens(ctx, n_state, prev) == [space]  # numbers keep theirs
     # A chain that ends in ' ' stops before it, so that its own step can tell the kind.

@@ -58,6 +58,7 @@ from structspec.spec.forced import (
     split_context,
     split_habits,
     structural_tokens,
+    value_openers,
 )
 from structspec.spec.literals import (
     key_distances,
@@ -423,6 +424,8 @@ def build_tree(ctx: DraftContext, builder: TreeBuilder, drafters: Sequence[Draft
     one tree can then carry a value, its closer, the next key and the next value. Returns the
     frontier node (the chain's end). Mutates ``builder``."""
     frontier = extend_forced(ctx, builder, 0, counted=False) if forced else 0
+    if frontier:
+        _hedge_openers(ctx, builder, frontier)
     first_speculative = len(builder)
     for drafter in drafters:
         if builder.room(frontier) <= 0 or builder.branches >= builder.max_branches:
@@ -456,6 +459,35 @@ def build_tree(ctx: DraftContext, builder: TreeBuilder, drafters: Sequence[Draft
         if builder.room(frontier) <= 0:
             break
     return frontier
+
+
+def _hedge_openers(ctx: DraftContext, builder: TreeBuilder, frontier: int) -> None:
+    """Where the forced chain from the root wrote a value's start with the forced text in one
+    token (``' true'`` for the ``' '`` of ``'": '``: the model's learned habit for that kind
+    of value, :func:`~structspec.spec.forced.value_slot`), the other legal starts of that
+    kind (``' false'``) as ``alternatives`` branches beside it: the habit picked one of the
+    values, not the value."""
+    chain = []
+    node = frontier
+    while node > 0:
+        chain.append(node)
+        node = builder.parents[node]
+    tokens = ctx.vocab.tokens
+    for node in reversed(chain):
+        parent = builder.parents[node]
+        text = ctx.constraint.forced(builder.states[parent])
+        token = builder.tokens[node]
+        if not text or tokens[token].startswith(text) is False or len(tokens[token]) <= len(text):
+            continue
+        openers = value_openers(ctx.vocab, text)
+        if token not in openers:
+            continue
+        for other in openers:
+            if other != token and builder.child(parent, other) is None \
+                    and builder.room(parent) > 0:
+                end = builder.add_branch(parent, [other], "alternatives")
+                if end is not None:
+                    extend_forced(ctx, builder, end, max_tokens=4)
 
 
 def _branch_source(builder: TreeBuilder, node: int) -> str:

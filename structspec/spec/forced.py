@@ -73,7 +73,7 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
     tokens = ctx.vocab.tokens
     prev = tokens[prev_token]
     ids = list(ctx.canon.tokens_after(prev, text))
-    if len(ids) > 1 and mask is not None and _openers(ctx.vocab, tokens[ids[-1]]):
+    if len(ids) > 1 and mask is not None and value_openers(ctx.vocab, tokens[ids[-1]]):
         # The last token (the ' ' of '": ') may run on into the value (' false', ' ["'),
         # which depends on what is legal after it: drafted from its own state, the chain's
         # next step (extend_forced), where value_slot() can tell.
@@ -146,8 +146,8 @@ _VALUE_OPENERS = (b"true", b"false", b"null", b"[", b'["', b"[[", b"[{", b"{", b
 _OPENERS: dict[tuple[str, bytes], tuple[int, ...]] = {}  # (vocabulary, text) -> ids; a memo
 
 
-def _openers(vocab: Vocabulary, text: bytes) -> tuple[int, ...]:
-    """The tokens spelled ``text`` + a value opener (memoized)."""
+def value_openers(vocab: Vocabulary, text: bytes) -> tuple[int, ...]:
+    """The tokens spelled ``text`` + a value opener (memoized; legal or not)."""
     key = (vocab.fingerprint, text)
     hit = _OPENERS.get(key)
     if hit is None:
@@ -159,7 +159,7 @@ def value_slot(vocab: Vocabulary, text: bytes, legal: Callable[[int], bool]) -> 
     """Which tokens of forced ``text`` run on into a value here (``b"| false| true"`` where a
     boolean starts after ``' '``), as a suffix of the context a choice is learned in; ``b""``
     where none is legal or ``text`` makes none. Pure but for the memo."""
-    legal_ids = [i for i in _openers(vocab, text) if legal(i)]
+    legal_ids = [i for i in value_openers(vocab, text) if legal(i)]
     return b"".join(sorted(b"|" + vocab.tokens[i] for i in legal_ids))
 
 
