@@ -81,3 +81,15 @@ def test_habits_of_another_model_or_damaged_files_are_not_used(heads, tiny_model
     mine["splits"] = [["w", '":"', [[10**9, 1.0]]]]
     (heads / "mine.habits.json").write_text(json.dumps(mine))
     assert habits_mod.fresh_acceptance(model).splits == {}
+
+
+def test_the_shipped_habits_were_learned_under_the_default_json_whitespace():
+    # Habits learned under another separator policy steer first requests wrong (session 59:
+    # compact JSON's habits under the spaced default, 480 passes on 60 fresh held-out BFCL
+    # calls against 357 with habits learned again).
+    from structspec.automata.json_schema import DEFAULT_WHITESPACE
+
+    blob = json.loads((habits_mod.HEADS_DIR / "smollm2-135m-instruct.habits.json").read_text())
+    contexts = {(ctx, canonical) for ctx, canonical, _ in blob["splits"]}
+    expected = {"spaced": (",", ' "'), "compact": (",", '"')}[DEFAULT_WHITESPACE]
+    assert expected in contexts, "run scripts/learn_habits.py: the default whitespace changed"
