@@ -52,6 +52,7 @@ import torch
 from structspec.automata.base import State
 from structspec.spec.draft_context import FORCED, VALUES_ALT, DraftContext, Drafter
 from structspec.spec.forced import (
+    VALUE_OPENERS,
     cheap_allowed,
     costly_masks,
     extend_forced,
@@ -474,10 +475,12 @@ def _hedge_openers(ctx: DraftContext, builder: TreeBuilder, frontier: int) -> No
         node = builder.parents[node]
     tokens = ctx.vocab.tokens
     for node in reversed(chain):
+        token = builder.tokens[node]
+        if tokens[token].lstrip() not in VALUE_OPENERS:  # (cheap: forced() is not)
+            continue
         parent = builder.parents[node]
         text = ctx.constraint.forced(builder.states[parent])
-        token = builder.tokens[node]
-        if not text or tokens[token].startswith(text) is False or len(tokens[token]) <= len(text):
+        if not text or not tokens[token].startswith(text) or len(tokens[token]) <= len(text):
             continue
         openers = value_openers(ctx.vocab, text)
         if token not in openers:

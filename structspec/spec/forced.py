@@ -141,7 +141,7 @@ def split_context(prev: bytes) -> bytes:
 #: the space and the value's start as one token (``' false'``, ``' ["'``), and which one
 #: depends on the value's type: where the forced text and such an opener make one token, the
 #: learned choice is keyed by which of those tokens are legal (:func:`value_slot`).
-_VALUE_OPENERS = (b"true", b"false", b"null", b"[", b'["', b"[[", b"[{", b"{", b'{"', b'"',
+VALUE_OPENERS = (b"true", b"false", b"null", b"[", b'["', b"[[", b"[{", b"{", b'{"', b'"',
                   b"-")
 _OPENERS: dict[tuple[str, bytes], tuple[int, ...]] = {}  # (vocabulary, text) -> ids; a memo
 
@@ -151,7 +151,7 @@ def value_openers(vocab: Vocabulary, text: bytes) -> tuple[int, ...]:
     key = (vocab.fingerprint, text)
     hit = _OPENERS.get(key)
     if hit is None:
-        hit = _OPENERS[key] = tuple(i for o in _VALUE_OPENERS for i in vocab.ids_for(text + o))
+        hit = _OPENERS[key] = tuple(i for o in VALUE_OPENERS for i in vocab.ids_for(text + o))
     return hit
 
 
