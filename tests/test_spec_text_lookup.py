@@ -78,11 +78,11 @@ def test_word_end():
     assert word_end(b"") == 0
 
 
-def test_the_drafter_ends_the_word_then_closes_the_value(smollm_tokenizer, smollm_vocab):
-    tok, vocab = smollm_tokenizer, smollm_vocab
-    constraint = compile_regex(r'\{"city":"[A-Za-z ]+","n":[0-9]\}', vocab)
-    prompt = tok.encode(REQUEST, add_special_tokens=False)
-    out = tok.encode('{"city":"Se', add_special_tokens=False)
+def _text_lookup_tree(tok, vocab, pattern: str, request: str, output: str):
+    """The tree the text_lookup drafter alone grows after ``output``, under ``pattern``."""
+    constraint = compile_regex(pattern, vocab)
+    prompt = tok.encode(request, add_special_tokens=False)
+    out = tok.encode(output, add_special_tokens=False)
     state = constraint.initial
     for t in out:
         state = constraint.advance(state, t)
@@ -94,7 +94,13 @@ def test_the_drafter_ends_the_word_then_closes_the_value(smollm_tokenizer, smoll
     builder = TreeBuilder(constraint, out[-1], state, max_depth=12, max_nodes=16,
                           max_branches=4, eos_ids=vocab.eos_token_ids)
     build_tree(ctx, builder, make_drafters(["text_lookup"]), forced=False)
-    tree = builder.freeze()
+    return builder.freeze()
+
+
+def test_the_drafter_ends_the_word_then_closes_the_value(smollm_tokenizer, smollm_vocab):
+    tok, vocab = smollm_tokenizer, smollm_vocab
+    tree = _text_lookup_tree(tok, vocab, r'\{"city":"[A-Za-z ]+","n":[0-9]\}', REQUEST,
+                             '{"city":"Se')
     paths = set()
     for i in range(1, len(tree)):
         if not any(p == i for p in tree.parents):
@@ -111,22 +117,8 @@ def test_the_drafter_ends_the_word_then_closes_the_value(smollm_tokenizer, smoll
 def test_a_value_s_first_word_may_go_on_joined(smollm_tokenizer, smollm_vocab):
     # BFCL: "ice block" written as "ice_block", "plasma membrane" as "plasma_membrane".
     tok, vocab = smollm_tokenizer, smollm_vocab
-    constraint = compile_regex(r'\{"substance": "[a-z_ ]+"\}', vocab)
-    request = "How much heat melts an ice block of 2 kg?"
-    prompt = tok.encode(request, add_special_tokens=False)
-    out = tok.encode('{"substance": "ice', add_special_tokens=False)
-    state = constraint.initial
-    for t in out:
-        state = constraint.advance(state, t)
-    history = NgramIndex(3)
-    history.extend(prompt + out)
-    ctx = DraftContext(constraint=constraint, vocab=vocab, canon=CanonicalTokenizer(tok, vocab),
-                       history=history, prompt_len=len(prompt),
-                       text_index=TextIndex(vocab.decode(prompt)))
-    builder = TreeBuilder(constraint, out[-1], state, max_depth=12, max_nodes=16,
-                          max_branches=4, eos_ids=vocab.eos_token_ids)
-    build_tree(ctx, builder, make_drafters(["text_lookup"]), forced=False)
-    tree = builder.freeze()
+    tree = _text_lookup_tree(tok, vocab, r'\{"substance": "[a-z_ ]+"\}',
+                             "How much heat melts an ice block of 2 kg?", '{"substance": "ice')
     firsts = {vocab.decode([tree.tokens[i]]) for i in range(1, len(tree)) if tree.parents[i] == 0}
     assert b" block" in firsts and any(f.startswith(b"_") for f in firsts), firsts
 
