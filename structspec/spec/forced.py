@@ -142,7 +142,7 @@ def split_context(prev: bytes) -> bytes:
 #: depends on the value's type: where the forced text and such an opener make one token, the
 #: learned choice is keyed by which of those tokens are legal (:func:`value_slot`).
 VALUE_OPENERS = (b"true", b"false", b"null", b"[", b'["', b"[[", b"[{", b"{", b'{"', b'"',
-                  b"-")
+                 b"-")
 _OPENERS: dict[tuple[str, bytes], tuple[int, ...]] = {}  # (vocabulary, text) -> ids; a memo
 
 

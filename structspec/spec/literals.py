@@ -201,7 +201,7 @@ def key_distances(request: str, key: str, literals: tuple[str, ...]) -> dict[str
     property ``key``'s name in the request (a word of three letters or more matches where
     their first four letters agree: ``years`` / "year", ``annual_interest_rate`` / "rate");
     ``{}`` where no word of ``key`` occurs. "a deposit of $1000, annual interest rate of
-    3% for 1 year": 3 stands nearest ``annual_interest_rate``, 1 nearest ``years``. Pure
+    3% for 1 year": 1000 stands nearest ``deposit``, 1 nearest ``years``. Pure
     (memoized)."""
     words = [w.lower() for w in re.split(r"[_\W]+", key) if len(w) >= 3]
     anchors = [m.start() for m in _TERM.finditer(request)
@@ -224,14 +224,19 @@ def _whole_words(text: str, literal: str) -> list[int]:
     out = []
     pos = text.find(literal) if literal else -1
     while pos >= 0:
-        end = pos + len(literal)
-        before, nxt = text[pos - 1] if pos else "", text[end:end + 2]
-        if (not (before and (before.isalnum() or before in "_."))
-                and not (nxt and (nxt[0].isalnum() or nxt[0] == "_"
-                                  or (nxt[0] == "." and nxt[1:].isdigit())))):
+        if _whole_word(text, pos, pos + len(literal)):
             out.append(pos)
         pos = text.find(literal, pos + 1)
     return out
+
+
+def _whole_word(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` stands as a whole word: no letter, digit, ``_`` or ``.``
+    before it, no letter, digit or ``_`` after it, nor a decimal point and digit. Pure."""
+    before, nxt = text[start - 1] if start else "", text[end:end + 2]
+    return (not (before and (before.isalnum() or before in "_."))
+            and not (nxt and (nxt[0].isalnum() or nxt[0] == "_"
+                              or (nxt[0] == "." and nxt[1:].isdigit()))))
 
 
 def rank_for_key(ranked: Sequence[str], distances: dict[str, int]) -> list[str]:
@@ -260,12 +265,7 @@ def last_use(written: str, literal: str) -> int:
     stop = len(written)
     while (pos := written.rfind(literal, 0, stop)) >= 0:
         end = pos + len(literal)
-        before = written[pos - 1] if pos else ""
-        nxt = written[end:end + 2]
-        if (not (before and (before.isalnum() or before in "_."))
-                and not (nxt and (nxt[0].isalnum() or nxt[0] == "_"
-                                  or (nxt[0] == "." and nxt[1:].isdigit())))
-                and not (nxt[:1] in ('"', "") and _KEY_AFTER.match(written, end))):
+        if _whole_word(written, pos, end) and not _KEY_AFTER.match(written, end):
             return end
         stop = end - 1
     return -1
