@@ -179,14 +179,16 @@ def speculative_decode(
     history.extend(prompt_ids)
     prompt_bytes = vocab.decode(prompt_ids) if config.enabled else b""
     prompt_text = prompt_bytes.decode("utf-8", errors="replace")  # as vocab.decode_text
+    request = request_text(vocab, prompt_ids) if config.enabled else ""
     ctx = DraftContext(
         constraint=constraint, vocab=vocab, canon=canonical_tokenizer(tokenizer, vocab),
         history=history, prompt_len=len(prompt_ids),
-        literals=request_literals(vocab, prompt_ids, prompt=prompt_text) if config.enabled else [],
+        literals=(request_literals(vocab, prompt_ids, prompt=prompt_text, request=request)
+                  if config.enabled else []),
         field_literals=field_literals(prompt_text) if config.enabled else {},
         options=config.options, draft_model=draft_model,
         text_index=TextIndex(prompt_bytes) if config.enabled else None,
-        request=request_text(vocab, prompt_ids) if config.enabled else "",
+        request=request,
         sampling=None if draws is None else sampling, draws=draws,
     )
     structured = _structured(constraint, vocab)

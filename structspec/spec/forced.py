@@ -79,8 +79,8 @@ def forced_tokens(ctx: DraftContext, state: State, prev_token: int) -> list[int]
         # next step (extend_forced), where value_slot() can tell.
         text = text[: len(text) - len(tokens[ids[-1]])]
         ids = ids[:-1]
-    slot = value_slot(ctx.vocab, text, legal) if len(ids) == 1 and mask is not None else b""
     if ctx.choices or ctx.split_suffixes or split_habits(ctx) is not None:
+        slot = value_slot(ctx.vocab, text, legal) if len(ids) == 1 and mask is not None else b""
         out: list[int] = []
         pos = 0
         while ids:

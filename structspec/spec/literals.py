@@ -97,15 +97,17 @@ def request_text(vocab: Vocabulary, prompt_ids: Sequence[int]) -> str:
 
 
 def request_literals(vocab: Vocabulary, prompt_ids: Sequence[int], limit: int = 64,
-                     prompt: str | None = None) -> list[str]:
-    """:func:`extract_literals` of the request (:func:`request_text`) first, then of the
-    whole prompt (``prompt``: its text where the caller decoded it already): the values a
-    call copies are the request's, while a system message and the schema shown there name
-    many words no value holds (``JSON``, ``Preferred``, the schema's own names), which
-    ranked first had taken the values drafter's branches."""
+                     prompt: str | None = None, request: str | None = None) -> list[str]:
+    """:func:`extract_literals` of the request (``request``, else :func:`request_text`)
+    first, then of the whole prompt (``prompt``: its text where the caller decoded it
+    already): the values a call copies are the request's, while a system message and the
+    schema shown there name many words no value holds (``JSON``, ``Preferred``, the schema's
+    own names), which ranked first had taken the values drafter's branches."""
     if prompt is None:
         prompt = vocab.decode_text(prompt_ids)
-    own = extract_literals(request_text(vocab, prompt_ids), limit)
+    if request is None:
+        request = request_text(vocab, prompt_ids)
+    own = extract_literals(request, limit)
     return list(dict.fromkeys([*own, *extract_literals(prompt, limit)]))[:limit]
 
 
@@ -169,8 +171,7 @@ def rank_literals(literals: Sequence[str], written: str, *, text_first: bool = F
     names), then :data:`DEFAULT_VALUES`; with ``text_first`` (a JSON string value) the ones
     that are not numbers go first, in that order. A literal counts as written where it
     stands as a whole word that is not a JSON key (:func:`last_use`). Pure."""
-    find = written.rfind
-    ends = [-1 if find(lit) < 0 else last_use(written, lit) for lit in literals]
+    ends = [last_use(written, lit) for lit in literals]
     if text_first:  # words not written yet in request order, the written ones, numbers
         words = [(lit, end) for lit, end in zip(literals, ends, strict=True)
                  if not _NUMBER.fullmatch(lit)]
