@@ -35,7 +35,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -122,8 +122,7 @@ def watching_trees() -> Iterator[list[tuple[int, Paths, Paths]]]:
 
 
 def measure(gen: Generator, tasks: list[dict], config: SpecConfig, max_new: int, *,
-            fresh: bool = False, endings: bool = False,
-            text: Callable[[list[int]], str] | None = None) -> dict[str, Any]:
+            fresh: bool = False, endings: bool = False) -> dict[str, Any]:
     """Run the tasks; the totals, per-task passes and (``endings``) the endings' counts."""
     shared = None if fresh else fresh_acceptance(gen.loaded.model)
     prefixes = PrefixCache()
@@ -133,7 +132,6 @@ def measure(gen: Generator, tasks: list[dict], config: SpecConfig, max_new: int,
     ends: collections.Counter[tuple[str, str]] = collections.Counter()
     per_task: dict[str, int] = {}
     modeled = drafting = 0.0
-    decode_text = text or (lambda ids: gen.vocab.decode_text(ids))
     for task in tasks:
         acceptance = fresh_acceptance(gen.loaded.model) if fresh else shared
         with watching_trees() as log:
@@ -157,7 +155,7 @@ def measure(gen: Generator, tasks: list[dict], config: SpecConfig, max_new: int,
                 end = starts[k + 1]
                 if end >= len(ids) or end <= pos:
                     continue  # the request's last pass: nothing after it to miss
-                kind = slot_kind(decode_text(ids[:end - 1])[-30:])
+                kind = slot_kind(gen.vocab.decode_text(ids[:end - 1])[-30:])
                 how = pass_ending(ids, pos, end, built, planned)
                 ends[(kind, f"{how}/{'first' if k == 0 else 'later'}")] += 1
     return {"passes": totals["passes"], "tokens": totals["tokens"],
