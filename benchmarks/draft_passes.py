@@ -13,7 +13,7 @@ passes' price on that curve ("modeled" seconds, at each pass's tree size and con
 drafting time (measured, so noisy), the first passes' tree rows (paid at the prompt's
 prefill rate), and per drafter the nodes the plans kept and how many were accepted. For one
 engine, curve and task list the pass counts are deterministic; ``--json-out`` keeps them per
-task, so two runs can be compared request by request.
+task, and ``--compare`` lists the tasks whose counts moved against an earlier run's file.
 
 ``--endings`` also sorts every pass but each request's last by how its drafts ended: where
 the model's own token (the bonus) was ``planned`` (in the tree verified: only a first pass,
@@ -24,7 +24,7 @@ value's start, a key or punctuation). Sessions 50-60 found their drafting work t
 
     python benchmarks/draft_passes.py --task json [--data FILE] [--offset K] [--n N]
         [--max-new-tokens 160] [--cost-curve RUN.json] [--fresh] [--endings]
-        [--config '{"max_nodes": 24}'] [--json-out F]
+        [--config '{"max_nodes": 24}'] [--json-out F] [--compare EARLIER.json]
 """
 
 from __future__ import annotations
@@ -167,6 +167,14 @@ def measure(gen: Generator, tasks: list[dict], config: SpecConfig, max_new: int,
             "per_task": per_task}
 
 
+def compare(before: dict[str, int], after: dict[str, int]) -> list[tuple[str, int, int]]:
+    """``[(task, passes before, passes after)]`` for the tasks both runs have whose counts
+    differ, the largest changes first. Pure."""
+    changed = [(task, before[task], after[task]) for task in after
+               if task in before and before[task] != after[task]]
+    return sorted(changed, key=lambda row: (-abs(row[2] - row[1]), row[0]))
+
+
 def main(argv: list[str] | None = None, gen: Generator | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", choices=["json", "code", "prose"], default="json")
@@ -185,6 +193,8 @@ def main(argv: list[str] | None = None, gen: Generator | None = None) -> int:
                     help="SpecConfig fields as JSON, e.g. '{\"max_nodes\": 24}'")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json-out", default=None)
+    ap.add_argument("--compare", default=None, metavar="RUN.json",
+                    help="an earlier --json-out of this script: the tasks whose passes changed")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     try:
@@ -218,6 +228,14 @@ def main(argv: list[str] | None = None, gen: Generator | None = None) -> int:
         print(f"{'pass ending':<34}{'passes':>8}")
         for name, n in out["endings"].items():
             print(f"{name:<34}{n:>8}")
+    if args.compare:
+        before = json.loads(Path(args.compare).read_text())
+        changed = compare(before.get("per_task", {}), out["per_task"])
+        print(f"against {args.compare}: passes {before.get('passes')} -> {out['passes']}, "
+              f"modeled {before.get('modeled_s')} -> {out['modeled_s']} s; "
+              f"{len(changed)} tasks changed")
+        for task, old_passes, new_passes in changed:
+            print(f"  {task:<40}{old_passes:>5} -> {new_passes}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(out, indent=1))
     return 0

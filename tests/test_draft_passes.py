@@ -26,6 +26,13 @@ def test_pass_endings_are_told_apart():
     assert bench.pass_ending([1, 5, 6, 7, 2], 1, 5, built, planned) == "ran-out"
 
 
+def test_runs_are_compared_task_by_task():
+    bench = load_benchmark("draft_passes.py")
+    before = {"a": 5, "b": 7, "c": 3, "gone": 4}
+    after = {"a": 5, "b": 4, "c": 4, "new": 2}
+    assert bench.compare(before, after) == [("b", 7, 4), ("c", 3, 4)]
+
+
 def test_json_places_are_named():
     bench = load_benchmark("draft_passes.py")
     assert bench.slot_kind('{"city": "Par') == "in-string"
@@ -54,9 +61,10 @@ def test_the_script_counts_passes_per_task(tmp_path, tiny_model):
         outs = []
         for k in range(2):
             out_file = tmp_path / f"run{k}.json"
+            again = ["--compare", str(tmp_path / "run0.json")] if k else []
             assert bench.main(["--task", "json", "--data", str(data), "--n", "2",
                                "--max-new-tokens", "24", "--endings",
-                               "--json-out", str(out_file)], gen=gen) == 0
+                               "--json-out", str(out_file), *again], gen=gen) == 0
             outs.append(json.loads(out_file.read_text()))
     finally:
         torch.set_num_threads(before)
