@@ -16,11 +16,12 @@ engine, curve and task list the pass counts are deterministic; ``--json-out`` ke
 task, and ``--compare`` lists the tasks whose counts moved against an earlier run's file.
 
 ``--endings`` also sorts every pass but each request's last by how its drafts ended: where
-the model's own token (the bonus) was ``planned`` (in the tree verified: only a first pass,
-which keeps everything it built, can show it), ``built`` but dropped by the plan, ``none`` (the
-tree held other tokens there) or ``ran-out`` (the tree ended before that depth, everything
-drafted on the way accepted); and by the kind of place (JSON: inside a string, a number, a
-value's start, a key or punctuation). Sessions 50-60 found their drafting work this way.
+the model's own token (the bonus) was ``built`` but dropped by the plan, ``none`` (the tree
+held other tokens there) or ``ran-out`` (the tree ended before that depth, everything drafted
+on the way accepted) — or ``planned``, in the tree verified, which greedy decoding never shows
+(the walk would have accepted it: a check); and by the kind of place (JSON: inside a string,
+a number, a value's start, a key or punctuation). Sessions 50-60 found their drafting work
+this way.
 
     python benchmarks/draft_passes.py --task json [--data FILE] [--offset K] [--n N]
         [--max-new-tokens 160] [--cost-curve RUN.json] [--fresh] [--endings]
