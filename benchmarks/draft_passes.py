@@ -197,7 +197,6 @@ def main(argv: list[str] | None = None, gen: Generator | None = None) -> int:
     ap.add_argument("--compare", default=None, metavar="RUN.json",
                     help="an earlier --json-out of this script: the tasks whose passes changed")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
     try:
         overrides = json.loads(args.config)
         if not isinstance(overrides, dict):
@@ -205,6 +204,15 @@ def main(argv: list[str] | None = None, gen: Generator | None = None) -> int:
         config = SpecConfig(cost_curve=stored_curve(Path(args.cost_curve)), **overrides)
     except (ValueError, TypeError) as exc:
         ap.error(f"--config: {exc}")
+    before = None
+    if args.compare:  # read first: a bad file should not cost a whole run
+        try:
+            before = json.loads(Path(args.compare).read_text())
+            if not isinstance(before, dict) or not isinstance(before.get("per_task"), dict):
+                raise ValueError("no per_task counts there (not a --json-out of this script)")
+        except (OSError, ValueError) as exc:
+            ap.error(f"--compare {args.compare}: {exc}")
+    torch.set_num_threads(args.threads)
     gen = gen or Generator()
     skipped: list[dict] = []
     tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, skipped=skipped,
@@ -215,7 +223,7 @@ def main(argv: list[str] | None = None, gen: Generator | None = None) -> int:
     out["summary"] = {"task": args.task, "data": args.data, "offset": args.offset,
                       "n": len(tasks), "skipped": skipped, "max_new_tokens": max_new,
                       "cost_curve": args.cost_curve, "fresh": args.fresh,
-                      "config": json.loads(args.config), "threads": args.threads,
+                      "config": overrides, "threads": args.threads,
                       "seconds": round(time.perf_counter() - t0, 1)}
     print(f"{len(tasks)} tasks ({len(skipped)} left out), {max_new} new tokens at most, "
           f"plans priced by {Path(args.cost_curve).name}")
@@ -229,16 +237,15 @@ def main(argv: list[str] | None = None, gen: Generator | None = None) -> int:
         print(f"{'pass ending':<34}{'passes':>8}")
         for name, n in out["endings"].items():
             print(f"{name:<34}{n:>8}")
-    if args.compare:
-        before = json.loads(Path(args.compare).read_text())
-        changed = compare(before.get("per_task", {}), out["per_task"])
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(out, indent=1))
+    if before is not None:
+        changed = compare(before["per_task"], out["per_task"])
         print(f"against {args.compare}: passes {before.get('passes')} -> {out['passes']}, "
               f"modeled {before.get('modeled_s')} -> {out['modeled_s']} s; "
               f"{len(changed)} tasks changed")
         for task, old_passes, new_passes in changed:
             print(f"  {task:<40}{old_passes:>5} -> {new_passes}")
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(out, indent=1))
     return 0
 
 

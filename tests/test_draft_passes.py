@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-import torch
-from conftest import load_benchmark
+import pytest
+from conftest import load_benchmark, torch_threads
 
 
 def test_pass_endings_are_told_apart():
@@ -56,8 +56,7 @@ def test_the_script_counts_passes_per_task(tmp_path, tiny_model):
     data.write_text("".join(json.dumps({"id": f"t{i}", "prompt": p, "schema": schema}) + "\n"
                             for i, p in enumerate(["Ann is 31.", "Bo, 7 years old."])))
     gen = Generator(tiny_model, pack=False)
-    before = torch.get_num_threads()
-    try:
+    with torch_threads(1):  # (the script sets --threads 1; restored after)
         outs = []
         for k in range(2):
             out_file = tmp_path / f"run{k}.json"
@@ -66,8 +65,6 @@ def test_the_script_counts_passes_per_task(tmp_path, tiny_model):
                                "--max-new-tokens", "24", "--endings",
                                "--json-out", str(out_file), *again], gen=gen) == 0
             outs.append(json.loads(out_file.read_text()))
-    finally:
-        torch.set_num_threads(before)
     first, second = outs
     assert set(first["per_task"]) == {"t0", "t1"}
     assert first["passes"] == sum(first["per_task"].values()) > 0
@@ -75,3 +72,16 @@ def test_the_script_counts_passes_per_task(tmp_path, tiny_model):
     assert sum(first["endings"].values()) <= first["passes"] - 2  # not the last passes
     assert first["summary"]["n"] == 2 and first["summary"]["max_new_tokens"] == 24
     assert second["per_task"] == first["per_task"]
+
+
+def test_a_bad_comparison_file_is_refused_before_the_run(tmp_path, capsys):
+    """``--compare`` names a file that is missing or not this script's output: a usage error
+    naming it, before any model is loaded or task run."""
+    bench = load_benchmark("draft_passes.py")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"summary": {}}))
+    for path in (tmp_path / "missing.json", other):
+        with pytest.raises(SystemExit) as exc:
+            bench.main(["--compare", str(path)], gen=None)
+        assert exc.value.code == 2
+        assert f"--compare {path}" in capsys.readouterr().err
