@@ -173,21 +173,12 @@ def _preferred(ctx: DraftContext, canonical: int, prev: bytes, slot: bytes = b""
     tokens = ctx.vocab.tokens
     cb = tokens[canonical]
     key = (split_context(prev), cb)
-    if slot:
-        own = (key[0] + slot, cb)
-        exact = ctx.choices.get(own)
+    habits = split_habits(ctx)
+    for k in ((key[0] + slot, cb), key) if slot else (key,):
+        exact = ctx.choices.get(k)
         if exact is not None:
             return exact
-        habits = split_habits(ctx)
-        shares = habits.split_shares(own, canonical) if habits is not None else []
-        if shares:
-            return shares[0][0]
-    exact = ctx.choices.get(key)
-    if exact is not None:
-        return exact
-    habits = split_habits(ctx)
-    if habits is not None:
-        shares = habits.split_shares(key, canonical)
+        shares = habits.split_shares(k, canonical) if habits is not None else []
         if shares:
             return shares[0][0]
     for suffix in ctx.split_suffixes:
