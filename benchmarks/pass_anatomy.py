@@ -21,10 +21,11 @@ to hold against the CPU's arithmetic bound.
 
 Why the split matters: a cost every pass pays whatever its size (the "fixed" column) is paid
 per token by plain decoding and per pass by speculation, so cutting it speeds both and lowers
-the ratio; a cost per added node is speculation's alone. Timers wrap the linear and attention classes' ``forward`` and the verification pass
-(restored after the run); they add a little to every pass, which the script measures on one-node passes without
-and with them and prints (``instrumentation``). CPU only: on a GPU the host would time
-kernel launches, not kernels (``benchmarks/tree_pass_profile.py`` profiles a GPU).
+the ratio; a cost per added node is speculation's alone. Timers wrap the linear and
+attention classes' ``forward`` and the verification pass (restored after the run); they add
+a little to every pass, which the script measures on one-node passes without and with them
+and prints (``instrumentation``). CPU only: on a GPU the host would time kernel launches,
+not kernels (``benchmarks/tree_pass_profile.py`` profiles a GPU).
 
     python benchmarks/pass_anatomy.py --task json [--offset 150] [--n 30] [--threads 1]
         [--max-new-tokens N] [--json-out F]
@@ -160,7 +161,7 @@ def timer_overhead(gen: Generator, task: dict, repeats: int = 9) -> float:
     _run(gen, task, config, 4, None, prefixes)
 
     def per_pass() -> float:
-        ids, stats, seconds, _ = _run(gen, task, config, 8, None, prefixes)
+        _, stats, _, _ = _run(gen, task, config, 8, None, prefixes)
         log = stats.pass_log if stats is not None else []
         return sum(s for _, _, s in log) / max(1, len(log))
 
