@@ -255,6 +255,18 @@ def tiny_model(smollm_tokenizer):
     return LoadedModel(model, smollm_tokenizer, "tiny-random", eos)
 
 
+def write_json_tasks(path: Path) -> Path:
+    """Two small schema-constrained tasks in ``benchmarks/speculative.py``'s ``--data``
+    format (a name of at most 8 characters and an integer age), written to ``path``."""
+
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                               "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    path.write_text("".join(json.dumps({"id": f"t{i}", "prompt": p, "schema": schema}) + "\n"
+                            for i, p in enumerate(["Ann is 31.", "Bo, 7 years old."])))
+    return path
+
+
 @contextlib.contextmanager
 def torch_threads(count: int):
     """Run the block with ``count`` torch threads, then restore the number before."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import load_benchmark, torch_threads
+from conftest import load_benchmark, torch_threads, write_json_tasks
 
 
 def test_pass_endings_are_told_apart():
@@ -49,12 +49,7 @@ def test_the_script_counts_passes_per_task(tmp_path, tiny_model):
     from structspec.api import Generator
 
     bench = load_benchmark("draft_passes.py")
-    data = tmp_path / "tasks.jsonl"
-    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
-                                               "age": {"type": "integer"}},
-              "required": ["name", "age"]}
-    data.write_text("".join(json.dumps({"id": f"t{i}", "prompt": p, "schema": schema}) + "\n"
-                            for i, p in enumerate(["Ann is 31.", "Bo, 7 years old."])))
+    data = write_json_tasks(tmp_path / "tasks.jsonl")
     gen = Generator(tiny_model, pack=False)
     with torch_threads(1):  # (the script sets --threads 1; restored after)
         outs = []

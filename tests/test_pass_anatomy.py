@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import load_benchmark, torch_threads
+from conftest import load_benchmark, torch_threads, write_json_tasks
 
 
 def test_a_line_is_fitted_by_weight():
@@ -24,12 +24,7 @@ def test_the_script_splits_both_modes(tmp_path, tiny_model):
     from structspec.api import Generator
 
     bench = load_benchmark("pass_anatomy.py")
-    data = tmp_path / "tasks.jsonl"
-    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
-                                               "age": {"type": "integer"}},
-              "required": ["name", "age"]}
-    data.write_text("".join(json.dumps({"id": f"t{i}", "prompt": p, "schema": schema}) + "\n"
-                            for i, p in enumerate(["Ann is 31.", "Bo, 7 years old."])))
+    data = write_json_tasks(tmp_path / "tasks.jsonl")
     gen = Generator(tiny_model, pack=False)
     forward = torch.nn.Linear.forward
     out_file = tmp_path / "anatomy.json"
