@@ -258,7 +258,6 @@ def tiny_model(smollm_tokenizer):
 def write_json_tasks(path: Path) -> Path:
     """Two small schema-constrained tasks in ``benchmarks/speculative.py``'s ``--data``
     format (a name of at most 8 characters and an integer age), written to ``path``."""
-
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
                                                "age": {"type": "integer"}},
               "required": ["name", "age"]}
