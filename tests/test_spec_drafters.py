@@ -117,6 +117,22 @@ def test_tokens_after_uses_the_previous_token_as_context(setup):
     assert canon.tokens_after(b"", b"") == ()
 
 
+def test_without_a_tokenizer_forced_text_takes_the_longest_tokens(setup):
+    """``speculative_decode(tokenizer=None)`` drafts forced text as the longest matching
+    token at each step, as its docstring says (it raised AttributeError until session 61)."""
+    _, vocab, _ = setup
+    canon = canonical_tokenizer(None, vocab)
+    ids = canon.tokens_after(b'":"', b'units": "celsius')
+    assert vocab.decode(ids) == b'units": "celsius'
+    for i, token in enumerate(ids):  # no longer token starts where this one does
+        rest = vocab.decode(ids[i:])
+        assert not any(vocab.ids_for(rest[:cut]) for cut in range(len(vocab.tokens[token]) + 1,
+                                                                   len(rest) + 1))
+    assert canon.tokens_after(b"", b"") == ()
+    assert CanonicalTokenizer(None, Vocabulary.from_tokens([b"", b"a"], eos_token_ids=[0])
+                              ).tokens_after(b"a", b"ab") == ()  # no token spells b
+
+
 def test_a_single_allowed_token_is_forced(setup):
     tok, vocab, _ = setup
     c = compile_regex(r"(hello)", vocab)

@@ -145,6 +145,20 @@ def test_speculative_greedy_is_plain_greedy_on_external_schemas(setting, json_ta
     assert passes * (3 if setup == "draft_model_same" else 1) < tokens, (passes, tokens)
 
 
+def test_speculative_decoding_without_a_tokenizer_is_plain_greedy(setting, json_tasks,
+                                                                  plain_json):
+    """``tokenizer=None`` (documented: forced text then drafts the longest matching tokens;
+    it raised AttributeError until session 61): the same outputs as plain decoding."""
+    model, _, vocab, configs = setting
+    mismatches = []
+    for (name, c, prompt), plain in list(zip(json_tasks, plain_json, strict=True))[::4]:
+        spec = _run(speculative_decode, model, vocab, prompt, c, max_new_tokens=MAX_NEW,
+                    sampling=GREEDY, tokenizer=None, config=configs["default"])
+        if spec[:3] != plain[:3]:
+            mismatches.append(f"{name}: plain {plain[:3]} speculative {spec[:3]}")
+    assert not mismatches, "\n".join(mismatches[:10])
+
+
 def test_speculative_sampling_is_plain_sampling_on_external_schemas(setting, json_tasks):
     """Sampling (temperature, top-p, top-k): under one seed speculative decoding emits plain
     decoding's tokens, whatever it drafted (each position's token is the one its seeded

@@ -34,6 +34,7 @@ class CanonicalTokenizer:
     that spells ``prev`` — so ``text`` is split exactly as in a full re-tokenization. If the
     re-tokenization merges across the boundary (the committed token would have been cut
     differently), ``text`` is encoded alone. Results are memoized (bounded). Not thread-safe.
+    ``tokenizer`` ``None`` (a decode given none): the longest matching token at each step.
     """
 
     def __init__(self, tokenizer: Any, vocab: Vocabulary, max_entries: int = 8192) -> None:
@@ -41,15 +42,36 @@ class CanonicalTokenizer:
         self.vocab = vocab
         self.max_entries = max_entries
         self._memo: dict[tuple[bytes, bytes], tuple[int, ...]] = {}
-        self._backend = _agreeing_backend(tokenizer)
+        self._backend = _agreeing_backend(tokenizer) if tokenizer is not None else None
+        self._longest = 0  # the longest token's bytes (without a tokenizer; read when needed)
 
     def encode(self, text: str) -> list[int]:
         """Plain ``tokenizer.encode`` without special tokens (by the fast tokenizer's Rust
         backend where it gives the same ids: half the time per call, ~70 calls per BFCL
-        request)."""
+        request). Without a tokenizer, the longest matching token at each step."""
         if self._backend is not None:
             return self._backend.encode(text, add_special_tokens=False).ids
+        if self.tokenizer is None:
+            return self._longest_match(text.encode("utf-8"))
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _longest_match(self, data: bytes) -> list[int]:
+        """``data`` split greedily into the longest vocabulary tokens, left to right (``[]``
+        where some byte has no token): the split a decode without a tokenizer drafts."""
+        if not self._longest:
+            self._longest = max(len(t) for t in self.vocab.tokens)
+        out: list[int] = []
+        pos = 0
+        while pos < len(data):
+            for cut in range(min(self._longest, len(data) - pos), 0, -1):
+                ids = self.vocab.ids_for(data[pos:pos + cut])
+                if ids:
+                    out.append(ids[0])
+                    pos += cut
+                    break
+            else:
+                return []
+        return out
 
     def tokens_after(self, prev: bytes, text: bytes) -> tuple[int, ...]:
         """Canonical ids for ``text`` written right after a token spelling ``prev``."""
@@ -65,7 +87,8 @@ class CanonicalTokenizer:
             except UnicodeDecodeError:
                 head = ""
             tokens = self.vocab.tokens
-            ids = self.encode(head + body) if head else []
+            # (without a tokenizer there is no context to split in: the text alone)
+            ids = self.encode(head + body) if head and self.tokenizer is not None else []
             acc, i = b"", 0
             while i < len(ids) and len(acc) < len(prev):
                 acc += tokens[ids[i]]
