@@ -12,7 +12,7 @@ demo: setup
 	$(VENV)/bin/structspec generate --schema $(SCHEMA) --prompt "$(PROMPT)"
 
 lint: setup
-	$(VENV)/bin/ruff check structspec tests benchmarks examples
+	$(VENV)/bin/ruff check structspec tests benchmarks examples scripts
 
 test: setup lint
 	$(VENV)/bin/python -m pytest -q

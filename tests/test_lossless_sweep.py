@@ -1,0 +1,48 @@
+"""``scripts/lossless_sweep.py``: the lossless comparison at a width the default run has no
+time for — here only that each sweep runs, counts and reports."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "lossless_sweep.py"
+
+
+@pytest.fixture(scope="module")
+def sweep_script(shared_data, smollm_tokenizer, one_thread):
+    spec = importlib.util.spec_from_file_location("lossless_sweep", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("argv", [["json", "--stride", "3000", "--limit", "2"],
+                                  ["code", "--stride", "3000", "--limit", "1"],
+                                  ["grammars", "--per", "1"],
+                                  ["fuzz", "--stride", "3000", "--limit", "2"]])
+def test_each_sweep_runs_and_reports(sweep_script, tmp_path, argv):
+    out_file = tmp_path / "sweep.json"
+    assert sweep_script.main([*argv, "--json-out", str(out_file)]) == 0
+    out = json.loads(out_file.read_text())
+    assert out["kind"] == argv[0] and out["mismatches"] == 0 and out["lines"] == []
+    assert out["tasks"] >= 1 and out["runs"] >= out["tasks"]
+
+
+def test_a_random_configuration_is_a_valid_one(sweep_script):
+    import random
+
+    from structspec.spec import SpecConfig
+
+    rng = random.Random(0)
+    for _ in range(200):
+        SpecConfig(**sweep_script.random_config(rng, head=None))
+
+
+def test_a_start_past_the_stride_is_refused(sweep_script, capsys):
+    with pytest.raises(SystemExit) as exc:
+        sweep_script.main(["json", "--stride", "5", "--start", "5"])
+    assert exc.value.code == 2 and "--start" in capsys.readouterr().err
