@@ -20,18 +20,24 @@ verification pass.
 - ``fuzz``: MaskBench schemas under random ``SpecConfig`` combinations (drafter subsets
   including the opt-in ``topk`` and ``splits``, budgets, depths, nested rounds, sparse
   logits, adaptivity, cost model or not, the head) and a random whitespace policy and
-  sampling mode each.
+  sampling mode each;
+- ``api``: ``Generator.run`` with random arguments (``--cases``; schemas, regexes, the shipped
+  grammars with prefixes, suffixes and stops, chat or not, a system message, the schema shown
+  or not, whitespace, lenient retries, budgets, sampling), with speculation off, on, and on
+  with 4-node trees: the three must agree (outputs, or the same typed error), and nothing
+  but a typed error may escape.
 
 Session 61 (one thread each, ~20 min in all): json ``--stride 10 --start 3`` (757 schemas
 compiled, 6,056 speculative runs), code ``--stride 25 --start 5`` (233 tasks, 1,398 runs),
 grammars ``--per 100`` (800 prompts, 2,400 runs), fuzz ``--stride 7 --start 2 --seed 11``
-(1,070 schemas, 2,140 runs): no mismatch. Its first run found that ``tokenizer=None`` raised
-``AttributeError`` (fixed then).
+(1,070 schemas, 2,140 runs), api ``--cases 1500``: no mismatch. Its first run found that
+``tokenizer=None`` raised ``AttributeError`` (fixed then).
 
     python scripts/lossless_sweep.py json [--stride 10] [--start 3] [--limit N]
     python scripts/lossless_sweep.py code [--stride 25] [--start 5] [--limit N]
     python scripts/lossless_sweep.py grammars [--per 25]
     python scripts/lossless_sweep.py fuzz [--stride 7] [--start 2] [--limit N] [--seed 11]
+    python scripts/lossless_sweep.py api [--cases 300] [--seed 11]
 """
 
 from __future__ import annotations
@@ -267,8 +273,88 @@ def sweep_fuzz(sweep: Sweep, args: argparse.Namespace) -> dict[str, int]:
     return {"tasks": tasks, "refused": refused}
 
 
+API_SCHEMAS: list[Any] = [
+    {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
+                                      "n": {"type": "integer", "minimum": -5, "maximum": 500}},
+     "required": ["name"]},
+    {"type": "array", "items": {"enum": ["a", "b", 3, None]}, "maxItems": 4},
+    {"anyOf": [{"type": "boolean"}, {"type": "number", "multipleOf": 0.5}]},
+    {"type": "object", "properties": {
+        "d": {"type": "string", "format": "date"},
+        "t": {"type": "array", "prefixItems": [{"type": "integer"},
+                                               {"type": "string", "pattern": "^[a-z]{2}$"}],
+              "items": False}}, "required": ["d", "t"]},
+    '{"type": "string", "minLength": 2, "maxLength": 5}', True]
+API_REGEXES = [r"[0-9]{3}", r"(yes|no)( maybe)?", r"[a-z]+@[a-z]+\.(com|org)",
+               r"\d{4}-\d{2}-\d{2}"]
+
+
+def random_request(rng: random.Random) -> dict[str, Any]:
+    """Keyword arguments of a random ``Generator.run`` call."""
+    kw: dict[str, Any] = dict(
+        prompt=rng.choice(["Give it.", "Name: Ann, n = 42", "x" * 300, "def f(a):\n    return"]),
+        max_new_tokens=rng.choice([1, 5, 24, 64]), chat=rng.choice([None, False, True]),
+        system=rng.choice([None, "Be brief."]))
+    kind = rng.choice(["schema", "schema", "regex", "grammar"])
+    if kind == "schema":
+        kw.update(schema=rng.choice(API_SCHEMAS),
+                  schema_in_prompt=(rng.choice([True, False, "json"]) if kw["chat"] is not False
+                                    else True),
+                  whitespace=rng.choice(["spaced", "compact", "flexible"]),
+                  lenient=rng.random() < 0.3, max_retries=rng.choice([0, 1, 3]))
+    elif kind == "regex":
+        kw["regex"] = rng.choice(API_REGEXES)
+    else:
+        kw.update(grammar=rng.choice(["json", "python", "sql", "javascript"]),
+                  stop=rng.choice(["eof", "statement", "block"]))
+        if kw["grammar"] == "python" and rng.random() < 0.5:
+            kw.update(grammar_prefix="def f(a):\n    ",
+                      grammar_suffix=rng.choice([None, "\n    return a\n"]),
+                      tolerant=rng.random() < 0.5)
+    if rng.random() < 0.4:
+        kw.update(temperature=rng.choice([0.7, 1.0]), top_k=rng.choice([None, 5]),
+                  top_p=rng.choice([None, 0.9]), seed=rng.randint(0, 9))
+    return kw
+
+
+def sweep_api(sweep: Sweep, args: argparse.Namespace) -> dict[str, int]:
+    import traceback
+
+    from structspec.api import Generator
+    from structspec.models import LoadedModel
+
+    loaded = LoadedModel(tiny_llama(sweep.tok, seed=0), sweep.tok, "tiny-random",
+                         frozenset({sweep.tok.eos_token_id}))
+    gen = Generator(loaded)
+    rng = random.Random(args.seed)
+    ends: dict[str, int] = {}
+    for case in range(args.cases):
+        kw = random_request(rng)
+        results = []
+        for speculative in (False, True, SpecConfig(max_nodes=4)):
+            try:
+                results.append(("ok", gen.run(speculative=speculative, **kw).token_ids))
+            except GenerationError as exc:
+                results.append(("budget or dead end", exc.token_ids))
+            except (StructSpecError, ValueError, TypeError) as exc:
+                results.append((type(exc).__name__, str(exc)))
+            except Exception:  # anything untyped is a bug, whatever the arguments
+                results.append(("untyped " + traceback.format_exc(limit=3), None))
+            sweep.runs += 1
+        ends[results[0][0]] = ends.get(results[0][0], 0) + 1
+        if results[0] != results[1] or results[0] != results[2] or any(
+                r[0].startswith("untyped") for r in results):
+            shown = {k: (v if not isinstance(v, str) else v[:60]) for k, v in kw.items()}
+            line = f"MISMATCH api #{case} {shown}: {[str(r)[:400] for r in results]}"
+            sweep.mismatches.append(line)
+            print(line, flush=True)
+    print("how the calls ended:", dict(sorted(ends.items())), flush=True)
+    return {"tasks": args.cases}
+
+
 SWEEPS = {"json": (sweep_json, 10, 3), "code": (sweep_code, 25, 5),
-          "grammars": (sweep_grammars, 1, 0), "fuzz": (sweep_fuzz, 7, 2)}
+          "grammars": (sweep_grammars, 1, 0), "fuzz": (sweep_fuzz, 7, 2),
+          "api": (sweep_api, 1, 0)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,7 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=int, default=None, help="from this task")
     ap.add_argument("--limit", type=int, default=None, help="at most this many tasks")
     ap.add_argument("--per", type=int, default=25, help="grammars: prompts per grammar")
-    ap.add_argument("--seed", type=int, default=11, help="fuzz: the configurations' seed")
+    ap.add_argument("--seed", type=int, default=11,
+                    help="fuzz and api: the random configurations' and calls' seed")
+    ap.add_argument("--cases", type=int, default=300, help="api: random calls")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
     fn, stride, start = SWEEPS[args.kind]

@@ -23,7 +23,8 @@ def sweep_script(shared_data, smollm_tokenizer, one_thread):
 @pytest.mark.parametrize("argv", [["json", "--stride", "3000", "--limit", "2"],
                                   ["code", "--stride", "3000", "--limit", "1"],
                                   ["grammars", "--per", "1"],
-                                  ["fuzz", "--stride", "3000", "--limit", "2"]])
+                                  ["fuzz", "--stride", "3000", "--limit", "2"],
+                                  ["api", "--cases", "6"]])
 def test_each_sweep_runs_and_reports(sweep_script, tmp_path, argv):
     out_file = tmp_path / "sweep.json"
     assert sweep_script.main([*argv, "--json-out", str(out_file)]) == 0
@@ -40,6 +41,15 @@ def test_a_random_configuration_is_a_valid_one(sweep_script):
     rng = random.Random(0)
     for _ in range(200):
         SpecConfig(**sweep_script.random_config(rng, head=None))
+
+
+def test_random_requests_vary_what_they_ask(sweep_script):
+    import random
+
+    rng = random.Random(0)
+    requests = [sweep_script.random_request(rng) for _ in range(200)]
+    for key in ("schema", "regex", "grammar", "grammar_suffix", "temperature", "lenient"):
+        assert any(key in kw for kw in requests), key
 
 
 def test_a_start_past_the_stride_is_refused(sweep_script, capsys):
