@@ -270,6 +270,8 @@ def main(argv: list[str] | None = None, gen: Generator | None = None) -> int:
                     help="tasks to skip first (default: the README's held-out rows: JSON "
                          "150, code 10, prose 0)")
     ap.add_argument("--n", type=int, default=30)
+    ap.add_argument("--shuffle", type=int, default=None, metavar="SEED",
+                    help="a seeded sample of a file sorted by source (as speculative.py)")
     ap.add_argument("--max-new-tokens", type=int, default=None,
                     help="default: 64 for code, 160 otherwise")
     ap.add_argument("--threads", type=int, default=1)
@@ -283,7 +285,8 @@ def main(argv: list[str] | None = None, gen: Generator | None = None) -> int:
         ap.error("CPU only: on a GPU the host times launches (benchmarks/tree_pass_profile.py "
                  "profiles a GPU's passes)")
     skipped: list[dict] = []
-    tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, skipped=skipped)
+    tasks = load_tasks(args.task, args.n, gen, args.data, args.offset, skipped=skipped,
+                       shuffle=args.shuffle)
     if not tasks:
         raise SystemExit("no task to run")
     max_new = args.max_new_tokens or (64 if args.task == "code" else 160)
@@ -297,6 +300,7 @@ def main(argv: list[str] | None = None, gen: Generator | None = None) -> int:
     slope = spec_fit.get("linears", (0.0, 0.0))[1]
     out = {
         "summary": {"task": args.task, "data": args.data, "offset": args.offset,
+                    "shuffle": args.shuffle,
                     "n": len(tasks), "skipped": skipped, "max_new_tokens": max_new,
                     "threads": args.threads, "identical": run["identical"],
                     "instrumentation_ms_per_pass": round(1e3 * overhead, 3),
