@@ -45,13 +45,11 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
-import gzip
 import json
 import random
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +58,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import torch  # noqa: E402
-from conftest import SHARED_DATA, random_draft_head, tiny_llama  # noqa: E402
+from conftest import (  # noqa: E402
+    SHARED_DATA,
+    instance_prompt,
+    maskbench_rows,
+    random_draft_head,
+    run_decode,
+    tiny_llama,
+)
 
 from structspec.automata import compile_json_schema  # noqa: E402
 from structspec.engine import decode  # noqa: E402
@@ -78,12 +83,9 @@ Outcome = tuple[list[int], bool, str | None]
 
 
 def outcome(fn: Any, *args: Any, **kwargs: Any) -> Outcome:
-    """(token ids, complete, the error's kind or ``None``) of one decode."""
-    try:
-        out = fn(*args, **kwargs)
-        return out.token_ids, out.complete, None
-    except GenerationError as exc:
-        return exc.token_ids, False, str(exc).split(":")[0]
+    """(token ids, complete, error kind or ``None``) of one decode: conftest's
+    ``run_decode`` without the output object."""
+    return run_decode(fn, *args, **kwargs)[:3]
 
 
 class Sweep:
@@ -129,21 +131,7 @@ class Sweep:
 
     def prompt(self, description: str, instance: Any) -> list[int]:
         """A schema's description and a valid instance: text for the copying drafters."""
-        text = (description or "") + ("" if instance is None else " " + json.dumps(instance))
-        return self.tok.encode(text[:600] or "{", add_special_tokens=False)[:200]
-
-
-def maskbench(stride: int, start: int, limit: int | None) -> Iterator[dict]:
-    """Every ``stride``-th MaskBench row from ``start``, at most ``limit``."""
-    path = SHARED_DATA / "maskbench" / "maskbench_dev.jsonl.gz"
-    taken = 0
-    with gzip.open(path, "rt") as f:
-        for n, line in enumerate(f):
-            if n % stride == start:
-                if limit is not None and taken >= limit:
-                    return
-                taken += 1
-                yield json.loads(line)
+        return instance_prompt(self.tok, description, instance)
 
 
 def compiled(sweep: Sweep, schema: Any, **kwargs: Any) -> Any:
@@ -160,7 +148,7 @@ def compiled(sweep: Sweep, schema: Any, **kwargs: Any) -> Any:
 def sweep_json(sweep: Sweep, args: argparse.Namespace) -> dict[str, int]:
     setups = sweep.setups(tokenizer_free=True)
     tasks = refused = 0
-    for row in maskbench(args.stride, args.start, args.limit):
+    for row in maskbench_rows(args.stride, args.start)[:args.limit]:
         constraint = compiled(sweep, row["schema"])
         if constraint is None:
             refused += 1
@@ -253,7 +241,7 @@ def sweep_fuzz(sweep: Sweep, args: argparse.Namespace) -> dict[str, int]:
     rng = random.Random(args.seed)
     head = random_draft_head(sweep.target)
     tasks = refused = 0
-    for row in maskbench(args.stride, args.start, args.limit):
+    for row in maskbench_rows(args.stride, args.start)[:args.limit]:
         constraint = compiled(sweep, row["schema"],
                               whitespace=rng.choice(["spaced", "compact", "flexible"]))
         if constraint is None:

@@ -149,6 +149,13 @@ def run_decode(fn, *args, **kwargs):
         return exc.token_ids, False, kind, None
 
 
+def instance_prompt(tok, description: str, instance) -> list[int]:
+    """A schema's description and one of its valid instances as prompt ids: text the lookup
+    and values drafters can copy from, whatever a random target does with it."""
+    text = (description or "") + ("" if instance is None else " " + json.dumps(instance))
+    return tok.encode(text[:600] or "{", add_special_tokens=False)[:200]
+
+
 def decode_both(model, vocab, tok, prompt, constraint, sampling, *, sparse_logits=True,
                 max_new_tokens=24):
     """``(plain, speculative)``: :func:`run_decode` of plain and of speculative decoding for

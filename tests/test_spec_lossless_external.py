@@ -27,7 +27,13 @@ import warnings
 from typing import Any
 
 import pytest
-from conftest import maskbench_rows, random_draft_head, suite_groups, tiny_llama
+from conftest import (
+    instance_prompt,
+    maskbench_rows,
+    random_draft_head,
+    suite_groups,
+    tiny_llama,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -83,13 +89,6 @@ def _run(fn, *args, **kwargs) -> tuple[list[int], bool, str | None, Any]:
         return exc.token_ids, False, str(exc).split(":")[0], exc.stats
 
 
-def _prompt(tok, description: str, instance: Any) -> list[int]:
-    """The schema's description and one of its valid instances: text the lookup and values
-    drafters can copy from, whatever the random target does with it."""
-    text = (description or "") + ("" if instance is None else " " + json.dumps(instance))
-    return tok.encode(text[:600] or "{", add_special_tokens=False)[:200]
-
-
 @pytest.fixture(scope="module")
 def json_tasks(setting):
     """``[(name, constraint, prompt ids)]``: the MaskBench and suite samples the compiler
@@ -110,7 +109,7 @@ def json_tasks(setting):
             refused += 1
             continue
         instance = next((t["data"] for t in tests if t.get("valid")), None)
-        tasks.append((name, constraint, _prompt(tok, description, instance)))
+        tasks.append((name, constraint, instance_prompt(tok, description, instance)))
     assert len(tasks) > 120 and refused < len(pool) // 3, (len(tasks), refused)
     return tasks
 
