@@ -6,6 +6,8 @@ and keeps speculative == plain on a prose prompt."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from conftest import legal_prefix, random_draft_head, run_decode, tiny_llama
@@ -450,13 +452,72 @@ def test_the_lean_step_gives_the_networks_bits(tiny, blocks):
             ids = torch.randint(0, model.get_input_embeddings().weight.shape[0], (n,),
                                 generator=g)
             want = head.net.step(s.clone(), head.embedding.weight[ids])
+            e = head.embedding.weight[ids].float()
+            assert torch.equal(head._torch_step(s.clone(), e), want)
+            native, head._native_blocks = head._native_blocks, None
             assert torch.equal(head.step(s, ids), want)
             assert torch.equal(head.step(s, ids.tolist()), want)
+            head._native_blocks = native
             assert torch.equal(head.logits(want), head.reduced.forward(want))
     lean, head._lean = head._lean, None  # the modules' path: the same numbers
     with torch.inference_mode():
         assert torch.equal(head.step(s, ids), want)
     head._lean = lean
+
+
+@pytest.mark.parametrize("blocks", [1, 2])
+def test_the_native_step_and_choices_match_torchs(tiny, blocks):
+    """Where headstep runs, a step is one native call per block and a level's choices one
+    call: the torch path's numbers to float rounding (a rounding of an 8-bit activation may
+    flip: the head only ranks drafts), and the same choices, log-probabilities, order."""
+    from structspec import _native
+
+    model, *_ = tiny
+    model = copy.deepcopy(model)  # its output rows exactly Q8_0, as the default model's are
+    out = model.get_output_embeddings().weight
+    with torch.no_grad():
+        out.copy_(torch.from_numpy(_q8(out)))
+    head = random_draft_head(model, seed=5, blocks=blocks, hidden_dim=64)
+    if _native.runnable("headstep") is None or head._native_blocks is None:
+        pytest.skip("the native head step does not run here")
+    assert head._native_top is not None and len(head._native_blocks) == blocks
+    g = torch.Generator().manual_seed(8)
+    vr = len(head.vocab_ids)
+    with torch.inference_mode():
+        for n in (1, 3, 6):
+            s = torch.randn(n, model.config.hidden_size, generator=g) * 3
+            ids = torch.randint(0, model.get_input_embeddings().weight.shape[0], (n,),
+                                generator=g)
+            e = head.embedding.weight[ids].float()
+            want = head._torch_step(s.clone(), e)
+            got = head.step(s, ids.tolist())
+            assert got.shape == want.shape
+            assert (got - want).abs().max() <= 1e-2 * (want.abs().max() + 1)
+            logp = torch.log_softmax(head.logits(got), -1)  # [n, Vr]
+            for k in (1, 4, vr + 5):
+                vals, idx = head.top(got, k)
+                assert len(vals) == len(idx) == n
+                for row in range(n):
+                    assert len(idx[row]) == min(k, vr)
+                    assert vals[row] == sorted(vals[row], reverse=True)
+                    picked = logp[row, idx[row]]
+                    assert torch.allclose(picked, torch.tensor(vals[row]), atol=1e-4)
+                    kth = torch.topk(logp[row], min(k, vr)).values[-1]
+                    assert float(picked.min()) >= float(kth) - 1e-4
+        assert head.top(s[:0], 3) == ([], [])
+
+
+def test_the_native_head_calls_refuse_bad_shapes():
+    """headstep checks its shapes and says which (the caller's layers are its job)."""
+    from structspec import _native
+
+    hs = _native.runnable("headstep")
+    if hs is None:
+        pytest.skip("the native head step does not run here")
+    with pytest.raises(ValueError, match="multiples of 32"):
+        hs.step(0, 0, 1, 50, 0, 1e-6, 0, 64, 0, False, False, 0, 0, False, False, 0, 1)
+    with pytest.raises(ValueError, match="k <= 64"):
+        hs.top(0, 1, 64, 0, 100, False, False, 65, 1)
 
 
 def _q8(weight: torch.Tensor):

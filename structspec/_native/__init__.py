@@ -3,7 +3,9 @@
 Only the hot inner loops live here — walks of the token trie through automata
 (``trie_walk``, ``lark_walk``), packing (``bitset``), LALR reductions over array stacks
 (``lalr_sim``) — where interpreted Python and NumPy's per-call overhead dominate (see
-``docs/performance.md``).
+``docs/performance.md``); and the model side's kernels (``qdot``, ``smallgemm``,
+``attend``, ``headstep``: a draft head's step in one call, its twin torch's operators,
+equal to float rounding).
 Every kernel has a NumPy twin that gives identical results: :func:`load` returns ``None``
 when a kernel was not built (no C compiler at install time) or when
 ``STRUCTSPEC_NATIVE=off``, and callers then take the NumPy path. Tests compare the two.

@@ -50,6 +50,8 @@
 #include <string.h>
 #include <math.h>
 
+#include "qdot_api.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define QD_X86 1
 #include <immintrin.h>
@@ -1186,21 +1188,15 @@ static PyObject *qd_gather(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *qd_linear(PyObject *self, PyObject *args) {
-    (void)self;
-    unsigned long long x, packed, bias, out;
-    Py_ssize_t m, k, n;
-    int threads, sgn = 0, narrow = 0;
-    if (!PyArg_ParseTuple(args, "KnnKnKKi|pp", &x, &m, &k, &packed, &n, &bias, &out, &threads,
-                          &sgn, &narrow))
-        return NULL;
-    if (m < 0 || !shape_ok("linear", n, k)) return NULL;
 #if QD_X86
-    if (!cpu_avx2()) {
-        PyErr_SetString(PyExc_RuntimeError, "qdot needs a CPU with AVX2 and FMA");
-        return NULL;
-    }
-    if (m == 0) Py_RETURN_NONE;
+/* y = x W^T + b on the integer panels (m rows of k floats into n floats each), as described
+ * at the top; scratch memory of its own. Touches no Python object, so callers may hold or
+ * release the GIL. Needs cpu_avx2(). Returns 0, or -1 when its scratch memory ran out. Other
+ * native modules reach it through the capsule "structspec._native.qdot._linear" (see
+ * headstep.c): a fused drafting step calls it twice without a Python call between. */
+static int linear_run(const float *x, Py_ssize_t m, Py_ssize_t k, const uint8_t *w,
+                      Py_ssize_t n, const float *b, float *o, int threads, int sgn, int narrow) {
+    if (m <= 0) return 0;
     Py_ssize_t nb = k / QK;
     int amx = 0;
 #if QD_AMX
@@ -1216,16 +1212,12 @@ static PyObject *qd_linear(PyObject *self, PyObject *args) {
     /* (one panel: xq, dx, sx again in its kernels' order, see run_vnni_one) */
     size_t obytes = one ? xbytes + 2 * (size_t)(m * nb) * sizeof(float) : 0;
     char *scratch = malloc(xbytes + floats * sizeof(float) + obytes);
-    if (scratch == NULL) return PyErr_NoMemory();
+    if (scratch == NULL) return -1;
     if (mpad > m) memset(scratch + m * k, 0, (size_t)((mpad - m) * k));
     int8_t *xq = (int8_t *)scratch;
     float *dx = (float *)(void *)(scratch + xbytes), *sx = dx + m * nb;
     threads = threads < 1 ? 1 : threads;
-    Py_BEGIN_ALLOW_THREADS
-    quantize_rows((const float *)(uintptr_t)x, m, k, xq, dx, sx);
-    const uint8_t *w = (const uint8_t *)(uintptr_t)packed;
-    const float *b = bias ? (const float *)(uintptr_t)bias : NULL;
-    float *o = (float *)(uintptr_t)out;
+    quantize_rows(x, m, k, xq, dx, sx);
     int vnni = use_vnni();
     if (sgn && vnni && !amx) /* the signed VNNI kernels read xq + 128 */
         offset_for_signed(xq, (size_t)(m * k));
@@ -1236,8 +1228,32 @@ static PyObject *qd_linear(PyObject *self, PyObject *args) {
     if (vnni) run_vnni(xq, dx, sx, one ? (int8_t *)(scratch + xbytes + floats * sizeof(float)) : NULL,
                        m, k, w, n, b, o, threads, sgn);
     else run_avx2(xq, dx, sx, m, k, w, n, b, o, threads, sgn, narrow);
-    Py_END_ALLOW_THREADS
     free(scratch);
+    return 0;
+}
+#endif
+
+static PyObject *qd_linear(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long long x, packed, bias, out;
+    Py_ssize_t m, k, n;
+    int threads, sgn = 0, narrow = 0;
+    if (!PyArg_ParseTuple(args, "KnnKnKKi|pp", &x, &m, &k, &packed, &n, &bias, &out, &threads,
+                          &sgn, &narrow))
+        return NULL;
+    if (m < 0 || !shape_ok("linear", n, k)) return NULL;
+#if QD_X86
+    if (!cpu_avx2()) {
+        PyErr_SetString(PyExc_RuntimeError, "qdot needs a CPU with AVX2 and FMA");
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = linear_run((const float *)(uintptr_t)x, m, k, (const uint8_t *)(uintptr_t)packed, n,
+                    bias ? (const float *)(uintptr_t)bias : NULL, (float *)(uintptr_t)out,
+                    threads, sgn, narrow);
+    Py_END_ALLOW_THREADS
+    if (rc != 0) return PyErr_NoMemory();
     Py_RETURN_NONE;
 #else
     (void)x; (void)packed; (void)bias; (void)out; (void)threads; (void)sgn; (void)narrow;
@@ -1312,4 +1328,28 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "qdot",
                                     "dot products (AVX2, AVX-512 VNNI).",
                                     -1, METHODS};
 
-PyMODINIT_FUNC PyInit_qdot(void) { return PyModule_Create(&MODULE); }
+/* The capsule other native modules call linear_run through (x86-64 builds only). */
+static int linear_ok(void) {
+#if QD_X86
+    return cpu_avx2();
+#else
+    return 0;
+#endif
+}
+
+PyMODINIT_FUNC PyInit_qdot(void) {
+    PyObject *mod = PyModule_Create(&MODULE);
+    if (mod == NULL) return NULL;
+#if QD_X86
+    static const QdotLinearAPI api = {linear_ok, linear_run};
+    PyObject *cap = PyCapsule_New((void *)&api, "structspec._native.qdot._linear", NULL);
+    if (cap == NULL || PyModule_AddObject(mod, "_linear", cap) < 0) {
+        Py_XDECREF(cap);
+        Py_DECREF(mod);
+        return NULL;
+    }
+#else
+    (void)linear_ok;
+#endif
+    return mod;
+}

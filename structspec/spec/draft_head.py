@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
+from structspec import _native
 from structspec.errors import StructSpecError
 from structspec.hf_compat import base_model
 from structspec.spec.drafters import register_drafter
@@ -287,6 +288,30 @@ class DraftHead:
         #: Per step block, what :meth:`step`'s lean path reads (``None``: the modules' path).
         self._lean = self._lean_blocks()
         self._lean_logits = isinstance(self.reduced, PackedLinear) and self.reduced.int8
+        # Where the native kernels run, a step and a level's choices are one call each
+        # (structspec/_native/headstep.c: right after a verification pass every torch
+        # operator's first call is cold, 15-40 us each).
+        hs = _native.runnable("headstep") if device.type == "cpu" else None
+        #: Per step block, headstep.step's arguments after the state's (``None``: torch's).
+        self._native_blocks: list[tuple[Any, ...]] | None = None
+        if hs is not None and self._lean is not None:
+            hidden = self.net.hidden_size
+            self._native_blocks = []
+            for weights, eps, fc1, fc2 in self._lean:
+                if fc1.in_features != 2 * hidden or fc2.out_features != hidden \
+                        or fc2.in_features != fc1.out_features:
+                    self._native_blocks = None
+                    break
+                p1, d, b1, sgn1, nar1 = fc1.native_args()
+                p2, _, b2, sgn2, nar2 = fc2.native_args()
+                self._native_blocks.append((weights.data_ptr(), eps, p1, d, b1, sgn1, nar1,
+                                            p2, b2, sgn2, nar2))
+        #: headstep.top's arguments after the states' (``None``: torch's ops).
+        self._native_top: tuple[Any, ...] | None = None
+        if hs is not None and self._lean_logits:
+            panels, rows, _, sgn, nar = cast("PackedLinear", self.reduced).native_args()
+            self._native_top = (panels, rows, sgn, nar)
+        self._headstep = hs
 
     def _lean_blocks(self) -> list[tuple[torch.Tensor, float, Any, Any]] | None:
         """``(norm weights [2, H], eps, fc1, fc2)`` per block where every block's inner
@@ -373,6 +398,22 @@ class DraftHead:
         return self.net.step(s, e, inplace=True)
 
     def _lean_step(self, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        """:meth:`DraftHeadNet.step` on the integer layers: one native call per block where
+        headstep runs (its numbers to float rounding), else :meth:`_torch_step`'s."""
+        blocks = self._native_blocks
+        if blocks is None:
+            return self._torch_step(s, e)
+        hs, (n, hidden) = self._headstep, s.shape
+        e = e.contiguous()
+        threads = torch.get_num_threads()
+        for wn, eps, p1, d, b1, sgn1, nar1, p2, b2, sgn2, nar2 in blocks:
+            out = torch.empty(n, hidden, dtype=torch.float32)
+            hs.step(s.data_ptr(), e.data_ptr(), n, hidden, wn, eps, p1, d, b1, sgn1, nar1, p2,
+                    b2, sgn2, nar2, out.data_ptr(), threads)
+            s = out
+        return s
+
+    def _torch_step(self, s: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
         """:meth:`DraftHeadNet.step`'s numbers, bit for bit, in fewer operator calls: both
         norms in one (a norm without weight, times the two weights, is how torch's norm
         computes them), the integer layers without their module calls, the activation and
@@ -395,6 +436,22 @@ class DraftHead:
         if self._lean_logits and s.device.type == "cpu" and s.dim() == 2:
             return cast("PackedLinear", self.reduced).int8_rows(s.contiguous())
         return self.reduced.forward(s)
+
+    @torch.inference_mode()
+    def top(self, s: torch.Tensor, k: int) -> tuple[list[list[float]], list[list[int]]]:
+        """Each row of states ``s`` ``[n, H]``: its ``k`` likeliest reduced-vocabulary
+        entries as log-probabilities, descending, and their indices into :attr:`vocab`
+        (fewer where the reduced vocabulary has fewer). What a drafted level chooses from."""
+        k = min(k, len(self.vocab_ids))
+        native = self._native_top
+        if native is not None and s.device.type == "cpu" and s.dim() == 2 and 0 < k <= 64:
+            s = s.float().contiguous()
+            panels, rows, sgn, nar = native
+            return cast("tuple[list[list[float]], list[list[int]]]", self._headstep.top(
+                s.data_ptr(), s.shape[0], s.shape[1], panels, rows, sgn, nar, k,
+                torch.get_num_threads()))
+        best = torch.topk(torch.log_softmax(self.logits(s), -1), k)  # [n, k]
+        return best.values.tolist(), best.indices.tolist()
 
 
 _PACKAGED: dict[int, tuple[Any, DraftHead | None]] = {}
@@ -604,10 +661,8 @@ class DraftHeadDrafter:
         states = s  # [m, H]
         floor = -math.inf  # the room-th best cumulative logp so far: deeper can only be less
         for level in range(max_depth):
-            logp_all = torch.log_softmax(head.logits(states), -1)  # [m, Vr]
             k = width if level < branch_levels else 1
-            top = torch.topk(logp_all, min(k + _SPARE, logp_all.shape[-1]))  # [m, k+spare]
-            top_lp, top_idx = top.values.tolist(), top.indices.tolist()
+            top_lp, top_idx = head.top(states, k + _SPARE)  # [m][<= k + spare] each
             new: list[int] = []
             for row, parent in enumerate(layer):
                 pcum, pstate = ((0.0, builder.states[frontier]) if parent < 0

@@ -290,6 +290,18 @@ class PackedLinear(nn.Module):
             self._int8_into(x, rows, out)
         return out
 
+    def native_args(self) -> tuple[int, int, int, bool, bool]:
+        """``(panels, out_features, bias, signed, narrow)``: what a native caller of qdot's
+        integer linear passes for this layer (addresses as integers, ``0`` for no bias; the
+        layer keeps the memory alive). See ``structspec/_native/headstep.c``.
+
+        Raises:
+            ValueError: the layer has no integer panels (:attr:`int8`)."""
+        if self._ipacked is None:
+            raise ValueError("native_args needs a layer on integer panels (PackedLinear.int8)")
+        return (self._ipacked.data_ptr(), self.out_features,
+                0 if self._bias is None else self._bias.data_ptr(), self._signed, self._narrow)
+
     def _int8_into(self, x: torch.Tensor, rows: int, out: torch.Tensor) -> None:
         """The integer kernel on ``rows`` contiguous float32 rows of ``x`` into ``out``."""
         assert self._ipacked is not None  # both callers checked
