@@ -331,7 +331,8 @@ class DraftHead:
         if hs is not None and self._lean_logits:
             panels, rows, _, sgn, nar = cast("PackedLinear", self.reduced).native_args()
             self._native_top = (panels, rows, sgn, nar)
-        self._headstep = hs
+        #: The native module (``None``: not built, or not runnable here).
+        self._headstep: Any = hs
 
     def _lean_blocks(self) -> list[tuple[torch.Tensor, float, Any, Any]] | None:
         """``(norm weights [2, H], eps, fc1, fc2)`` per block where every block's inner
@@ -467,9 +468,9 @@ class DraftHead:
         if native is not None and s.device.type == "cpu" and s.dim() == 2 and 0 < k <= 64:
             s = s.float().contiguous()
             panels, rows, sgn, nar = native
-            return cast("tuple[list[list[float]], list[list[int]]]", self._headstep.top(
-                s.data_ptr(), s.shape[0], s.shape[1], panels, rows, sgn, nar, k,
-                torch.get_num_threads()))
+            vals, ids = self._headstep.top(s.data_ptr(), s.shape[0], s.shape[1], panels, rows,
+                                           sgn, nar, k, torch.get_num_threads())
+            return vals, ids
         best = torch.topk(torch.log_softmax(self.logits(s), -1), k)  # [n, k]
         return best.values.tolist(), best.indices.tolist()
 
