@@ -507,6 +507,29 @@ def test_the_native_step_and_choices_match_torchs(tiny, blocks):
         assert head.top(s[:0], 3) == ([], [])
 
 
+def test_the_native_choices_break_ties_to_the_lower_id(tiny):
+    """Two reduced-vocabulary entries with the same output row tie everywhere: the native
+    choices list the lower index first, both with the same log-probability (torch's top-k
+    leaves the order of ties unspecified; the head's drafts should not depend on it)."""
+    from structspec import _native
+
+    model, *_ = tiny
+    model = copy.deepcopy(model)
+    vocab = random_draft_head(model, seed=6, hidden_dim=64).vocab
+    out = model.get_output_embeddings().weight
+    direction = torch.randn(out.shape[1], generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out[vocab[5]] = out[vocab[9]] = direction  # the same row twice
+        out.copy_(torch.from_numpy(_q8(out)))
+    head = random_draft_head(model, seed=6, hidden_dim=64)
+    if _native.runnable("headstep") is None or head._native_top is None:
+        pytest.skip("the native head choices do not run here")
+    with torch.inference_mode():
+        vals, idx = head.top((direction * 4)[None], 3)
+    assert idx[0][:2] == [5, 9]
+    assert vals[0][0] == vals[0][1] > vals[0][2]
+
+
 def test_the_native_head_calls_refuse_bad_shapes():
     """headstep checks its shapes and says which (the caller's layers are its job)."""
     from structspec import _native
