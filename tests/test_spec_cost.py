@@ -24,6 +24,7 @@ from structspec.spec.cost import (
     measure_cost_curve,
     memory_use,
     node_floor,
+    plan_first_tree,
     plan_tree,
 )
 from structspec.spec.schedule import Scheduler
@@ -304,6 +305,49 @@ def test_scheduler_plan_prunes():
     cheap = Scheduler(16, 8, curve=FLAT)
     assert cheap.plan(tree, 1) is tree
     assert Scheduler(16, 8).plan(tree, 1) is tree  # no curve: no plan
+
+
+def test_the_first_tree_keeps_the_nodes_whose_rows_pay():
+    """A request's first tree rides on the prompt's prefill: a node costs a row (the curve's
+    mean cost per node) and stays where its estimate times a token's worth (half a one-node
+    pass) covers it; the forced chain always stays, and what is kept is ancestor-closed."""
+    curve = CostCurve((1, 33), (1.0, 3.0))  # a row: 1/16 of a one-node pass
+    tree = _tree([-1, 0, 1, 2, 1, 4, 1], ["forced", "values", "values", "values_alt",
+                                          "values_alt", "lookup"])
+    # threshold: p * 0.5 >= 0.0625, i.e. p >= 0.125
+    probs = [1.0, 0.9, 0.6, 0.3, 0.1, 0.05, 0.2]
+    plan = plan_first_tree(tree, 1, probs, curve)
+    assert plan.keep == (2, 3, 6)
+    assert plan_first_tree(tree, 1, probs, CostCurve((1,), (1.0,))).keep == (2, 3, 4, 5, 6)
+    s = Scheduler(16, 8, curve=curve, acceptance=AcceptanceModel(prior=0.3))
+    kept = s.plan(tree, 1, first=True)  # one below the frontier 0.27, two below 0.08
+    assert kept.tokens == (0, 1, 2, 4, 6) and s.planned == [3]
+    assert s.plan(tree, 1, keep_all=True) is tree
+
+
+def test_first_trees_teach_their_own_rates():
+    """What the drafters' nodes one below the frontier of first trees did is learned apart
+    (:meth:`AcceptanceModel.start_rate`, from the depth-1 rate as its prior), from the tree
+    as drafted, the model's next token included; the later passes' rates learn as before."""
+    acc = AcceptanceModel(prior=0.5)
+    tree = _tree([-1, 0, 1, 1, 2], ["forced", "lookup", "values", "lookup"])
+    assert acc.start_rate("lookup") == acc.rate("lookup", 1) == 0.5
+    for _ in range(6):  # the model took neither first-pass guess
+        acc.record_start(tree, (0, 1), 1, next_token=99)
+    assert acc.start_rate("lookup") < 0.15 and acc.start_rate("values") < 0.15
+    assert acc.start_rate("closers") == acc.rate("closers", 1)
+    acc.record_start(tree, (0, 1, 3), 1, next_token=99)  # values accepted: it climbs back
+    assert acc.start_rate("values") > acc.start_rate("lookup")
+    hit = AcceptanceModel()
+    hit.record_start(tree, (0, 1), 1, next_token=2)  # node 2 holds token 2: a hit
+    assert hit.start_rate("lookup") > 0.5
+    probs = hit.node_probabilities(tree, 1, first=True)
+    assert probs[2] == pytest.approx(hit.chain_rate() * hit.start_rate("lookup"))
+    assert hit.node_probabilities(tree, 1)[2] == pytest.approx(
+        hit.chain_rate() * hit.rate("lookup", 1))
+    s = Scheduler(16, 8, curve=STEEP, acceptance=acc)
+    s.record_tree(tree, (0, 1), 1, next_token=99)  # a later pass: no start record
+    assert acc.start["lookup"][0] == pytest.approx(sum(0.97 ** k for k in range(7)), rel=0.05)
 
 
 def test_memory_pressure_halves_the_budget():

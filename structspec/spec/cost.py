@@ -462,6 +462,9 @@ class AcceptanceModel:
         self.fade = fade
         self.counts: dict[tuple[str, int], list[float]] = {}  # -> [proposed, accepted]
         self.chain = [0.0, 0.0]  # forced-chain nodes: [proposed, accepted]
+        # A request's first tree, its nodes one below the frontier, per source: [proposed,
+        # accepted] (:meth:`start_rate`).
+        self.start: dict[str, list[float]] = {}
         self.scored = [0.0, 0.0]  # scored nodes: [sum of their scores, accepted]
         # How the model tokenizes forced text: (context, canonical token) -> {chosen: weight}.
         self.splits: dict[tuple[bytes, bytes], dict[int, float]] = {}
@@ -545,6 +548,36 @@ class AcceptanceModel:
         proposed, accepted = self.counts.get((source, depth), (0.0, 0.0))
         return (accepted + self.strength * prior) / (proposed + self.strength)
 
+    def start_rate(self, source: str) -> float:
+        """P(a ``source`` node one below the frontier of a request's *first* tree is
+        accepted | its parent is). The first tree drafts from the prompt alone, and there the
+        drafters fare otherwise than along the output: the lookup echoes a chat prompt's
+        question (prose: 0 of 160 accepted) where it continues a code prompt (a third),
+        a JSON call's second-ranked literals are seldom its first value (4%). The prior is
+        the drafter's rate at depth 1, worth ``strength`` observations."""
+        proposed, accepted = self.start.get(source, (0.0, 0.0))
+        return (accepted + self.strength * self.rate(source, 1)) / (proposed + self.strength)
+
+    def record_start(self, tree: DraftTree, path: Sequence[int], frontier_depth: int,
+                     next_token: int | None = None) -> None:
+        """Learn :meth:`start_rate` from a request's first tree (as drafted; ``path`` and
+        ``next_token`` as :meth:`record` takes them): its nodes one below the frontier whose
+        parent was accepted. Older first trees fade by ``decay`` per request."""
+        on_path = set(path)
+        last = path[-1] if path else 0
+        depths = speculative_depths(tree, frontier_depth)
+        for c in self.start.values():
+            c[0] *= self.decay
+            c[1] *= self.decay
+        for i in range(1, len(tree)):
+            if depths[i] != 1 or tree.parents[i] not in on_path:
+                continue
+            hit = i in on_path or (next_token is not None and tree.parents[i] == last
+                                   and tree.tokens[i] == next_token)
+            c = self.start.setdefault(tree.sources[i], [0.0, 0.0])
+            c[0] += 1.0
+            c[1] += hit
+
     def score_factor(self) -> float:
         """How scored nodes fare against their scores: accepted / expected over the scored
         nodes whose parent was accepted (prior 1.0, worth 4 expected acceptances), within
@@ -556,9 +589,11 @@ class AcceptanceModel:
         """P(a forced-chain node is accepted | its parent is) (prior 0.9)."""
         return (self.chain[1] + 0.9 * self.strength) / (self.chain[0] + self.strength)
 
-    def node_probabilities(self, tree: DraftTree, frontier_depth: int) -> list[float]:
+    def node_probabilities(self, tree: DraftTree, frontier_depth: int, *,
+                           first: bool = False) -> list[float]:
         """Estimated P(node accepted) per node: the product of the conditional rates along
-        its path (the root: ``1.0``)."""
+        its path (the root: ``1.0``). ``first``: ``tree`` is a request's first, whose nodes
+        one below the frontier take :meth:`start_rate`."""
         probs = [1.0] * len(tree)
         chain_rate = self.chain_rate()
         factor = self.score_factor() if tree.scores else 1.0
@@ -568,6 +603,8 @@ class AcceptanceModel:
             score = tree.score(i) if d > 0 else None
             if score is not None:
                 rate = min(1.0, score * factor)
+            elif first and d == 1:
+                rate = self.start_rate(tree.sources[i])
             else:
                 rate = chain_rate if d <= 0 else self.rate(tree.sources[i], d)
             probs[i] = probs[tree.parents[i]] * rate
@@ -650,6 +687,29 @@ def node_floor(curve: CostCurve, fraction: float = 0.5) -> float:
     if last <= first:
         return 0.0
     return max(0.0, fraction * (curve(last) - curve(first)) / (last - first))
+
+
+#: What a token accepted in a request's first pass is worth, as a share of a one-node pass:
+#: about what a token costs in the later passes (session 62, this project's Zen 4: JSON calls
+#: ~5.8 ms, code ~6.2, prose ~9, against a one-node pass of ~14 ms).
+FIRST_TOKEN_VALUE = 0.5
+
+
+def plan_first_tree(tree: DraftTree, frontier_depth: int, probs: Sequence[float],
+                    curve: CostCurve, *, value: float = FIRST_TOKEN_VALUE) -> Plan:
+    """The speculative nodes worth adding to a request's first pass, which prefills the
+    prompt: the pass is paid for anyway, so a node there costs a row — the curve's mean cost
+    per node (:func:`node_floor` at 1) — and is kept where its estimated acceptance times a
+    token's worth (``value`` one-node passes) covers that. :func:`plan_tree`'s tokens per
+    second would keep nearly every node (the prompt's rows dwarf the tree's), as the first
+    pass did before session 62: prose's first trees, 8 nodes each, were never accepted. The
+    kept set is ancestor-closed (a node is never likelier than its parent). Pure."""
+    depths = speculative_depths(tree, frontier_depth)
+    row = node_floor(curve, 1.0)
+    worth = value * curve(1)
+    keep = tuple(i for i in range(len(tree)) if depths[i] > 0 and probs[i] * worth >= row)
+    base = sum(1 for d in depths if d <= 0)
+    return Plan(keep, 1.0 + sum(probs[i] for i in keep), curve(base + len(keep)))
 
 
 def plan_tree(tree: DraftTree, frontier_depth: int, probs: Sequence[float], curve: CostCurve,

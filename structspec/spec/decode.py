@@ -315,7 +315,7 @@ def speculative_decode(
             stats.verify_seconds += (t2 - t1) + (t4 - t3)
             stats.mask_seconds += t3 - t2
             _record(stats, scheduler, gate, built, tree, acc.path, frontier_depth,
-                    None if acc.token is None else int(acc.token))
+                    None if acc.token is None else int(acc.token), first=first)
 
             accepted = [tree.tokens[i] for i in acc.path[1:]]
             if config.enabled and config.forced:  # how the model tokenized forced text
@@ -425,13 +425,13 @@ def _draft(
                           active=None if budget.probe else gate.active)
     frontier_depth = builder.depths[frontier]
     built = builder.freeze()
-    return (built, scheduler.plan(built, frontier_depth, keep_all=first, context=context),
+    return (built, scheduler.plan(built, frontier_depth, first=first, context=context),
             frontier_depth)
 
 
 def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, built: DraftTree,
             tree: DraftTree, path: tuple[int, ...], frontier_depth: int,
-            next_token: int | None = None) -> None:
+            next_token: int | None = None, *, first: bool = False) -> None:
     """Update per-drafter / per-depth stats for the verified ``tree``; tell the scheduler
     (the tree as drafted, and ``next_token``, the model's choice after the path: its
     acceptance statistics learn from the nodes the plan dropped too) and the gate how it
@@ -465,7 +465,8 @@ def _record(stats: SpecStats, scheduler: Scheduler, gate: DrafterGate, built: Dr
         if name in proposed:
             proposed[name] = True
     gate.record(proposed)
-    scheduler.record_tree(tree, path, frontier_depth, built=built, next_token=next_token)
+    scheduler.record_tree(tree, path, frontier_depth, built=built, next_token=next_token,
+                          first=first)
 
 
 def _place(names: tuple[str, ...], name: str, used: bool, *, after: tuple[str, ...],

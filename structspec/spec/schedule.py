@@ -36,6 +36,7 @@ from structspec.spec.cost import (
     AcceptanceModel,
     CostCurve,
     node_floor,
+    plan_first_tree,
     plan_tree,
     speculative_depths,
 )
@@ -149,20 +150,22 @@ class Scheduler:
         return Budget(nodes, branches, probe)
 
     def plan(self, tree: DraftTree, frontier_depth: int, *, keep_all: bool = False,
-             context: int = 0) -> DraftTree:
-        """The part of ``tree`` worth verifying: without a cost curve (or with ``keep_all``,
-        e.g. for the pass that also prefills the prompt, whose cost the curve does not
-        describe), all of it; with one, the speculative nodes that maximize expected tokens
-        per second on ``context`` cached tokens (:meth:`CostCurve.at`; the root and the
-        forced chain are always kept). Pure apart from recording the choice."""
+             first: bool = False, context: int = 0) -> DraftTree:
+        """The part of ``tree`` worth verifying: without a cost curve (or with ``keep_all``),
+        all of it; with one, the speculative nodes that maximize expected tokens per second
+        on ``context`` cached tokens (:meth:`CostCurve.at`), or for a request's ``first``
+        tree, which rides on the prompt's prefill, those whose rows pay for themselves
+        (:func:`plan_first_tree`). The root and the forced chain are always kept. Pure apart
+        from recording the choice."""
         depths = speculative_depths(tree, frontier_depth)
         speculative = sum(1 for d in depths if d > 0)
         if self.curve is None or speculative == 0 or keep_all:
             self.planned.append(speculative)
             return tree
         curve, floor = self._curve_at(context)
-        probs = self.acceptance.node_probabilities(tree, frontier_depth)
-        plan = plan_tree(tree, frontier_depth, probs, curve, floor=floor)
+        probs = self.acceptance.node_probabilities(tree, frontier_depth, first=first)
+        plan = (plan_first_tree(tree, frontier_depth, probs, curve) if first
+                else plan_tree(tree, frontier_depth, probs, curve, floor=floor))
         self.planned.append(plan.speculative_nodes)
         if plan.speculative_nodes == speculative:
             return tree
@@ -182,17 +185,19 @@ class Scheduler:
         return hit
 
     def record_tree(self, tree: DraftTree, path: tuple[int, ...], frontier_depth: int, *,
-                    built: DraftTree | None = None, next_token: int | None = None) -> None:
+                    built: DraftTree | None = None, next_token: int | None = None,
+                    first: bool = False) -> None:
         """Report one verified tree and its accepted path (root first): feeds the acceptance
         statistics the plan uses, and the hit rate. ``built``: the tree as drafted, before
         :meth:`plan` dropped nodes, and ``next_token`` the model's choice after the path:
         the acceptance statistics then learn from the dropped nodes too
-        (:meth:`AcceptanceModel.record`)."""
-        if built is None or built is tree:
-            self.acceptance.record(tree, path, frontier_depth, next_token)
-        else:
-            self.acceptance.record(built, _same_path(built, tree, path), frontier_depth,
-                                   next_token)
+        (:meth:`AcceptanceModel.record`); ``first``: the request's first tree, which also
+        teaches :meth:`AcceptanceModel.start_rate`."""
+        drafted, drafted_path = ((tree, path) if built is None or built is tree
+                                 else (built, _same_path(built, tree, path)))
+        self.acceptance.record(drafted, drafted_path, frontier_depth, next_token)
+        if first:
+            self.acceptance.record_start(drafted, drafted_path, frontier_depth, next_token)
         depths = speculative_depths(tree, frontier_depth)
         self.record(sum(1 for d in depths if d > 0), sum(1 for i in path if depths[i] > 0))
 
