@@ -31,6 +31,8 @@
 #include <string.h>
 #include <math.h>
 
+#include "vexp.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define AT_X86 1
 #include <immintrin.h>
@@ -46,28 +48,6 @@ enum { MASK_NONE = 0, MASK_CAUSAL = 1, MASK_FLOAT = 2, MASK_BOOL = 3 };
 
 #if AT_X86
 #define AT_Z512 "avx2,fma,avx512f,avx512vl,avx512dq"
-/* exp(x) for a vector of floats, the same polynomial in every lane (Cephes' expf: range
- * reduction by ln 2 in two parts, degree-5 polynomial; ~1 ulp). x <= 0 here (scores minus
- * their max). One body for both widths (exp8, exp16): a row's softmax must see the same
- * operations whichever width its keys were in. */
-#define EXP_FN(NAME, TGT, VT, VIT, P, ROUND, CASTI)                                        \
-    __attribute__((target(TGT))) static inline VT NAME(VT x) {                             \
-        const VT hi = P##_set1_ps(88.3762626647949f), lo = P##_set1_ps(-87.3365447505f);   \
-        x = P##_min_ps(P##_max_ps(x, lo), hi);                                             \
-        VT fx = ROUND(P##_mul_ps(x, P##_set1_ps(1.44269504088896341f)),                    \
-                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);                      \
-        x = P##_fnmadd_ps(fx, P##_set1_ps(0.693359375f), x);                               \
-        x = P##_fnmadd_ps(fx, P##_set1_ps(-2.12194440e-4f), x);                            \
-        VT y = P##_set1_ps(1.9875691500e-4f);                                              \
-        y = P##_fmadd_ps(y, x, P##_set1_ps(1.3981999507e-3f));                             \
-        y = P##_fmadd_ps(y, x, P##_set1_ps(8.3334519073e-3f));                             \
-        y = P##_fmadd_ps(y, x, P##_set1_ps(4.1665795894e-2f));                             \
-        y = P##_fmadd_ps(y, x, P##_set1_ps(1.6666665459e-1f));                             \
-        y = P##_fmadd_ps(y, x, P##_set1_ps(5.0000001201e-1f));                             \
-        y = P##_fmadd_ps(y, P##_mul_ps(x, x), P##_add_ps(x, P##_set1_ps(1.0f)));           \
-        VIT e = P##_slli_epi32(P##_add_epi32(P##_cvtps_epi32(fx), P##_set1_epi32(127)), 23); \
-        return P##_mul_ps(y, CASTI(e));                                                    \
-    }
 EXP_FN(exp8, "avx2,fma", __m256, __m256i, _mm256, _mm256_round_ps, _mm256_castsi256_ps)
 EXP_FN(exp16, AT_Z512, __m512, __m512i, _mm512, _mm512_roundscale_ps, _mm512_castsi512_ps)
 

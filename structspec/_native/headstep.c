@@ -13,8 +13,8 @@
  *
  * Numbers: the head's numbers only rank drafts (every drafted token is verified by the
  * target), so these need not match torch's bit for bit; they match them to float rounding
- * (tests compare both). The norm sums in double; exp is a Cephes-style polynomial
- * (relative error ~1e-7) where AVX2 runs, expf elsewhere.
+ * (tests compare both). The norm sums in double; exp is attend.c's vector polynomial
+ * (vexp.h, ~1 ulp) where AVX2 runs, expf elsewhere.
  *
  *     step(s, e, m, h, normw, eps, fc1, d, b1, sgn1, narrow1, fc2, b2, sgn2, narrow2, out,
  *          threads):
@@ -39,6 +39,8 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HS_X86 1
 #include <immintrin.h>
+
+#include "vexp.h"
 #else
 #define HS_X86 0
 #endif
@@ -48,26 +50,8 @@
 static const QdotLinearAPI *qd = NULL;
 
 #if HS_X86
-/* exp of 8 floats (Cephes' expf polynomial, as in avx_mathfun): inputs clamped to
- * [-87.3, 88.3], NaN read as the lower bound. */
-__attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
-    __m256 fx = _mm256_floor_ps(
-        _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), x);
-    y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
-    __m256i n = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(n));
-}
+/* attend.c's vector exp (vexp.h): inputs clamped to [-87.34, 88.38]. */
+EXP_FN(exp8, "avx2,fma", __m256, __m256i, _mm256, _mm256_round_ps, _mm256_castsi256_ps)
 
 /* v = v / (1 + exp(-v)), n floats in place. */
 __attribute__((target("avx2,fma"))) static void silu_avx2(float *v, Py_ssize_t n) {
