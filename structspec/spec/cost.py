@@ -32,7 +32,7 @@ import os
 import statistics
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -563,17 +563,13 @@ class AcceptanceModel:
         """Learn :meth:`start_rate` from a request's first tree (as drafted; ``path`` and
         ``next_token`` as :meth:`record` takes them): its nodes one below the frontier whose
         parent was accepted. Older first trees fade by ``decay`` per request."""
-        on_path = set(path)
-        last = path[-1] if path else 0
         depths = speculative_depths(tree, frontier_depth)
         for c in self.start.values():
             c[0] *= self.decay
             c[1] *= self.decay
-        for i in range(1, len(tree)):
-            if depths[i] != 1 or tree.parents[i] not in on_path:
+        for i, hit in _outcomes(tree, path, next_token):
+            if depths[i] != 1:
                 continue
-            hit = i in on_path or (next_token is not None and tree.parents[i] == last
-                                   and tree.tokens[i] == next_token)
             c = self.start.setdefault(tree.sources[i], [0.0, 0.0])
             c[0] += 1.0
             c[1] += hit
@@ -631,18 +627,12 @@ class AcceptanceModel:
         never accepted drift back to the prior while it sat out (free text: ``closers`` and
         ``values`` were estimated at 0.1-0.15 after dozens of misses, so the plan kept
         their guesses, 0.5 nodes per pass accepted 1% of the time)."""
-        on_path = set(path)
-        last = path[-1] if path else 0
         depths = speculative_depths(tree, frontier_depth)
         seen: set[int] = set()
         observed: list[tuple[list[float], float, bool]] = []
-        for i in range(1, len(tree)):
-            if tree.parents[i] not in on_path:
-                continue
+        for i, hit in _outcomes(tree, path, next_token):
             d = depths[i]
             c = self.chain if d <= 0 else self.counts.setdefault((tree.sources[i], d), [0.0, 0.0])
-            hit = i in on_path or (next_token is not None and tree.parents[i] == last
-                                   and tree.tokens[i] == next_token)
             observed.append((c, 1.0, hit))
             seen.add(id(c))
             score = tree.score(i) if d > 0 else None
@@ -656,6 +646,20 @@ class AcceptanceModel:
         for c, weight, hit in observed:
             c[0] += weight
             c[1] += hit
+
+
+def _outcomes(tree: DraftTree, path: Sequence[int],
+              next_token: int | None) -> Iterator[tuple[int, bool]]:
+    """``(node, hit)`` for each node of ``tree`` whose parent ``path`` (root first) accepted:
+    a hit where the node is on the path, or holds ``next_token`` (the model's choice after
+    the path) below the path's last node. What :meth:`AcceptanceModel.record` and
+    :meth:`~AcceptanceModel.record_start` learn from. Pure."""
+    on_path = set(path)
+    last = path[-1] if path else 0
+    for i in range(1, len(tree)):
+        if tree.parents[i] in on_path:
+            yield i, i in on_path or (next_token is not None and tree.parents[i] == last
+                                      and tree.tokens[i] == next_token)
 
 
 @dataclass(frozen=True)
