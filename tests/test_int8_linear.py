@@ -399,6 +399,10 @@ def test_int8_rows_gives_forwards_bits_and_refuses_layers_without_integer_panels
     lossless = fl.PackedLinear(nn.Linear(48, 10).eval(), "panel_int8")
     with pytest.raises(ValueError, match="integer panels"), torch.inference_mode():
         lossless.int8_rows(torch.randn(2, 48))
+    panels, out, bias, sgn, _ = layer.native_args()  # what a native caller passes
+    assert panels and out == 40 and bias == layer._bias.data_ptr() and sgn == signed
+    with pytest.raises(ValueError, match="integer panels"):
+        lossless.native_args()
 
 
 def test_layers_it_cannot_run_keep_the_lossless_panels():
