@@ -248,6 +248,22 @@ def _check_grammar(args: argparse.Namespace, prefix: str | None, suffix: str | N
     return grammar
 
 
+def summary_line(s: Any) -> str:
+    """The stderr summary of one request's stats: tokens, time, rate, passes, prompt size.
+    The rate is the decoding rate after the prompt's pass, so named; where no pass followed
+    the prompt's (a short or mostly forced output), the overall rate instead — the decoding
+    rate of a few forced tokens committed in a millisecond would read as thousands a
+    second."""
+    if s.forward_passes > 1:
+        rate = f"{s.tokens_per_second:.1f} tokens/s after a {s.prefill_seconds:.2f}-s prompt pass"
+    else:
+        overall = s.new_tokens / s.seconds if s.seconds > 0 else 0.0
+        rate = f"{overall:.1f} tokens/s, all from the prompt's pass"
+    passes = "forward pass" if s.forward_passes == 1 else "forward passes"
+    return (f"{s.new_tokens} tokens in {s.seconds:.2f} s ({rate}), {s.forward_passes} "
+            f"{passes}, prompt {s.prompt_tokens} tokens")
+
+
 def _generate(args: argparse.Namespace) -> int:
     prefix = _read_text("--prefix-file", args.prefix_file)
     suffix = _read_text("--suffix-file", args.suffix_file)
@@ -318,12 +334,7 @@ def _generate(args: argparse.Namespace) -> int:
         sys.stdout.write(result.text)
         sys.stdout.flush()
     s = result.stats
-    print(
-        f"structspec: {s.new_tokens} tokens in {s.seconds:.2f} s "
-        f"({s.tokens_per_second:.1f} tokens/s), {s.forward_passes} forward passes, "
-        f"prompt {s.prompt_tokens} tokens, model {generator.loaded.name}",
-        file=sys.stderr,
-    )
+    print(f"structspec: {summary_line(s)}, model {generator.loaded.name}", file=sys.stderr)
     if args.stats:
         # "totals": every attempt of the request (a lenient schema's retries included)
         print(json.dumps({"attempts": result.attempts, **s.as_dict(),

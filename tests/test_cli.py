@@ -10,7 +10,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from structspec.cli import main
+from structspec.cli import main, summary_line
+from structspec.engine import DecodeStats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -212,3 +213,16 @@ def test_tensor_parallel_outside_a_launcher_is_a_clear_error(capsys, monkeypatch
                           '{"type": "string"}', "--prompt", "x")
     assert code != 0 and out == ""
     assert "torchrun" in err
+
+
+def test_summary_names_the_decoding_rate_and_the_overall_one_where_no_pass_followed():
+    # Six tokens from the prompt's pass and the forced text after it: the decoding "rate"
+    # (6 tokens in 1 ms) would read as thousands a second; the overall one is what happened.
+    one = DecodeStats(prompt_tokens=48, new_tokens=6, forward_passes=1, seconds=0.45,
+                      prefill_seconds=0.449)
+    assert summary_line(one) == ("6 tokens in 0.45 s (13.3 tokens/s, all from the prompt's "
+                                 "pass), 1 forward pass, prompt 48 tokens")
+    many = DecodeStats(prompt_tokens=48, new_tokens=50, forward_passes=20, seconds=2.7,
+                       prefill_seconds=0.2)
+    assert summary_line(many) == ("50 tokens in 2.70 s (20.0 tokens/s after a 0.20-s prompt "
+                                  "pass), 20 forward passes, prompt 48 tokens")
