@@ -16,7 +16,8 @@ _NATIVE = _HERE / "structspec" / "_native"
 _SOURCES = sorted(_NATIVE.glob("*.c"))
 # Kernels that split their work over threads (OpenMP; the soname matches the libgomp torch
 # loads, so both share one runtime).
-_OPENMP = {"smallgemm": ["-fopenmp"], "attend": ["-fopenmp"], "qdot": ["-fopenmp"]}
+_OPENMP = {"smallgemm": ["-fopenmp"], "attend": ["-fopenmp"], "qdot": ["-fopenmp"],
+           "promptdot": ["-fopenmp"]}
 _HEADERS = [str(h.relative_to(_HERE)) for h in sorted(_NATIVE.glob("*.h"))]  # shared by all
 
 setup(

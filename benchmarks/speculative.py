@@ -115,6 +115,7 @@ from structspec.spec.habits import fresh_acceptance  # noqa: E402
 from structspec.spec.hugepages import huge_page_mb  # noqa: E402
 from structspec.spec.kv_cache import use_roomy  # noqa: E402
 from structspec.spec.prefix import PrefixCache  # noqa: E402
+from structspec.spec.prompt_rows import prompt_panel_count  # noqa: E402
 from structspec.spec.rope import native_rotary_active  # noqa: E402
 
 BFCL = ROOT.parent / "shared" / "data" / "bfcl" / "bfcl_dev.jsonl"
@@ -490,6 +491,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-huge-pages", action="store_true",
                     help="leave the packed weights in ordinary pages (same outputs; for A/B "
                          "runs of the huge-page arena)")
+    ap.add_argument("--no-prompt-panels", action="store_true",
+                    help="prefill prompts on the shared integer kernels instead of the prompt "
+                         "rows' coarser blocks (structspec.spec.prompt_rows; A/B timing)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="runs per variant, each from the same acceptance statistics; the "
@@ -566,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_pack:  # as a Generator does (no-ops off CPU)
         use_fast_cpu_paths(gen.loaded.model, quantized=not args.no_exact_quant,
                            int8_activations=not args.no_int8_activations,
-                           huge_pages=not args.no_huge_pages)
+                           huge_pages=not args.no_huge_pages,
+                           prompt_panels=not args.no_prompt_panels)
     kernel = packed_kernel(gen.loaded.model)
     quantized = quantized_count(gen.loaded.model)
     if args.no_roomy_cache:
@@ -747,6 +752,7 @@ def main(argv: list[str] | None = None) -> int:
         "int8_amx": int8_amx(),
         "roomy_cache": not args.no_roomy_cache,
         "huge_pages_mb": huge_page_mb(gen.loaded.model),
+        "prompt_panels": prompt_panel_count(gen.loaded.model),
         "int8_half_panels": half_panels(),
         "fused_activations": fused_count(gen.loaded.model),
         "native_rotary": native_rotary_active(gen.loaded.model),

@@ -198,7 +198,7 @@ class Generator:
 
             draft = DraftModel.resolve(draft_model, device=device, pack=pack)
             if pack:
-                use_fast_cpu_paths(draft.model)
+                use_fast_cpu_paths(draft.model, prompt_panels=False)
             self.speculation = replace(self.speculation, draft_model=draft)
         if pack:
             use_fast_cpu_paths(self.loaded.model, int8_activations=int8_activations)

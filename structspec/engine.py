@@ -162,6 +162,7 @@ def decode(
     from structspec.spec.draft_head import captured_outputs
     from structspec.spec.kv_cache import decoding_cache
     from structspec.spec.lockstep import refuse_prefix_cache
+    from structspec.spec.prompt_rows import prompt_row_count, prompt_rows
     from structspec.spec.sparse_logits import SparseLogits
 
     if not prompt_ids:
@@ -183,7 +184,8 @@ def decode(
         input_ids = torch.tensor([prompt_ids[reused:]], dtype=torch.long,
                                  device=device)  # [1, P']
         forward = _Pass(model, cache, constraint, sparse, captured, stats)
-        logits = forward(input_ids, constraint.initial)
+        with prompt_rows(prompt_row_count(model, len(prompt_ids) - reused)):
+            logits = forward(input_ids, constraint.initial)
         stats.forward_passes += 1
         if prefix_cache is not None:
             prefix_cache.learn(prompt_ids, cache)

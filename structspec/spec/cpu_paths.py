@@ -18,11 +18,13 @@ from structspec.spec.attention import use_grouped_sdpa
 from structspec.spec.fastlinear import available_kernels, cpu_float32, pack_linears
 from structspec.spec.gated_mlp import use_fused_activation
 from structspec.spec.hugepages import use_huge_pages
+from structspec.spec.prompt_rows import use_prompt_panels
 from structspec.spec.rope import use_native_rotary
 
 
 def use_fast_cpu_paths(model: Any, quantized: bool = True,
-                       int8_activations: bool = True, huge_pages: bool = True) -> Any:
+                       int8_activations: bool = True, huge_pages: bool = True,
+                       prompt_panels: bool = True) -> Any:
     """Pack ``model``'s linears and switch its attention where each applies (a CPU float32
     model; grouped-query sdpa attention); a no-op elsewhere. In place, idempotent; returns
     ``model``. ``quantized``: as :func:`~structspec.spec.fastlinear.pack_linears`.
@@ -30,12 +32,17 @@ def use_fast_cpu_paths(model: Any, quantized: bool = True,
     8-bit activations (``"panel_int8"``, llama.cpp's arithmetic for such weights: faster
     passes, outputs within that rounding of float32 arithmetic) where that kernel runs here;
     the float32 panels otherwise (``False``: always). ``huge_pages``: move the packed
-    panels into transparent huge pages where the OS gives them (same outputs)."""
+    panels into transparent huge pages where the OS gives them (same outputs).
+    ``prompt_panels``: with ``int8_activations``, prompts prefill their rows on coarser
+    integer blocks (:mod:`~structspec.spec.prompt_rows`: a faster prefill, outputs within
+    that rounding; off for a model that never prefills a prompt, such as a draft model)."""
     kernel = None
     if int8_activations and "panel_int8" in available_kernels(approx=True):
         kernel = "panel_int8"
     # a no-op where no kernel runs or the model is not CPU float32
     pack_linears(model, kernel, quantized=quantized)
+    if kernel == "panel_int8" and prompt_panels:
+        use_prompt_panels(model)
     if huge_pages:
         use_huge_pages(model)
     use_grouped_sdpa(model)

@@ -67,6 +67,7 @@ from structspec.spec.literals import field_literals, request_literals, request_t
 from structspec.spec.lockstep import refuse_prefix_cache
 from structspec.spec.ngram import NgramIndex
 from structspec.spec.prefix import PrefixCache
+from structspec.spec.prompt_rows import prompt_row_count, prompt_rows
 from structspec.spec.schedule import DrafterGate, Scheduler
 from structspec.spec.sparse_logits import SparseLogits
 from structspec.spec.stats import SpecStats
@@ -279,8 +280,11 @@ def speculative_decode(
             plan = (None if sparse is None  # (no mask computed here that costs much)
                     else sparse.plan([cheap_allowed(constraint, st) for st in tree.states]))
             tv = time.perf_counter()
-            logits = verify_tree(model, cache, tree, past_len, prefix,
-                                 rows=None if plan is None else plan.full)  # [q or f, V]
+            # The prompt's rows of this pass (the first's, up to its tree): as plain decoding
+            # prefills them (structspec.spec.prompt_rows).
+            with prompt_rows(prompt_row_count(model, len(prompt_ids) - past_len)):
+                logits = verify_tree(model, cache, tree, past_len, prefix,
+                                     rows=None if plan is None else plan.full)  # [q or f, V]
             if not first:
                 if device.type == "cuda":  # the pass's own time, not its launch (the walk
                     torch.cuda.synchronize(device)  # below would wait for it anyway)

@@ -117,7 +117,7 @@ class DraftModel:
             if pack:
                 from structspec.spec.cpu_paths import use_fast_cpu_paths
 
-                use_fast_cpu_paths(spec.model)
+                use_fast_cpu_paths(spec.model, prompt_panels=False)  # (drafts: no prompts)
         if isinstance(spec, LoadedModel):
             return cls(spec.model, spec.tokenizer, name=spec.name)
         return cls(spec, None, name=type(spec).__name__)

@@ -63,6 +63,7 @@ from torch import nn
 from structspec import _native
 from structspec.spec import block_quant
 from structspec.spec.hugepages import release_huge_pages
+from structspec.spec.prompt_rows import PROMPT_ROWS
 
 # The native module, set when the first panel layer is packed (not an attribute of the
 # layers: a module object there would make them impossible to deep-copy).
@@ -94,6 +95,8 @@ QUANT_MAX_ROWS_AVX512 = 8
 _QUANT_MAX = [QUANT_MAX_ROWS]
 # The native ``qdot`` module, set when the first integer panels are packed.
 _QDOT: list[Any] = [None]
+#: The prompt rows' kernel (``promptdot``), set where a layer gets prompt panels.
+_PROMPTDOT: list[Any] = [None]
 #: Kernels that round the weights (half precision): for drafters, never a default.
 LOSSY_KERNELS = ("panel_f16",)
 #: Kernels that round the activations of exactly quantized layers (8 bits per block of 32, as
@@ -199,6 +202,9 @@ class PackedLinear(nn.Module):
         self._narrow = False
         #: Whether the panels hold a rounded copy of ``original`` (:func:`rounded_int8`).
         self._rounded = False
+        #: The weight rounded for a prompt's rows (:mod:`~structspec.spec.prompt_rows`;
+        #: ``None``: prompt rows run as any other).
+        self.prompt_panels: torch.Tensor | None = None
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         with torch.no_grad():
@@ -240,11 +246,12 @@ class PackedLinear(nn.Module):
         import copy
 
         original = copy.deepcopy(self.original, memo)
-        if self._rounded:  # packed from a rounded copy of its original: round again
-            again = rounded_int8(original)
-            if again is not None:
-                return again
-        return PackedLinear(original, self.kernel, self._qpacked is not None)
+        again = rounded_int8(original) if self._rounded else None  # rounded again
+        if again is None:
+            again = PackedLinear(original, self.kernel, self._qpacked is not None)
+        if self.prompt_panels is not None and again.int8:
+            again.prompt_panels = self.prompt_panels.clone()
+        return again
 
     @property
     def weight(self) -> torch.Tensor:
@@ -261,7 +268,11 @@ class PackedLinear(nn.Module):
         rows = x.numel() // self.in_features
         out = torch.empty(*x.shape[:-1], self.out_features, dtype=torch.float32)
         if rows and self._ipacked is not None:
-            self._int8_into(x, rows, out)
+            prompt = PROMPT_ROWS.get() if self.prompt_panels is not None else 0
+            if prompt and x.dim() == 3 and x.shape[0] == 1:  # one sequence's pass
+                self._prompt_into(x, min(prompt, rows), rows, out)
+            else:
+                self._int8_into(x, rows, out)
         elif rows:
             quant = self._qpacked is not None and rows <= _QUANT_MAX[0]
             packed = self._qpacked if quant else self._packed
@@ -308,6 +319,20 @@ class PackedLinear(nn.Module):
         _QDOT[0].linear(x.data_ptr(), rows, self.in_features, self._ipacked.data_ptr(),
                         self.out_features, 0 if self._bias is None else self._bias.data_ptr(),
                         out.data_ptr(), torch.get_num_threads(), self._signed, self._narrow)
+
+    def _prompt_into(self, x: torch.Tensor, prompt: int, rows: int, out: torch.Tensor) -> None:
+        """The first ``prompt`` rows on the prompt panels, the rest on the integer ones."""
+        assert self.prompt_panels is not None and self._ipacked is not None
+        threads = torch.get_num_threads()
+        bias = 0 if self._bias is None else self._bias.data_ptr()
+        _PROMPTDOT[0].linear(x.data_ptr(), prompt, self.in_features,
+                             self.prompt_panels.data_ptr(), self.out_features, bias,
+                             out.data_ptr(), threads)
+        if rows > prompt:  # a tree's rows after the prompt's: the shared kernel's numbers
+            _QDOT[0].linear(x.data_ptr() + 4 * prompt * self.in_features, rows - prompt,
+                            self.in_features, self._ipacked.data_ptr(), self.out_features,
+                            bias, out.data_ptr() + 4 * prompt * self.out_features, threads,
+                            self._signed, self._narrow)
 
     @property
     def quantized(self) -> bool:
