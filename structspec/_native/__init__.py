@@ -5,8 +5,9 @@ Only the hot inner loops live here — walks of the token trie through automata
 (``lalr_sim``) — where interpreted Python and NumPy's per-call overhead dominate (see
 ``docs/performance.md``); and the model side's kernels (``qdot``, ``smallgemm``,
 ``attend``, ``headstep``: a draft head's step in one call, its twin torch's operators,
-equal to float rounding).
-Every kernel has a NumPy twin that gives identical results: :func:`load` returns ``None``
+equal to float rounding; ``promptdot``: a prompt's rows on coarser integer blocks, where
+without it they take qdot's kernels, another rounding of the same prompt).
+Every other kernel has a NumPy twin that gives identical results: :func:`load` returns ``None``
 when a kernel was not built (no C compiler at install time) or when
 ``STRUCTSPEC_NATIVE=off``, and callers then take the NumPy path. Tests compare the two.
 """

@@ -19,6 +19,8 @@
 - :mod:`~structspec.spec.totals`: :class:`StatsTotals`, the statistics of many requests;
 - :mod:`~structspec.spec.fastlinear`: packed linears (our AVX2 panel kernel, or oneDNN) that
   make multi-row passes cheap on CPU;
+- :mod:`~structspec.spec.prompt_rows`: a prompt's rows prefilled on coarser integer blocks
+  (both decoders, the prompt's rows only: a faster prefill, speculation still lossless);
 - :mod:`~structspec.spec.block_quant`: the exact block quantization of weights dequantized
   from GGUF (the default model's), which the panel kernel reads at a third of the bytes;
 - :mod:`~structspec.spec.sparse_logits`: logits only for the tokens a row's state allows,
