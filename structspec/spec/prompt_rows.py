@@ -16,7 +16,10 @@ What holds speculation lossless: the decoders enter :func:`prompt_rows` with exa
 prompt's rows of the pass (plain :func:`~structspec.engine.decode` its whole prefill;
 speculative decoding the prompt's part of its first pass, before the first tree's rows,
 which stay on the shared kernels), and a row's numbers on this path depend on that row
-alone (integer sums, then its own float steps), whatever the pass. The output layer is left
+alone (integer sums, then its own float steps), whatever the pass — a prefix-cache hit
+prefills a prompt's tail alone, so one prompt row meets passes of different sizes, as the
+prompt's last token does (prefilled by plain decoding, the root of speculative decoding's
+first tree after a hit). The output layer is left
 out (its rows are the ones logits are kept for, not the pass's). Outputs move by the
 coarser rounding of the prompt: the default model gets 110 of the 250 BFCL dev calls right
 with it, 111 without (session 63, ``docs/performance.md``).
