@@ -22,7 +22,7 @@
  * bias: a row's numbers depend on that row alone, whatever the pass.
  *
  *     packed_bytes(n, k) -> bytes for an n x k weight (k a multiple of 64)
- *     pack(dst, w, n, k): round the float32 weight w (n x k, row-major) into dst
+ *     pack(dst, w, n, k[, vector]): round the float32 weight w (n x k, row-major) into dst
  *     linear(x, m, k, packed, n, bias, out, threads): out (m x n) = x (m x k) W^T + bias
  *
  * Pointers are integers (tensor data_ptr()); shapes are checked, the memory is the caller's.
@@ -51,35 +51,6 @@ static Py_ssize_t panels_of(Py_ssize_t n) { return (n + PANEL - 1) / PANEL; }
 
 static Py_ssize_t packed_bytes(Py_ssize_t n, Py_ssize_t k) {
     return panels_of(n) * (k / PB) * PBYTES;
-}
-
-/* Per panel of 16 outputs and block of 64 inputs: the bytes in groups of 4 inputs x 16
- * outputs (what one vpdpbusd takes), then the 16 scales, then 128 * each output's sum of
- * bytes (int32). Outputs past n are zero. */
-static void pack(uint8_t *dst, const float *w, Py_ssize_t n, Py_ssize_t k) {
-    Py_ssize_t np = panels_of(n), nb = k / PB;
-    for (Py_ssize_t p = 0; p < np; p++)
-        for (Py_ssize_t b = 0; b < nb; b++) {
-            uint8_t *blk = dst + ((size_t)p * nb + b) * PBYTES;
-            float *sc = (float *)(void *)(blk + PB * PANEL);
-            int32_t *corr = (int32_t *)(void *)(sc + PANEL);
-            for (Py_ssize_t j = 0; j < PANEL; j++) {
-                Py_ssize_t col = p * PANEL + j;
-                const float *v = col < n ? w + col * k + b * PB : NULL;
-                float amax = 0.0f;
-                for (int i = 0; v != NULL && i < PB; i++) amax = fmaxf(amax, fabsf(v[i]));
-                float inv = amax > 0.0f && isfinite(amax) ? 127.0f / amax : 0.0f;
-                int32_t sum = 0;
-                for (int i = 0; i < PB; i++) {
-                    long t = v == NULL ? 0 : lrintf(v[i] * inv);
-                    t = t > 127 ? 127 : (t < -127 ? -127 : t);
-                    blk[(i / 4) * (4 * PANEL) + j * 4 + (i % 4)] = (uint8_t)(int8_t)t;
-                    sum += (int32_t)t;
-                }
-                sc[j] = inv > 0.0f ? amax / 127.0f : 0.0f;
-                corr[j] = 128 * sum;
-            }
-        }
 }
 
 #if PD_X86
@@ -209,6 +180,38 @@ static void run(const float *x, Py_ssize_t m, Py_ssize_t k, const uint8_t *packe
     }
 }
 
+/* pack_column_block with vectors: the same bytes, scale and sum as the plain loop in pack
+ * (the maximum of |w| does not depend on its order; w * inv and its rounding to nearest-even
+ * are the scalar steps, one lane each), ~10x faster — it runs over every weight at load
+ * (0.47 s for the default model's 106 M with the plain loop). */
+__attribute__((target("avx512f,avx512bw"))) static void pack_block_avx512(
+    const float *v, uint8_t *blk, Py_ssize_t j, float *scale, int32_t *corr) {
+    __m512 x[PB / 16], acc = _mm512_setzero_ps();
+    for (int i = 0; i < PB / 16; i++) {
+        x[i] = _mm512_loadu_ps(v + 16 * i);
+        acc = _mm512_max_ps(_mm512_abs_ps(x[i]), acc);
+    }
+    float amax = _mm512_reduce_max_ps(acc);
+    float inv = amax > 0.0f && isfinite(amax) ? 127.0f / amax : 0.0f;
+    const __m512 sv = _mm512_set1_ps(inv);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    /* 4 inputs of this output per dword, dwords PANEL * 4 bytes apart */
+    const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                            11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(4 * PANEL));
+    __m512i sum = _mm512_setzero_si512();
+    uint8_t bytes[PB];
+    for (int i = 0; i < PB / 16; i++) {
+        __m512i t = _mm512_cvtps_epi32(_mm512_mul_ps(x[i], sv));
+        t = _mm512_min_epi32(_mm512_max_epi32(t, lo), hi);
+        sum = _mm512_add_epi32(sum, t);
+        _mm_storeu_si128((__m128i *)(void *)(bytes + 16 * i), _mm512_cvtepi32_epi8(t));
+    }
+    _mm512_i32scatter_epi32(blk + j * 4, at, _mm512_loadu_si512((const void *)bytes), 1);
+    *scale = inv > 0.0f ? amax / 127.0f : 0.0f;
+    *corr = 128 * _mm512_reduce_add_epi32(sum);
+}
+
 #endif /* PD_X86 */
 
 static int vnni_state = -1; /* unknown, no, yes */
@@ -220,6 +223,41 @@ static int runs_here(void) {
 #else
     return 0;
 #endif
+}
+
+/* Per panel of 16 outputs and block of 64 inputs: the bytes in groups of 4 inputs x 16
+ * outputs (what one vpdpbusd takes), then the 16 scales, then 128 * each output's sum of
+ * bytes (int32). Outputs past n are zero. vector: the AVX-512 loop (the same bytes). */
+static void pack(uint8_t *dst, const float *w, Py_ssize_t n, Py_ssize_t k, int vector) {
+    Py_ssize_t np = panels_of(n), nb = k / PB;
+    for (Py_ssize_t p = 0; p < np; p++)
+        for (Py_ssize_t b = 0; b < nb; b++) {
+            uint8_t *blk = dst + ((size_t)p * nb + b) * PBYTES;
+            float *sc = (float *)(void *)(blk + PB * PANEL);
+            int32_t *corr = (int32_t *)(void *)(sc + PANEL);
+            for (Py_ssize_t j = 0; j < PANEL; j++) {
+                Py_ssize_t col = p * PANEL + j;
+                const float *v = col < n ? w + col * k + b * PB : NULL;
+#if PD_X86
+                if (v != NULL && vector) {
+                    pack_block_avx512(v, blk, j, sc + j, corr + j);
+                    continue;
+                }
+#endif
+                float amax = 0.0f;
+                for (int i = 0; v != NULL && i < PB; i++) amax = fmaxf(amax, fabsf(v[i]));
+                float inv = amax > 0.0f && isfinite(amax) ? 127.0f / amax : 0.0f;
+                int32_t sum = 0;
+                for (int i = 0; i < PB; i++) {
+                    long t = v == NULL ? 0 : lrintf(v[i] * inv);
+                    t = t > 127 ? 127 : (t < -127 ? -127 : t);
+                    blk[(i / 4) * (4 * PANEL) + j * 4 + (i % 4)] = (uint8_t)(int8_t)t;
+                    sum += (int32_t)t;
+                }
+                sc[j] = inv > 0.0f ? amax / 127.0f : 0.0f;
+                corr[j] = 128 * sum;
+            }
+        }
 }
 
 static int shape_ok(Py_ssize_t n, Py_ssize_t k) {
@@ -255,9 +293,11 @@ static PyObject *pd_pack(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long dst, w;
     Py_ssize_t n, k;
-    if (!PyArg_ParseTuple(args, "KKnn", &dst, &w, &n, &k) || !shape_ok(n, k)) return NULL;
+    int vector = 1;
+    if (!PyArg_ParseTuple(args, "KKnn|p", &dst, &w, &n, &k, &vector) || !shape_ok(n, k))
+        return NULL;
     Py_BEGIN_ALLOW_THREADS
-    pack((uint8_t *)(uintptr_t)dst, (const float *)(uintptr_t)w, n, k);
+    pack((uint8_t *)(uintptr_t)dst, (const float *)(uintptr_t)w, n, k, vector && runs_here());
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -307,7 +347,8 @@ static PyMethodDef METHODS[] = {
     {"packed_bytes", pd_packed_bytes, METH_VARARGS,
      "packed_bytes(n, k): bytes pack needs for an n x k weight (k a multiple of block())."},
     {"pack", pd_pack, METH_VARARGS,
-     "pack(dst, w, n, k): round the float32 weight w (n x k) to int8 per output and block."},
+     "pack(dst, w, n, k, vector=True): round the float32 weight w (n x k) to int8 per output "
+     "and block (vector=False: the plain loop, the same bytes; for tests)."},
     {"linear", pd_linear, METH_VARARGS,
      "linear(x, m, k, packed, n, bias, out, threads): out = x W^T + bias, the rows of x "
      "rounded to int8 per block."},
