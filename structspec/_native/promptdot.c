@@ -66,10 +66,11 @@ static int cpu_vnni(void) {
     return (lo & 0xE6) == 0xE6; /* the OS saves the AVX-512 state */
 }
 
-/* One row's block of 64: the bytes a + 128 and the scale max|x| / 127 (0 for a block of
- * zeros, or one with an infinity or NaN: its bytes are then 128, its sum nothing). */
-__attribute__((target("avx512f,avx512bw"))) static void quantize_block(const float *v,
-                                                                       uint8_t *o, float *dx) {
+/* A block of 64 floats (a row's inputs, or an output's weights) rounded: t = round(v * 127 /
+ * max|v|) in -127..127 (to nearest, ties even: the plain loop's lrintf), and the scale
+ * max|v| / 127 (0 for a block of zeros, or one with an infinity or NaN). */
+__attribute__((target("avx512f,avx512bw"))) static inline float round_block(const float *v,
+                                                                             __m512i *t) {
     __m512 x[PB / 16], acc = _mm512_setzero_ps();
     for (int j = 0; j < PB / 16; j++) {
         x[j] = _mm512_loadu_ps(v + 16 * j);
@@ -79,14 +80,22 @@ __attribute__((target("avx512f,avx512bw"))) static void quantize_block(const flo
     float inv = amax > 0.0f && isfinite(amax) ? 127.0f / amax : 0.0f;
     const __m512 sv = _mm512_set1_ps(inv);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    for (int j = 0; j < PB / 16; j++)
+        t[j] = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x[j], sv)),
+                                                 lo), hi);
+    return inv > 0.0f ? amax / 127.0f : 0.0f;
+}
+
+/* One row's block of 64: the bytes a + 128 and the scale (a block round_block gives scale 0
+ * has bytes 128: its sum adds nothing). */
+__attribute__((target("avx512f,avx512bw"))) static void quantize_block(const float *v,
+                                                                       uint8_t *o, float *dx) {
+    __m512i t[PB / 16];
+    *dx = round_block(v, t);
     const __m512i off = _mm512_set1_epi32(128);
-    for (int j = 0; j < PB / 16; j++) {
-        __m512i t = _mm512_cvtps_epi32(_mm512_mul_ps(x[j], sv)); /* to nearest, ties even */
-        t = _mm512_min_epi32(_mm512_max_epi32(t, lo), hi);
+    for (int j = 0; j < PB / 16; j++)
         _mm_storeu_si128((__m128i *)(void *)(o + 16 * j),
-                         _mm512_cvtepi32_epi8(_mm512_add_epi32(t, off)));
-    }
-    *dx = inv > 0.0f ? amax / 127.0f : 0.0f;
+                         _mm512_cvtepi32_epi8(_mm512_add_epi32(t[j], off)));
 }
 
 /* R rows (1..6) against two panels; accumulators as named variables (GCC spills arrays of
@@ -186,29 +195,18 @@ static void run(const float *x, Py_ssize_t m, Py_ssize_t k, const uint8_t *packe
  * for the default model's 106 M, 0.47 s with the plain loop). */
 __attribute__((target("avx512f,avx512bw"))) static void pack_block_avx512(
     const float *v, uint8_t *blk, Py_ssize_t j, float *scale, int32_t *corr) {
-    __m512 x[PB / 16], acc = _mm512_setzero_ps();
-    for (int i = 0; i < PB / 16; i++) {
-        x[i] = _mm512_loadu_ps(v + 16 * i);
-        acc = _mm512_max_ps(_mm512_abs_ps(x[i]), acc);
-    }
-    float amax = _mm512_reduce_max_ps(acc);
-    float inv = amax > 0.0f && isfinite(amax) ? 127.0f / amax : 0.0f;
-    const __m512 sv = _mm512_set1_ps(inv);
-    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    __m512i t[PB / 16], sum = _mm512_setzero_si512();
+    *scale = round_block(v, t);
     /* 4 inputs of this output per dword, dwords PANEL * 4 bytes apart */
     const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
                                                             11, 12, 13, 14, 15),
                                           _mm512_set1_epi32(4 * PANEL));
-    __m512i sum = _mm512_setzero_si512();
     uint8_t bytes[PB];
     for (int i = 0; i < PB / 16; i++) {
-        __m512i t = _mm512_cvtps_epi32(_mm512_mul_ps(x[i], sv));
-        t = _mm512_min_epi32(_mm512_max_epi32(t, lo), hi);
-        sum = _mm512_add_epi32(sum, t);
-        _mm_storeu_si128((__m128i *)(void *)(bytes + 16 * i), _mm512_cvtepi32_epi8(t));
+        sum = _mm512_add_epi32(sum, t[i]);
+        _mm_storeu_si128((__m128i *)(void *)(bytes + 16 * i), _mm512_cvtepi32_epi8(t[i]));
     }
     _mm512_i32scatter_epi32(blk + j * 4, at, _mm512_loadu_si512((const void *)bytes), 1);
-    *scale = inv > 0.0f ? amax / 127.0f : 0.0f;
     *corr = 128 * _mm512_reduce_add_epi32(sum);
 }
 
