@@ -91,6 +91,33 @@ def tiny_llama(tokenizer, seed: int = 0, vocab_size: int | None = None):
     return LlamaForCausalLM(config).eval()
 
 
+def q4_llama(seed: int = 0, hidden: int = 64, vocab_size: int = 49152):
+    """A tiny randomly initialised Llama whose body weights are exact Q4_1 numbers and whose
+    output layer is exact Q8_0 (as the default model ships; widths multiples of 64), not yet
+    packed: once packed (``use_fast_cpu_paths``), every pass runs the integer kernels and a
+    prompt's rows the prompt panels, as the default model's do."""
+    import numpy as np
+    import torch
+    from torch import nn
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from structspec.spec.block_quant import dequantize, quantize_q4_1, quantize_q8_0
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, tie_word_embeddings=True,
+                         eos_token_id=2, bos_token_id=1)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            if type(mod) is nn.Linear:
+                w = mod.weight.detach().numpy()
+                q = quantize_q8_0(w) if name == "lm_head" else quantize_q4_1(w)
+                mod.weight.copy_(torch.from_numpy(np.ascontiguousarray(dequantize(q))))
+    return model
+
+
 def random_draft_head(model, seed: int = 0, vocab_size: int = 4096,
                       mid_layer: int | None = None, blocks: int = 1, hidden_dim: int = 48):
     """A head with random weights over a random reduced vocabulary (ids of ``model``);

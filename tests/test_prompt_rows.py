@@ -11,16 +11,14 @@ import copy
 import numpy as np
 import pytest
 import torch
-from conftest import run_decode
+from conftest import q4_llama, run_decode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch import nn
 
 from structspec.automata.regex import compile_regex
 from structspec.engine import decode, free_text
 from structspec.sampling import SamplingParams
 from structspec.spec import SpecConfig, speculative_decode
-from structspec.spec.block_quant import dequantize, quantize_q4_1, quantize_q8_0
 from structspec.spec.cpu_paths import use_fast_cpu_paths
 from structspec.spec.prefix import PrefixCache
 from structspec.spec.prompt_rows import (
@@ -136,22 +134,8 @@ def test_bad_shapes_are_refused():
 
 def _q4_model(hidden: int = 64, seed: int = 0, prompt_panels: bool = True):
     """A tiny Llama with Q4_1 body weights and a Q8_0 output layer (as the default model),
-    widths multiples of 64, packed with prompt panels."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=49152, hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=4096, tie_word_embeddings=True,
-                         eos_token_id=2, bos_token_id=1)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        for name, mod in model.named_modules():
-            if type(mod) is nn.Linear:
-                w = mod.weight.detach().numpy()
-                q = quantize_q8_0(w) if name == "lm_head" else quantize_q4_1(w)
-                mod.weight.copy_(torch.from_numpy(np.ascontiguousarray(dequantize(q))))
-    return use_fast_cpu_paths(model, prompt_panels=prompt_panels)
+    widths multiples of 64, packed with prompt panels (``prompt_panels``)."""
+    return use_fast_cpu_paths(q4_llama(seed=seed, hidden=hidden), prompt_panels=prompt_panels)
 
 
 @pytest.fixture(scope="module")
@@ -231,12 +215,18 @@ def test_plain_speculative_and_prefix_cached_decoding_emit_the_same_tokens(
     spec = run_decode(speculative_decode, model, vocab, prompt, c, max_new_tokens=16,
                       sampling=sampling, tokenizer=tok, config=SpecConfig())
     assert plain[:3] == spec[:3]
-    cache = PrefixCache()
-    run_decode(decode, model, vocab, prompt, c, max_new_tokens=2,
-               sampling=sampling, prefix_cache=cache)  # teaches the cache this prompt
+    # A prefix cache that holds the prompt (two requests that share it teach it), then a
+    # longer request: its prefill is the tail alone, its rows still prompt rows.
+    cache = PrefixCache(min_tokens=1)
+    for tail in (" red", " 42"):
+        run_decode(decode, model, vocab, [*prompt, *tok.encode(tail, add_special_tokens=False)],
+                   c, max_new_tokens=1, sampling=sampling, prefix_cache=cache)
     longer = [*prompt, *tok.encode(" the id", add_special_tokens=False)]
     cold = run_decode(decode, model, vocab, longer, c, max_new_tokens=16, sampling=sampling)
-    warm = run_decode(speculative_decode, model, vocab, longer, c, max_new_tokens=16,
-                      sampling=sampling, tokenizer=tok, config=SpecConfig(),
-                      prefix_cache=cache)
-    assert cold[:3] == warm[:3]
+    warm_plain = run_decode(decode, model, vocab, longer, c, max_new_tokens=16,
+                            sampling=sampling, prefix_cache=cache)
+    warm_spec = run_decode(speculative_decode, model, vocab, longer, c, max_new_tokens=16,
+                           sampling=sampling, tokenizer=tok, config=SpecConfig(),
+                           prefix_cache=cache)
+    assert cache.hits == 2 and cache.reused_tokens == 2 * len(prompt)
+    assert cold[:3] == warm_plain[:3] == warm_spec[:3]
