@@ -27,6 +27,12 @@ verification pass.
   with 4-node trees: the three must agree (outputs, or the same typed error), and nothing
   but a typed error may escape.
 
+``--target q4`` runs every sweep on a tiny target with the default model's number formats
+(Q4_1 body, Q8_0 output layer): every pass on the integer kernels, a prompt's rows on the
+prompt panels of session 63; ``--prefix`` also decodes each comparison, plain and
+speculative, from a prefix cache that holds two thirds of the prompt (only the tail is
+prefilled), and fails if the cache was not hit.
+
 Session 61 (one thread each, ~20 min in all): json ``--stride 10 --start 3`` (757 schemas
 compiled, 6,056 speculative runs), code ``--stride 25 --start 5`` (233 tasks, 1,398 runs),
 grammars ``--per 100`` (800 prompts, 2,400 runs), fuzz ``--stride 7 --start 2 --seed 11``
@@ -38,6 +44,7 @@ grammars ``--per 100`` (800 prompts, 2,400 runs), fuzz ``--stride 7 --start 2 --
     python scripts/lossless_sweep.py grammars [--per 25]
     python scripts/lossless_sweep.py fuzz [--stride 7] [--start 2] [--limit N] [--seed 11]
     python scripts/lossless_sweep.py api [--cases 300] [--seed 11]
+    (each: [--target tiny|q4] [--prefix] [--json-out F])
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ from conftest import (  # noqa: E402
     SHARED_DATA,
     instance_prompt,
     maskbench_rows,
+    q4_llama,
     random_draft_head,
     run_decode,
     tiny_llama,
@@ -73,6 +81,7 @@ from structspec.errors import GenerationError, StructSpecError  # noqa: E402
 from structspec.sampling import SamplingParams  # noqa: E402
 from structspec.spec import SpecConfig, speculative_decode  # noqa: E402
 from structspec.spec.cost import CostCurve  # noqa: E402
+from structspec.spec.prefix import PrefixCache  # noqa: E402
 from structspec.vocab import Vocabulary  # noqa: E402
 
 FLAT = CostCurve((1, 64), (1.0, 1.0))  # every tree size costs the same: nothing is pruned
@@ -90,17 +99,38 @@ def outcome(fn: Any, *args: Any, **kwargs: Any) -> Outcome:
 
 class Sweep:
     """The tiny target (with a ``Generator``'s CPU paths), the real tokenizer and the
-    mismatch log of one run."""
+    mismatch log of one run.
 
-    def __init__(self, seed: int = 0) -> None:
+    ``target``: ``"tiny"``, a float32 Llama of width 32 (the packed float kernels), or
+    ``"q4"``, one of width 64 whose body weights are exact Q4_1 numbers and whose output
+    layer is exact Q8_0, as the default model's: every pass runs the integer kernels and a
+    prompt's rows the prompt panels (``structspec.spec.prompt_rows``). ``prefix``: each
+    comparison also decodes, plain and speculative, from a :class:`PrefixCache` that holds
+    the prompt's first two thirds, so that only its tail is prefilled."""
+
+    def __init__(self, seed: int = 0, target: str = "tiny", prefix: bool = False) -> None:
         from structspec.models import load_tokenizer
-        from structspec.spec.cpu_paths import use_fast_cpu_paths
 
         self.tok = load_tokenizer(None)
         self.vocab = Vocabulary.from_tokenizer(self.tok, eos_token_ids=[self.tok.eos_token_id])
-        self.target = use_fast_cpu_paths(copy.deepcopy(tiny_llama(self.tok, seed=seed)))
+        self.kind = target
+        self.prefix = prefix
+        self.target = self.packed(seed)
         self.runs = 0
+        self.prefix_hits = 0
         self.mismatches: list[str] = []
+
+    def model(self, seed: int = 0) -> Any:
+        """A new target of this sweep's kind, unpacked (as a ``Generator`` takes it)."""
+        if self.kind == "q4":
+            return q4_llama(seed=seed, vocab_size=len(self.tok))
+        return tiny_llama(self.tok, seed=seed)
+
+    def packed(self, seed: int = 0) -> Any:
+        """A new target of this sweep's kind with a ``Generator``'s CPU paths."""
+        from structspec.spec.cpu_paths import use_fast_cpu_paths
+
+        return use_fast_cpu_paths(copy.deepcopy(self.model(seed)))
 
     def setups(self, tokenizer_free: bool = False) -> dict[str, tuple[SpecConfig, Any]]:
         """``{name: (config, tokenizer)}``: the set-ups each task runs under."""
@@ -115,13 +145,27 @@ class Sweep:
 
     def compare(self, name: str, prompt: list[int], constraint: Any, sampling: SamplingParams,
                 setups: dict[str, tuple[SpecConfig, Any]], max_new: int = MAX_NEW) -> Outcome:
-        """Plain decoding, then each set-up's speculative decoding: a mismatch is logged."""
+        """Plain decoding, then each set-up's speculative decoding (and with ``prefix``, both
+        from a prefix cache): a mismatch is logged."""
         plain = outcome(decode, self.target, self.vocab, prompt, constraint,
                         max_new_tokens=max_new, sampling=sampling)
-        for setup, (config, tokenizer) in setups.items():
-            spec = outcome(speculative_decode, self.target, self.vocab, prompt, constraint,
-                           max_new_tokens=max_new, sampling=sampling, tokenizer=tokenizer,
-                           config=config)
+        runs = {setup: (speculative_decode, config, tokenizer, None)
+                for setup, (config, tokenizer) in setups.items()}
+        if self.prefix and len(prompt) >= 3:
+            cache = self.taught_cache(prompt, constraint)
+            runs["prefix, plain"] = (decode, None, None, cache)
+            runs["prefix, speculative"] = (speculative_decode, SpecConfig(), self.tok, cache)
+        for setup, (fn, config, tokenizer, cache) in runs.items():
+            extra: dict[str, Any] = {} if fn is decode else {"tokenizer": tokenizer,
+                                                             "config": config}
+            hits = cache.hits if cache is not None else 0
+            spec = outcome(fn, self.target, self.vocab, prompt, constraint,
+                           max_new_tokens=max_new, sampling=sampling, prefix_cache=cache,
+                           **extra)
+            if cache is not None:
+                if cache.hits == hits:  # the prefix must have been used, or nothing is shown
+                    raise RuntimeError(f"{name}: the prefix cache was not hit")
+                self.prefix_hits += 1
             self.runs += 1
             if spec != plain:
                 line = f"MISMATCH {name} ({setup}, {sampling}): plain {plain} speculative {spec}"
@@ -129,9 +173,27 @@ class Sweep:
                 print(line, flush=True)
         return plain
 
+    def taught_cache(self, prompt: list[int], constraint: Any) -> PrefixCache:
+        """A prefix cache holding ``prompt``'s first two thirds: two requests that share
+        them and part there (one token each) teach it."""
+        keep = max(1, 2 * len(prompt) // 3)
+        cache = PrefixCache(min_tokens=1)
+        other = (prompt[keep] + 1) % len(self.tok)
+        for nxt in (prompt[keep], other):
+            outcome(decode, self.target, self.vocab, [*prompt[:keep], nxt], constraint,
+                    max_new_tokens=1, sampling=SamplingParams(), prefix_cache=cache)
+        return cache
+
     def prompt(self, description: str, instance: Any) -> list[int]:
         """A schema's description and a valid instance: text for the copying drafters."""
         return instance_prompt(self.tok, description, instance)
+
+
+def prompt_rows_kernel() -> Any:
+    """The prompt rows' native kernel where it runs here (AVX-512 VNNI), else ``None``."""
+    from structspec.spec.prompt_rows import kernel
+
+    return kernel()
 
 
 def compiled(sweep: Sweep, schema: Any, **kwargs: Any) -> Any:
@@ -199,9 +261,7 @@ def sweep_grammars(sweep: Sweep, args: argparse.Namespace) -> dict[str, int]:
     tasks = 0
     for seed in (0, 1):
         if seed:  # a second random target: other choices at every step
-            from structspec.spec.cpu_paths import use_fast_cpu_paths
-
-            sweep.target = use_fast_cpu_paths(copy.deepcopy(tiny_llama(sweep.tok, seed=seed)))
+            sweep.target = sweep.packed(seed)
         setups = sweep.setups()
         for name in ("json", "javascript", "sql", "python"):
             grammar = structspec.compile_grammar(grammar_path(name), sweep.vocab)
@@ -311,7 +371,7 @@ def sweep_api(sweep: Sweep, args: argparse.Namespace) -> dict[str, int]:
     from structspec.api import Generator
     from structspec.models import LoadedModel
 
-    loaded = LoadedModel(tiny_llama(sweep.tok, seed=0), sweep.tok, "tiny-random",
+    loaded = LoadedModel(sweep.model(0), sweep.tok, f"{sweep.kind}-random",
                          frozenset({sweep.tok.eos_token_id}))
     gen = Generator(loaded)
     rng = random.Random(args.seed)
@@ -355,6 +415,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=11,
                     help="fuzz and api: the random configurations' and calls' seed")
     ap.add_argument("--cases", type=int, default=300, help="api: random calls")
+    ap.add_argument("--target", choices=["tiny", "q4"], default="tiny",
+                    help="the random target: float32 (tiny) or with the default model's "
+                         "Q4_1/Q8_0 weights, on the integer kernels and prompt panels (q4)")
+    ap.add_argument("--prefix", action="store_true",
+                    help="also decode from a prefix cache holding two thirds of each prompt")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
     fn, stride, start = SWEEPS[args.kind]
@@ -366,9 +431,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"external test data not found at {SHARED_DATA} (see ../shared/data/README.md)")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    sweep = Sweep()
+    sweep = Sweep(target=args.target, prefix=args.prefix)
     out = fn(sweep, args)
-    out.update(runs=sweep.runs, mismatches=len(sweep.mismatches))
+    from structspec.spec.prompt_rows import prompt_panel_count
+
+    out.update(runs=sweep.runs, mismatches=len(sweep.mismatches), target=args.target,
+               prompt_panels=prompt_panel_count(sweep.target), prefix_hits=sweep.prefix_hits)
     print(f"{args.kind}: " + ", ".join(f"{k} {v}" for k, v in out.items())
           + f" in {time.perf_counter() - t0:.0f} s", flush=True)
     if args.json_out:

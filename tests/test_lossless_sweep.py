@@ -24,13 +24,20 @@ def sweep_script(shared_data, smollm_tokenizer, one_thread):
                                   ["code", "--stride", "3000", "--limit", "1"],
                                   ["grammars", "--per", "1"],
                                   ["fuzz", "--stride", "3000", "--limit", "2"],
-                                  ["api", "--cases", "6"]])
+                                  ["api", "--cases", "6"],
+                                  ["json", "--stride", "3000", "--limit", "1", "--target", "q4",
+                                   "--prefix"],
+                                  ["grammars", "--per", "1", "--target", "q4", "--prefix"]])
 def test_each_sweep_runs_and_reports(sweep_script, tmp_path, argv):
     out_file = tmp_path / "sweep.json"
     assert sweep_script.main([*argv, "--json-out", str(out_file)]) == 0
     out = json.loads(out_file.read_text())
     assert out["kind"] == argv[0] and out["mismatches"] == 0 and out["lines"] == []
     assert out["tasks"] >= 1 and out["runs"] >= out["tasks"]
+    if "--prefix" in argv:  # every comparison also decoded from a prefix cache, and hit it
+        assert out["prefix_hits"] >= 2 * out["tasks"]
+    if "q4" in argv and sweep_script.prompt_rows_kernel() is not None:
+        assert out["prompt_panels"] > 0  # the prompt's rows took the prompt panels
 
 
 def test_a_random_configuration_is_a_valid_one(sweep_script):
