@@ -63,3 +63,17 @@ def test_a_start_past_the_stride_is_refused(sweep_script, capsys):
     with pytest.raises(SystemExit) as exc:
         sweep_script.main(["json", "--stride", "5", "--start", "5"])
     assert exc.value.code == 2 and "--start" in capsys.readouterr().err
+
+
+def test_a_typed_error_mid_decode_is_an_outcome_to_compare(sweep_script):
+    from structspec.errors import GenerationError, ResourceLimitError
+
+    def limit(*_, **__):
+        raise ResourceLimitError("grammar state has over 2000 configurations")
+
+    def budget(*_, **__):
+        raise GenerationError("max_new_tokens reached", token_ids=[5, 6])
+
+    assert sweep_script.outcome(limit) == (
+        [], False, "ResourceLimitError: grammar state has over 2000 configurations")
+    assert sweep_script.outcome(budget) == ([5, 6], False, "limit")
