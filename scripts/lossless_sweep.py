@@ -380,6 +380,7 @@ def sweep_api(sweep: Sweep, args: argparse.Namespace) -> dict[str, int]:
     loaded = LoadedModel(sweep.model(0), sweep.tok, f"{sweep.kind}-random",
                          frozenset({sweep.tok.eos_token_id}))
     gen = Generator(loaded)
+    sweep.target = gen.loaded.model  # what the summary describes: the model the calls ran on
     rng = random.Random(args.seed)
     ends: dict[str, int] = {}
     for case in range(args.cases):
