@@ -38,6 +38,8 @@ compiled, 6,056 speculative runs), code ``--stride 25 --start 5`` (233 tasks, 1,
 grammars ``--per 100`` (800 prompts, 2,400 runs), fuzz ``--stride 7 --start 2 --seed 11``
 (1,070 schemas, 2,140 runs), api ``--cases 1500``: no mismatch. Its first run found that
 ``tokenizer=None`` raised ``AttributeError`` (fixed then).
+Session 64, the same five with ``--target q4 --prefix``: 26,334 runs, 9,840 of them from a
+prefix hit, no mismatch (``docs/performance.md``, "Session 64").
 
     python scripts/lossless_sweep.py json [--stride 10] [--start 3] [--limit N]
     python scripts/lossless_sweep.py code [--stride 25] [--start 5] [--limit N]
