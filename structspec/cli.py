@@ -250,12 +250,19 @@ def _check_grammar(args: argparse.Namespace, prefix: str | None, suffix: str | N
 
 def summary_line(s: Any) -> str:
     """The stderr summary of one request's stats: tokens, time, rate, passes, prompt size.
-    The rate is the decoding rate after the prompt's pass, so named; where no pass followed
+    The rate is the decoding rate after the prompt's pass, so named, and the set-up before
+    that pass is named apart where it counts (a process's first request loads the draft head
+    and probes the model; a machine's first measures the device's cost curve: seconds, which
+    the prompt's pass was credited with before); where no pass followed
     the prompt's (a short or mostly forced output), the overall rate instead — the decoding
     rate of a few forced tokens committed in a millisecond would read as thousands a
     second."""
+    setup = getattr(s, "setup_seconds", 0.0)
     if s.forward_passes > 1:
-        rate = f"{s.tokens_per_second:.1f} tokens/s after a {s.prefill_seconds:.2f}-s prompt pass"
+        prompt_pass = max(0.0, s.prefill_seconds - setup)
+        rate = f"{s.tokens_per_second:.1f} tokens/s after a {prompt_pass:.2f}-s prompt pass"
+        if setup >= 0.05:  # the first call of a process (or machine) pays it
+            rate += f" and {setup:.2f} s of set-up"
     else:
         overall = s.new_tokens / s.seconds if s.seconds > 0 else 0.0
         rate = f"{overall:.1f} tokens/s, all from the prompt's pass"

@@ -32,7 +32,12 @@ class DecodeStats:
         new_tokens: tokens generated (EOS excluded).
         forward_passes: model forward calls, the prefill included.
         seconds: wall time of the whole decode.
-        prefill_seconds: wall time of the prefill pass.
+        prefill_seconds: wall time until the prefill pass ended (the time to the first
+            token), :attr:`setup_seconds` included.
+        setup_seconds: wall time before the prefill pass began: the cache, a prefix cache's
+            restore; under speculation also the device's cost curve (measured once per
+            machine and model, seconds, then read from the user cache), the draft head, the
+            tree support probe (once per model) and the first tree's drafting.
         mask_seconds: time spent computing and applying masks.
         sparse_rows: rows whose logits were computed for their few allowed tokens only
             (:mod:`structspec.spec.sparse_logits`).
@@ -43,6 +48,7 @@ class DecodeStats:
     forward_passes: int = 0
     seconds: float = 0.0
     prefill_seconds: float = 0.0
+    setup_seconds: float = 0.0
     mask_seconds: float = 0.0
     sparse_rows: int = 0
 
@@ -60,6 +66,7 @@ class DecodeStats:
             "forward_passes": self.forward_passes,
             "seconds": round(self.seconds, 4),
             "prefill_seconds": round(self.prefill_seconds, 4),
+            "setup_seconds": round(self.setup_seconds, 4),
             "mask_seconds": round(self.mask_seconds, 4),
             "tokens_per_second": round(self.tokens_per_second, 2),
             "sparse_rows": self.sparse_rows,
@@ -184,6 +191,7 @@ def decode(
         input_ids = torch.tensor([prompt_ids[reused:]], dtype=torch.long,
                                  device=device)  # [1, P']
         forward = _Pass(model, cache, constraint, sparse, captured, stats)
+        stats.setup_seconds = time.perf_counter() - start
         with prompt_rows(prompt_row_count(model, len(prompt_ids) - reused)):
             logits = forward(input_ids, constraint.initial)
         stats.forward_passes += 1

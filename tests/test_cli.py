@@ -226,3 +226,10 @@ def test_summary_names_the_decoding_rate_and_the_overall_one_where_no_pass_follo
                        prefill_seconds=0.2)
     assert summary_line(many) == ("50 tokens in 2.70 s (20.0 tokens/s after a 0.20-s prompt "
                                   "pass), 20 forward passes, prompt 48 tokens")
+    # A first call: most of the time before the first token was set-up (the cost curve),
+    # not the prompt's pass.
+    first = DecodeStats(prompt_tokens=172, new_tokens=49, forward_passes=11, seconds=4.26,
+                        prefill_seconds=3.95, setup_seconds=3.8)
+    assert summary_line(first) == ("49 tokens in 4.26 s (158.1 tokens/s after a 0.15-s prompt "
+                                   "pass and 3.80 s of set-up), 11 forward passes, prompt 172 "
+                                   "tokens")

@@ -177,6 +177,10 @@ def test_speculation_saves_passes_and_stats_add_up(tiny, name):
     by = d["pass_ms_by_nodes"]
     assert sum(n for n, _ in by.values()) == len(s.pass_log)
     assert set(by) == {nodes for nodes, _, _ in s.pass_log}
+    # The time to the first token: set-up, then the prompt's pass (both decoders).
+    for stats in (s, plain.stats):
+        assert 0 < stats.setup_seconds < stats.prefill_seconds < stats.seconds
+        assert stats.as_dict()["setup_seconds"] == round(stats.setup_seconds, 4)
 
 
 def test_disabled_speculation_is_plain_decoding(tiny):

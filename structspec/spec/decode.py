@@ -280,6 +280,8 @@ def speculative_decode(
             plan = (None if sparse is None  # (no mask computed here that costs much)
                     else sparse.plan([cheap_allowed(constraint, st) for st in tree.states]))
             tv = time.perf_counter()
+            if first:
+                stats.setup_seconds = tv - start
             # The prompt's rows of this pass (the first's, up to its tree): as plain decoding
             # prefills them (structspec.spec.prompt_rows).
             with prompt_rows(prompt_row_count(model, len(prompt_ids) - past_len)):

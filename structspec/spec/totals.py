@@ -20,7 +20,7 @@ from structspec.spec.stats import SpecStats
 
 # DecodeStats fields that add up across decodes.
 _SUMMED = ("prompt_tokens", "new_tokens", "forward_passes", "seconds", "prefill_seconds",
-           "mask_seconds", "sparse_rows")
+           "setup_seconds", "mask_seconds", "sparse_rows")
 # SpecStats fields that add up across speculative decodes (kept apart from the plain ones:
 # the time split and the mean accepted length are over speculative decodes only).
 _SPEC_SUMMED = ("new_tokens", "seconds", "mask_seconds", "steps", "draft_nodes",
