@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import copy
 import json
 import random
 import sys
@@ -138,7 +137,7 @@ class Sweep:
         """A new target of this sweep's kind with a ``Generator``'s CPU paths."""
         from structspec.spec.cpu_paths import use_fast_cpu_paths
 
-        return use_fast_cpu_paths(copy.deepcopy(self.model(seed)))
+        return use_fast_cpu_paths(self.model(seed))
 
     def setups(self, tokenizer_free: bool = False) -> dict[str, tuple[SpecConfig, Any]]:
         """``{name: (config, tokenizer)}``: the set-ups each task runs under."""
@@ -195,13 +194,6 @@ class Sweep:
     def prompt(self, description: str, instance: Any) -> list[int]:
         """A schema's description and a valid instance: text for the copying drafters."""
         return instance_prompt(self.tok, description, instance)
-
-
-def prompt_rows_kernel() -> Any:
-    """The prompt rows' native kernel where it runs here (AVX-512 VNNI), else ``None``."""
-    from structspec.spec.prompt_rows import kernel
-
-    return kernel()
 
 
 def compiled(sweep: Sweep, schema: Any, **kwargs: Any) -> Any:

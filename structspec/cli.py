@@ -257,12 +257,11 @@ def summary_line(s: Any) -> str:
     the prompt's (a short or mostly forced output), the overall rate instead — the decoding
     rate of a few forced tokens committed in a millisecond would read as thousands a
     second."""
-    setup = getattr(s, "setup_seconds", 0.0)
     if s.forward_passes > 1:
-        prompt_pass = max(0.0, s.prefill_seconds - setup)
+        prompt_pass = max(0.0, s.prefill_seconds - s.setup_seconds)
         rate = f"{s.tokens_per_second:.1f} tokens/s after a {prompt_pass:.2f}-s prompt pass"
-        if setup >= 0.05:  # the first call of a process (or machine) pays it
-            rate += f" and {setup:.2f} s of set-up"
+        if s.setup_seconds >= 0.05:  # the first call of a process (or machine) pays it
+            rate += f" and {s.setup_seconds:.2f} s of set-up"
     else:
         overall = s.new_tokens / s.seconds if s.seconds > 0 else 0.0
         rate = f"{overall:.1f} tokens/s, all from the prompt's pass"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from structspec.spec.prompt_rows import kernel as prompt_rows_kernel
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "lossless_sweep.py"
 
 
@@ -36,7 +38,7 @@ def test_each_sweep_runs_and_reports(sweep_script, tmp_path, argv):
     assert out["tasks"] >= 1 and out["runs"] >= out["tasks"]
     if "--prefix" in argv:  # every comparison also decoded from a prefix cache, and hit it
         assert out["prefix_hits"] >= 2 * out["tasks"]
-    if "q4" in argv and sweep_script.prompt_rows_kernel() is not None:
+    if "q4" in argv and prompt_rows_kernel() is not None:
         assert out["prompt_panels"] > 0  # the prompt's rows took the prompt panels
 
 

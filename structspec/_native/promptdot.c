@@ -36,7 +36,6 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define PD_X86 1
-#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define PD_X86 0
@@ -55,15 +54,10 @@ static Py_ssize_t packed_bytes(Py_ssize_t n, Py_ssize_t k) {
 
 #if PD_X86
 
-static int cpu_vnni(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    int f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
-    if (!(f && bw && vl && vnni)) return 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return 0; /* OSXSAVE */
-    unsigned lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return (lo & 0xE6) == 0xE6; /* the OS saves the AVX-512 state */
+static int cpu_vnni(void) { /* as qdot.c asks (libgcc checks that the OS saves the state) */
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
 /* A block of 64 floats (a row's inputs, or an output's weights) rounded: t = round(v * 127 /
