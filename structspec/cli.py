@@ -92,9 +92,6 @@ def _build_parser() -> argparse.ArgumentParser:
     code.add_argument("--tolerant", action="store_true",
                       help="a prefix that does not parse falls back to lexer-only "
                       "constraints from its last line instead of failing")
-    gen.add_argument("--model", default=None,
-                     help="HF model id, local directory or .gguf file (default: embedded "
-                     "SmolLM2-135M-Instruct)")
     gen.add_argument("--max-new-tokens", type=int, default=512, metavar="N",
                      help="token budget of the output (default: 512)")
     gen.add_argument("--temperature", type=float, default=0.0, metavar="T",
@@ -114,9 +111,40 @@ def _build_parser() -> argparse.ArgumentParser:
                           "Schema")
     gen.add_argument("--raw-prompt", action="store_true",
                      help="do not apply the chat template nor show the schema to the model")
-    gen.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     gen.add_argument("--stats", action="store_true", help="print full stats as JSON on stderr")
-    spec = gen.add_argument_group("speculative decoding (lossless unless a threshold is set)")
+    _add_engine_options(gen, tensor_parallel=True)
+
+    batch = sub.add_parser(
+        "batch",
+        help="generate the outputs of many requests (JSON Lines in, JSON Lines out), on "
+             "one or several model replicas",
+        description="Generate the output of every request of a JSON Lines file: one object "
+        "per line with the arguments of Generator.run by name (prompt, schema, regex, "
+        "grammar, max_new_tokens, temperature, seed, ...) and an optional id. One result "
+        "line per request goes to stdout (or --output), in order; a failed request gets an "
+        "error line and the batch goes on. A summary goes to stderr.",
+    )
+    batch.add_argument("requests", metavar="REQUESTS.jsonl",
+                       help="the requests, one JSON object per line (- reads stdin)")
+    batch.add_argument("--output", metavar="FILE", default=None,
+                       help="write the result lines here (default: stdout)")
+    batch.add_argument("--replicas", default="1", metavar="N",
+                       help="processes decoding side by side, each with its own copy of the "
+                            "model (default 1: this process); 'auto': one per GPU with "
+                            "--device cuda, else one per core up to four")
+    batch.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="torch threads of each replica (default: the cores shared out)")
+    _add_engine_options(batch, tensor_parallel=False)
+    return parser
+
+
+def _add_engine_options(parser: argparse.ArgumentParser, *, tensor_parallel: bool) -> None:
+    """The model and speculative-decoding options that ``generate`` and ``batch`` share."""
+    parser.add_argument("--model", default=None,
+                        help="HF model id, local directory or .gguf file (default: embedded "
+                        "SmolLM2-135M-Instruct)")
+    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    spec = parser.add_argument_group("speculative decoding (lossless unless a threshold is set)")
     spec.add_argument("--config", metavar="FILE", default=None,
                       help="YAML file with a `speculative_decoding:` section")
     spec.add_argument("--speculative-decoding", dest="speculative", action="store_true",
@@ -135,14 +163,14 @@ def _build_parser() -> argparse.ArgumentParser:
     spec.add_argument("--no-pack", action="store_true",
                       help="keep the model's plain linear layers and attention (no packed "
                            "kernels, no grouped tree attention)")
-    spec.add_argument("--tensor-parallel", action="store_true",
-                      help="split the model over the processes of a torchrun group "
-                           "(torchrun --nproc-per-node N -m structspec generate ...): rank 0 "
-                           "decodes and prints, the others run its passes")
+    if tensor_parallel:
+        spec.add_argument("--tensor-parallel", action="store_true",
+                          help="split the model over the processes of a torchrun group "
+                               "(torchrun --nproc-per-node N -m structspec generate ...): "
+                               "rank 0 decodes and prints, the others run its passes")
     spec.add_argument("--no-int8-activations", action="store_true",
                       help="run exactly Q4_1-quantized layers with float32 activations "
                            "(default: 8-bit activations, as llama.cpp does; faster)")
-    return parser
 
 
 _SPEC_KEYS = {"enabled": "enabled", "draft_length": "draft_length",
@@ -349,6 +377,97 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replica_count(value: str) -> int | None:
+    """``--replicas``: a positive count, or ``None`` for ``auto``."""
+    if value == "auto":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise _UsageError(f"--replicas must be a positive integer or 'auto', not {value!r}")
+    return count
+
+
+def _batch(args: argparse.Namespace) -> int:
+    """``structspec batch``: every request of a JSON Lines file, in this process or on
+    replicas; a result line each, in order. Exit 1 where a request failed."""
+    import time
+
+    from structspec.batch import read_requests, run_arguments, run_in_process
+
+    source = "stdin" if args.requests == "-" else args.requests
+    text = sys.stdin.read() if args.requests == "-" else _read_text("REQUESTS", args.requests)
+    requests = read_requests((text or "").splitlines(), source)  # before the model loads
+    replicas = _replica_count(args.replicas)
+    if args.threads is not None and args.threads < 1:
+        raise _UsageError(f"--threads must be >= 1, got {args.threads}")
+    spec, retries = _spec_config(args)
+    if retries is not None:  # the file's max_retries is each request's default
+        requests = [{"max_retries": retries, **r} for r in requests]
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _quiet_transformers()
+    engine = {"device": args.device, "speculation": spec, "pack": not args.no_pack,
+              "draft_model": args.draft_model,
+              "int8_activations": not args.no_int8_activations}
+    out = sys.stdout if args.output is None else _open_output(args.output)
+    failed = tokens = 0
+    start = time.perf_counter()
+    try:
+        if replicas == 1:
+            import torch
+
+            from structspec.api import Generator
+
+            if args.threads is not None:
+                torch.set_num_threads(args.threads)
+            outcomes = run_in_process(Generator(args.model, **engine), requests)
+            where = "in this process"
+            for index, outcome in enumerate(outcomes):
+                failed, tokens = _write_record(out, index, requests[index], outcome,
+                                               failed, tokens)
+        else:
+            from structspec.replicas import Replicas
+
+            with Replicas(args.model, replicas=replicas, threads=args.threads,
+                          **engine) as pool:
+                where = f"on {pool.replicas} replicas of {pool.threads} thread(s)"
+                outcomes = pool.map((run_arguments(r) for r in requests), errors="return")
+                for index, outcome in enumerate(outcomes):
+                    failed, tokens = _write_record(out, index, requests[index], outcome,
+                                                   failed, tokens)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    seconds = time.perf_counter() - start
+    print(f"structspec: {len(requests)} requests ({failed} failed) {where}: {tokens} tokens "
+          f"in {seconds:.2f} s ({tokens / seconds if seconds > 0 else 0.0:.1f} tokens/s, "
+          f"model loading included)", file=sys.stderr)
+    _flush_compile_cache()
+    return EXIT_GENERATION_FAILED if failed else 0
+
+
+def _write_record(out: Any, index: int, request: dict[str, Any], outcome: Any, failed: int,
+                  tokens: int) -> tuple[int, int]:
+    """Write one result line; the running counts of failed requests and new tokens."""
+    from structspec.batch import record
+
+    out.write(json.dumps(record(index, request, outcome), ensure_ascii=False) + "\n")
+    out.flush()
+    if isinstance(outcome, BaseException):
+        return failed + 1, tokens
+    return failed, tokens + outcome.stats.new_tokens
+
+
+def _open_output(path: str) -> Any:
+    """``--output``'s file, open for writing."""
+    try:
+        return open(Path(path).expanduser(), "w", encoding="utf-8")
+    except OSError as exc:
+        raise _UsageError(f"--output: cannot write {path!r}: {exc.strerror or exc}") from exc
+
+
 def _flush_compile_cache() -> None:
     """Keep the masks this call computed for the next call (the on-disk compile cache)."""
     from structspec.automata.cache import disk_cache
@@ -359,7 +478,10 @@ def _flush_compile_cache() -> None:
 
 
 def _quiet_transformers() -> None:
-    """Keep library progress bars and warnings off the terminal: stdout is the output."""
+    """Keep library progress bars and warnings off the terminal: stdout is the output. The
+    environment says it too, for the replicas ``batch`` starts (they inherit it)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
         from transformers.utils import logging as hf_logging
 
@@ -374,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)  # argparse exits with 2 on its own usage errors
     try:
-        return _generate(args)
+        return _batch(args) if args.command == "batch" else _generate(args)
     except (_UsageError, ValueError, StructSpecError) as exc:
         if isinstance(exc, GenerationError):
             print(f"structspec: generation failed: {exc}", file=sys.stderr)

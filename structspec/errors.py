@@ -10,9 +10,28 @@ This module imports nothing of ours (it sits at the bottom of the dependency ord
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class StructSpecError(Exception):
-    """Base class of every error raised by structspec on purpose."""
+    """Base class of every error raised by structspec on purpose.
+
+    Errors pickle as they are (a process pool hands them back to the caller): the message
+    and every attribute, not ``type(err)(*err.args)`` — most subclasses build their message
+    from their arguments, which pickle's default would do twice."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _restore, (type(self), self.args, self.__dict__)
+
+
+def _restore(cls: type[StructSpecError], args: tuple[Any, ...],
+             state: dict[str, Any]) -> StructSpecError:
+    """An error of class ``cls`` with ``args`` and attributes ``state``, its
+    ``__init__`` not called (what :meth:`StructSpecError.__reduce__` pickles)."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class SchemaError(StructSpecError, ValueError):

@@ -23,7 +23,7 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_help_works_for_every_command():
-    for argv in (["--help"], ["generate", "--help"]):
+    for argv in (["--help"], ["generate", "--help"], ["batch", "--help"]):
         result = subprocess.run([sys.executable, "-m", "structspec", *argv],
                                 capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert result.returncode == 0

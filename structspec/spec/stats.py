@@ -16,6 +16,11 @@ from typing import Any
 from structspec.engine import DecodeStats
 
 
+def count_pair() -> list[int]:
+    """A ``[proposed, accepted]`` count pair (a module function: the stats pickle)."""
+    return [0, 0]
+
+
 @dataclass
 class SpecStats(DecodeStats):
     """:class:`~structspec.engine.DecodeStats` plus what speculation did.
@@ -56,7 +61,7 @@ class SpecStats(DecodeStats):
     accepted_tokens: int = 0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
-    per_drafter: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    per_drafter: dict[str, list[int]] = field(default_factory=lambda: defaultdict(count_pair))
     per_depth: list[list[int]] = field(default_factory=list)
     budgets: list[int] = field(default_factory=list)
     per_drafter_depth: dict[str, list[list[int]]] = field(default_factory=dict)

@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from structspec.engine import DecodeStats
-from structspec.spec.stats import SpecStats
+from structspec.spec.stats import SpecStats, count_pair
 
 # DecodeStats fields that add up across decodes.
 _SUMMED = ("prompt_tokens", "new_tokens", "forward_passes", "seconds", "prefill_seconds",
@@ -50,7 +50,7 @@ class StatsTotals:
             self.validation_failures = 0
             self.sums: dict[str, float] = dict.fromkeys(_SUMMED, 0)
             self.spec_sums: dict[str, float] = dict.fromkeys(_SPEC_SUMMED, 0)
-            self.per_drafter: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+            self.per_drafter: dict[str, list[int]] = defaultdict(count_pair)
             self.per_depth: list[list[int]] = []
 
     def add(self, stats: DecodeStats | None) -> None:
