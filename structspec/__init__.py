@@ -43,8 +43,10 @@ from structspec.vocab import Vocabulary
 
 if TYPE_CHECKING:
     from structspec.api import Generator, Result, generate
+    from structspec.replicas import Replicas
 
-_LAZY = {"Generator": "structspec.api", "Result": "structspec.api", "generate": "structspec.api"}
+_LAZY = {"Generator": "structspec.api", "Result": "structspec.api", "generate": "structspec.api",
+         "Replicas": "structspec.replicas"}
 
 
 def __getattr__(name: str) -> Any:
@@ -67,6 +69,7 @@ __all__ = [
     "Limits",
     "ModelLoadError",
     "RegexConstraint",
+    "Replicas",
     "ResourceLimitError",
     "Result",
     "SchemaError",

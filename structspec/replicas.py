@@ -3,18 +3,20 @@ process, sharing out a batch of requests.
 
 One sequence decodes one pass at a time, and on a CPU a pass of one row barely uses a second
 core (one core already streams the weights about as fast as the memory delivers them): the
-default model's speculative passes at two threads take ~0.9x the time of one. Two processes
-of one thread each, on the 2-core machine this project runs on, decoded 20 function calls in
-0.74x the time one process at two threads took (plain decoding 0.67x; ``benchmarks/
-replicas.py``). With several GPUs, a replica per GPU.
+default model's speculative requests at two threads take ~0.9x the time of one. Two
+processes of one thread each, on the 2-core machine this project runs on, decoded 20 function
+calls in 0.68x the time one process at two threads took (plain decoding 0.56x;
+``benchmarks/replicas.py``). With several GPUs, a replica per GPU.
 
 DESIGN.md sketched the replicas as verifiers of a batch's trees with the drafting on rank
 0. They are whole decoders here instead: a request's drafting is a few percent of its time,
 while a verifier fed by another process pays a round trip per pass; whole replicas exchange
 nothing but the requests and their results, need no ``torch.distributed`` group or launcher,
 and each keeps its own acceptance statistics, as a :class:`Generator` does. Greedy outputs
-are the same as one Generator's (every pass's numbers are a row's own, whatever the process);
-sampled ones follow their seeds.
+are one Generator's: a row's numbers depend neither on the pass nor on the process, and on
+the packed CPU kernels not on the thread count either (``benchmarks/replicas.py``: 40 of 40
+identical, one process at two threads against replicas at one); sampled ones follow their
+seeds.
 
 The pool is :class:`concurrent.futures.ProcessPoolExecutor` (spawned processes: a forked
 torch is not safe), which already hands each request to the next free replica and reports a
@@ -147,7 +149,10 @@ class Replicas:
             up with :class:`DistributedError`.
 
     The constructor returns once every replica has loaded the model. Use as a context
-    manager, or call :meth:`close`. Thread-safe: :meth:`submit`, :meth:`run` and
+    manager, or call :meth:`close`. The replicas are spawned: they import the calling
+    script's main module again, so a script starts them under ``if __name__ ==
+    "__main__":``, and a Pydantic model class passed as a schema must be importable
+    (defined at a module's top level). Thread-safe: :meth:`submit`, :meth:`run` and
     :meth:`map` may be called from several threads.
 
     Raises:
