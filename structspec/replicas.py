@@ -113,7 +113,11 @@ def _start(options: dict[str, Any], counter: Any, barrier: Any) -> None:
             pack=options["pack"], draft_model=options["draft_model"],
             int8_activations=options["int8_activations"])
     except BaseException as exc:  # reported by _report and by every request it takes
-        _REPLICA["error"] = exc
+        # A typed error goes back as it is; anything else (out of memory, a library's own
+        # exception, which may not even pickle) as a DistributedError that names it.
+        _REPLICA["error"] = exc if isinstance(exc, (StructSpecError, ValueError)) else \
+            DistributedError(f"replica {index} could not start on {_REPLICA['device']}: "
+                             f"{type(exc).__name__}: {exc}")
 
 
 def _report(timeout: float) -> tuple[int, str, BaseException | None]:

@@ -104,6 +104,12 @@ def test_a_model_that_does_not_load_is_reported_by_the_constructor(tmp_path):
     assert time.monotonic() - start < 120
 
 
+def test_an_untyped_start_up_failure_is_named_in_a_distributed_error(model_dir):
+    with pytest.raises(DistributedError, match="replica 0 could not start on nonsense: "
+                                               "RuntimeError"):
+        Replicas(str(model_dir), replicas=1, threads=1, device="nonsense")
+
+
 def test_a_replica_that_dies_is_a_distributed_error_not_a_hang(model_dir):
     with Replicas(str(model_dir), replicas=1, threads=1) as replicas:
         future = replicas.submit("Anything.", max_new_tokens=4000)
