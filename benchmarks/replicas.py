@@ -17,8 +17,9 @@ message, the call's schema; ``Generator.run`` shows the schema in the system mes
 ``code``, HumanEval infilling prefixes continued under the Python grammar (raw prompt), as
 ``benchmarks/speculative.py`` takes them.
 
-    python benchmarks/replicas.py --task json [--offset 150] [--n 20] [--replicas 2]
-        [--replica-threads 1] [--threads T] [--max-new-tokens N] [--json-out F]
+    python benchmarks/replicas.py --task json [--data FILE] [--offset 150] [--n 20]
+        [--replicas 2] [--replica-threads 1] [--threads T] [--device cpu|cuda]
+        [--max-new-tokens N] [--json-out F]
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from speculative import BFCL, CODE_DATA, _prompt_of, _read_rows, code_rows  # noqa: E402
 
 
-def requests_for(task: str, offset: int, n: int, max_new_tokens: int | None) -> list[dict]:
-    """``Generator.run`` keyword arguments of ``n`` tasks from ``offset``.
+def requests_for(task: str, offset: int, n: int, max_new_tokens: int | None,
+                 data: str | None = None) -> list[dict]:
+    """``Generator.run`` keyword arguments of ``n`` tasks from ``offset`` (``data``: another
+    task file of the same format).
 
     Raises:
         SystemExit: the task data is absent (the message names the file)."""
-    path = BFCL if task == "json" else CODE_DATA
+    path = Path(data) if data else BFCL if task == "json" else CODE_DATA
     if not path.exists():
         raise SystemExit(f"{path}: absent (the shared data folder is beside the repository)")
     rows = _read_rows(path)
@@ -100,6 +103,10 @@ def main() -> None:
     ap.add_argument("--replica-threads", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0,
                     help="torch threads of the one process (0: torch's default)")
+    ap.add_argument("--device", default="cpu",
+                    help="torch device of the one process and of every replica ('cuda': "
+                         "replica i on GPU i modulo the GPUs)")
+    ap.add_argument("--data", default=None, help="task file (as speculative.py --data)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args()
 
@@ -110,14 +117,14 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    requests = requests_for(args.task, args.offset, args.n, args.max_new_tokens)
-    warm = requests_for(args.task, 0, args.replicas, args.max_new_tokens)
+    requests = requests_for(args.task, args.offset, args.n, args.max_new_tokens, args.data)
+    warm = requests_for(args.task, 0, args.replicas, args.max_new_tokens, args.data)
     plain = [{**r, "speculative": False} for r in requests]
 
-    gen = Generator()
+    gen = Generator(device=args.device)
     in_process(gen, warm[:1])
     start = time.perf_counter()
-    pool = Replicas(replicas=args.replicas, threads=args.replica_threads)
+    pool = Replicas(replicas=args.replicas, threads=args.replica_threads, device=args.device)
     started = time.perf_counter() - start
     rows = []
     try:
@@ -147,7 +154,7 @@ def main() -> None:
               f"{r['identical']:>5}/{r['requests']}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({
-            "task": args.task, "offset": args.offset, "n": args.n,
+            "task": args.task, "offset": args.offset, "n": args.n, "device": args.device,
             "threads_one_process": torch.get_num_threads(), "replicas": args.replicas,
             "replica_threads": args.replica_threads, "replicas_start_s": round(started, 2),
             "machine": platform.processor() or platform.machine(), "rows": rows}, indent=1))

@@ -8,7 +8,8 @@
 #   float32; a model failing it is refused speculation), then runs benchmarks/speculative.py
 #   on the GPU for json, code and prose in float32 (the default model's dtype on every
 #   device), prose again with a lower draft-head floor (`_wide`), code and prose with the
-#   node bounds before session 44 (`_narrow`), JSON sampled at 0.7 (`_sampled`), then in
+#   node bounds before session 44 (`_narrow`), JSON sampled at 0.7 (`_sampled`), a batch of
+#   JSON calls on two replicas against one process (replicas_json_<device>.json), then in
 #   bfloat16 (other models' CUDA default) as time allows (DEADLINE seconds): speed, and
 #   speculative == plain output per task (its `identical` count), writing
 #   $OUT/speculative_<task>_<dtype>.json; everything is logged to $OUT/device_check.log.
@@ -102,6 +103,13 @@ TAG=narrow run prose float32 "${TASK_N:-10}" --max-nodes 8
 # tree pass's float32 rows are not bitwise a one-token step's, so a boundary may part them).
 [ ${#json_data[@]} -gt 0 ] && TAG=sampled run json float32 "${TASK_N:-10}" \
   --temperature 0.7 --top-p 0.95 "${json_data[@]}"
+# Two replicas on the one GPU against one process (session 65's structspec.replicas: spawned
+# processes initialising CUDA each; throughput of a batch, outputs against the one process's).
+left=$(( deadline - SECONDS ))
+[ ${#json_data[@]} -gt 0 ] && [ "$left" -gt 60 ] && timeout "$(( left < 150 ? left : 150 ))" \
+  "$PY" benchmarks/replicas.py --device "$DEVICE" --task json --offset 0 --n "${TASK_N:-10}" \
+  "${json_data[@]}" --replica-threads 4 --json-out "$OUT/replicas_json_$DEVICE.json" 2>&1 \
+  | grep -v "Loading weights"
 # bfloat16 (other models' CUDA default; not lossless in practice, session 32) as time allows.
 [ ${#json_data[@]} -gt 0 ] && run json bfloat16 "${TASK_N:-10}" "${json_data[@]}"
 run prose bfloat16 "${TASK_N:-10}"
