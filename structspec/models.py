@@ -55,6 +55,11 @@ def cache_root() -> Path:
     return Path(base) / "structspec"
 
 
+def is_default_model(spec: str | None) -> bool:
+    """Whether ``spec`` names the embedded default model (``None``, ``"default"``, its name)."""
+    return spec in _DEFAULT_ALIASES
+
+
 def embedded_gguf_path() -> Path:
     """The GGUF file of the embedded default model.
 

@@ -188,6 +188,10 @@ class Replicas:
                    "draft_model": None if draft_model is None else os.fspath(draft_model),
                    "device": device, "threads": self.threads, "speculation": speculation,
                    "pack": pack, "int8_activations": int8_activations}
+        from structspec.models import default_model_dir, is_default_model
+
+        if is_default_model(None if model is None else os.fspath(model)):
+            default_model_dir()  # a first run converts the embedded model here, not N times
         context = multiprocessing.get_context("spawn")
         self._pool = cf.ProcessPoolExecutor(
             max_workers=self.replicas, mp_context=context, initializer=_start,

@@ -170,3 +170,10 @@ def test_the_benchmark_sends_run_what_speculative_py_decodes(shared_data):
                                        "max_new_tokens"}] * 2
     assert code[0]["prompt"] == code[0]["grammar_prefix"] and code[0]["chat"] is False
     assert bench._outcome(GenerationError("m", "t", [1])) == ("GenerationError", "t")
+
+
+def test_the_embedded_model_is_known_by_its_aliases():
+    from structspec.models import is_default_model
+
+    assert all(is_default_model(s) for s in (None, "default", "smollm2"))
+    assert not is_default_model("some/other-model")
