@@ -134,6 +134,8 @@ def _build_parser() -> argparse.ArgumentParser:
                             "--device cuda, else one per core up to four")
     batch.add_argument("--threads", type=int, default=None, metavar="N",
                        help="torch threads of each replica (default: the cores shared out)")
+    batch.add_argument("--stats", action="store_true",
+                       help="print the batch's summed stats as JSON on stderr at the end")
     _add_engine_options(batch, tensor_parallel=False)
     return parser
 
@@ -422,7 +424,9 @@ def _batch(args: argparse.Namespace) -> int:
 
             if args.threads is not None:
                 torch.set_num_threads(args.threads)
-            outcomes = run_in_process(Generator(args.model, **engine), requests)
+            generator = Generator(args.model, **engine)
+            totals = generator.totals
+            outcomes = run_in_process(generator, requests)
             where = "in this process"
             for index, outcome in enumerate(outcomes):
                 failed, tokens = _write_record(out, index, requests[index], outcome,
@@ -432,6 +436,7 @@ def _batch(args: argparse.Namespace) -> int:
 
             with Replicas(args.model, replicas=replicas, threads=args.threads,
                           **engine) as pool:
+                totals = pool.totals
                 where = f"on {pool.replicas} replicas of {pool.threads} thread(s)"
                 outcomes = pool.map((run_arguments(r) for r in requests), errors="return")
                 for index, outcome in enumerate(outcomes):
@@ -444,6 +449,8 @@ def _batch(args: argparse.Namespace) -> int:
     print(f"structspec: {len(requests)} requests ({failed} failed) {where}: {tokens} tokens "
           f"in {seconds:.2f} s ({tokens / seconds if seconds > 0 else 0.0:.1f} tokens/s, "
           f"model loading included)", file=sys.stderr)
+    if args.stats:
+        print(json.dumps(totals.as_dict()), file=sys.stderr)
     _flush_compile_cache()
     return EXIT_GENERATION_FAILED if failed else 0
 

@@ -127,12 +127,19 @@ def _report(timeout: float) -> tuple[int, str, BaseException | None]:
     return _REPLICA["index"], _REPLICA["device"], _REPLICA.get("error")
 
 
-def _request(kwargs: dict[str, Any]) -> Any:
-    """One :meth:`Generator.run` on this replica."""
+def _request(kwargs: dict[str, Any]) -> tuple[Any, BaseException | None, StatsTotals]:
+    """One :meth:`Generator.run` on this replica: ``(result, None, totals)`` or, where it
+    raised a typed error, ``(None, error, totals)`` — the totals what the Generator counted
+    for this request alone (its attempts, a failure), for the caller's sum."""
     error = _REPLICA.get("error")
     if error is not None:
         raise error
-    return _REPLICA["generator"].run(**kwargs)
+    generator = _REPLICA["generator"]
+    generator.totals = StatsTotals()
+    try:
+        return generator.run(**kwargs), None, generator.totals
+    except (StructSpecError, ValueError) as exc:
+        return None, exc, generator.totals
 
 
 class Replicas:
@@ -179,10 +186,9 @@ class Replicas:
             raise ValueError(f"device must be a torch device string, not {device!r}")
         self.replicas, self.threads = default_layout(device, replicas, threads)
         self.device = device
-        #: Statistics summed over the requests that came back (every attempt of a lenient
-        #: request; validation failures are counted where they happened, in the replicas).
+        #: What the replicas' Generators counted for the requests that came back, summed:
+        #: the totals one Generator would show for them (thread-safe).
         self.totals = StatsTotals()
-        self._totals_lock = threading.Lock()
         self._fields = _parameters()
         options = {"model": None if model is None else os.fspath(model),
                    "draft_model": None if draft_model is None else os.fspath(draft_model),
@@ -268,19 +274,18 @@ class Replicas:
         if inner.cancelled():
             outer.cancel()
             return
-        error = inner.exception()
+        result, error = None, inner.exception()
         if isinstance(error, BrokenProcessPool):
             error = DistributedError(f"a replica process died while decoding: {error}")
-        stats = getattr(error, "stats", None) if error is not None else inner.result().stats
-        with self._totals_lock:
-            self.totals.add(stats)
-            self.totals.finish(error is None)
+        elif error is None:
+            result, error, totals = inner.result()
+            self.totals.merge(totals)
         if not outer.set_running_or_notify_cancel():
             return
         if error is not None:
             outer.set_exception(error)
         else:
-            outer.set_result(inner.result())
+            outer.set_result(result)
 
     def run(self, prompt: str, **kwargs: Any) -> Any:
         """One request, on the next free replica: :meth:`Generator.run`'s arguments and

@@ -85,10 +85,14 @@ def test_a_batch_writes_a_line_per_request_in_order_and_goes_on_after_a_failure(
     path = tmp_path / "r.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in requests) + "\n")
     out = tmp_path / "out.jsonl"
-    code = main(["batch", str(path), "--model", str(tiny_model_dir), "--output", str(out)])
+    code = main(["batch", str(path), "--model", str(tiny_model_dir), "--output", str(out),
+                 "--stats"])
     err = capsys.readouterr().err
     assert code == 1  # one request failed
     assert "4 requests (1 failed) in this process" in err
+    totals = json.loads(err.strip().splitlines()[-1])  # --stats: the batch's sums, last
+    # as a Generator counts them: the requests that reached decoding (not the bad schema)
+    assert totals["requests"] == 3 and totals["decodes"] == 3
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [line["index"] for line in lines] == [0, 1, 2, 3]
     assert [line.get("id") for line in lines] == ["json", "bad", None, 4]

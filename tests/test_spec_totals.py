@@ -80,3 +80,23 @@ def test_adds_from_threads_all_count():
     assert d["requests"] == d["decodes"] == 800 and d["new_tokens"] == 2400
     assert d["speculative"]["per_drafter"] == {"lookup": [1600, 800]}
     assert d["speculative"]["acceptance_per_depth"] == [1.0]
+
+
+def test_merged_totals_are_the_totals_of_all_their_decodes():
+    import pickle
+
+    decodes = [_spec(10, 4, 12, 6, [[4, 3], [3, 2]], lookup=[8, 4], forced=[4, 2]),
+               _spec(30, 4, 40, 26, [[4, 4], [4, 4], [4, 3]], lookup=[40, 26]),
+               DecodeStats(prompt_tokens=5, new_tokens=7, forward_passes=7, seconds=0.5)]
+    one, parts = StatsTotals(), [StatsTotals(), StatsTotals()]
+    for i, stats in enumerate(decodes):
+        for totals in (one, parts[i % 2]):
+            totals.add(stats)
+            totals.finish(i != 1)
+    one.validation_failed()
+    parts[1].validation_failed()
+    merged = StatsTotals()
+    for part in parts:  # as replicas send theirs: through pickle, lock and all
+        merged.merge(pickle.loads(pickle.dumps(part)))
+    assert merged.as_dict() == one.as_dict()
+    assert merged.per_drafter["never"] == [0, 0]  # still a counting dict after the trip

@@ -89,6 +89,48 @@ class StatsTotals:
             self.requests += 1
             self.failed_requests += 0 if ok else 1
 
+    def merge(self, other: StatsTotals) -> None:
+        """Add ``other``'s counts to these (another process's totals: a replica's per
+        request, :mod:`structspec.replicas`). Mutates ``self`` only."""
+        with other._lock:
+            counts = (other.requests, other.failed_requests, other.decodes,
+                      other.speculative_decodes, other.validation_failures)
+            sums, spec_sums = dict(other.sums), dict(other.spec_sums)
+            per_drafter = {k: list(v) for k, v in other.per_drafter.items()}
+            per_depth = [list(row) for row in other.per_depth]
+        with self._lock:
+            self.requests += counts[0]
+            self.failed_requests += counts[1]
+            self.decodes += counts[2]
+            self.speculative_decodes += counts[3]
+            self.validation_failures += counts[4]
+            for name, value in sums.items():
+                self.sums[name] += value
+            for name, value in spec_sums.items():
+                self.spec_sums[name] += value
+            for source, (proposed, accepted) in per_drafter.items():
+                row = self.per_drafter[source]
+                row[0] += proposed
+                row[1] += accepted
+            for d, (reached, accepted) in enumerate(per_depth):
+                if d == len(self.per_depth):
+                    self.per_depth.append([0, 0])
+                self.per_depth[d][0] += reached
+                self.per_depth[d][1] += accepted
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The counts without the lock (totals travel between processes)."""
+        with self._lock:
+            state = dict(self.__dict__)
+        del state["_lock"]
+        state["per_drafter"] = dict(state["per_drafter"])
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.per_drafter = defaultdict(count_pair, state["per_drafter"])
+        self._lock = threading.Lock()
+
     def as_dict(self) -> dict[str, Any]:
         """The totals and the rates derived from them, as a plain dict (for JSON)."""
         with self._lock:
