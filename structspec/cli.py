@@ -7,6 +7,10 @@ prints it exactly as generated; ``--prefix-file``/``--suffix-file`` complete cod
 prefix and a suffix (fill-in-the-middle); ``--stop line|statement|block`` lets it end only
 at a line end, at the end of the statement or of the block the cursor is in.
 
+``structspec batch REQUESTS.jsonl`` runs many requests (``Generator.run``'s arguments by name,
+one JSON object per line) in this process or on ``--replicas N`` processes, and writes a
+result line per request, in order (:mod:`structspec.batch`).
+
 Bad input (an invalid schema or grammar, a prefix that does not parse, an unknown model, a
 bad argument) prints one line ``structspec: error: ...`` and exits with status 2 — schema
 and grammar errors before the model loads; a generation that could not complete exits with
