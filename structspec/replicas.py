@@ -207,7 +207,7 @@ class Replicas:
         try:
             self._hello(start_timeout)
         except BaseException:
-            self.close()
+            self._abort()  # a replica may hang in its start: waiting for it would hang too
             raise
 
     def _hello(self, timeout: float) -> None:
@@ -336,8 +336,18 @@ class Replicas:
                 future.cancel()
 
     def close(self) -> None:
-        """Stop the replicas (requests still queued are cancelled). Idempotent."""
+        """Stop the replicas once their running requests end (queued ones are cancelled).
+        Idempotent."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _abort(self) -> None:
+        """Stop the replicas now, whatever they are doing."""
+        processes = list((getattr(self._pool, "_processes", None) or {}).values())
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.kill()
+        for process in processes:
+            process.join(timeout=30)
 
     def __enter__(self) -> Replicas:
         return self

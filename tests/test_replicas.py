@@ -118,6 +118,21 @@ def test_an_untyped_start_up_failure_is_named_in_a_distributed_error(model_dir):
         Replicas(str(model_dir), replicas=1, threads=1, device="nonsense")
 
 
+class _Stall:
+    """Unpickles (in the replica, as its start-up arguments arrive) into an hour's sleep."""
+
+    def __reduce__(self):
+        return time.sleep, (3600,)
+
+
+def test_a_replica_that_hangs_in_its_start_is_given_up_on_not_waited_for(model_dir):
+    start = time.monotonic()
+    with pytest.raises(DistributedError, match="did not load the model within 3 s"):
+        Replicas(str(model_dir), replicas=1, threads=1, start_timeout=3,
+                 speculation=_Stall())  # type: ignore[arg-type]
+    assert time.monotonic() - start < 60
+
+
 def test_a_replica_that_dies_is_a_distributed_error_not_a_hang(model_dir):
     with Replicas(str(model_dir), replicas=1, threads=1) as replicas:
         future = replicas.submit("Anything.", max_new_tokens=4000)
