@@ -20,6 +20,7 @@ status 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -401,7 +402,7 @@ def _batch(args: argparse.Namespace) -> int:
     replicas; a result line each, in order. Exit 1 where a request failed."""
     import time
 
-    from structspec.batch import read_requests, run_arguments, run_in_process
+    from structspec.batch import read_requests, record, run_arguments, run_in_process
 
     source = "stdin" if args.requests == "-" else args.requests
     text = sys.stdin.read() if args.requests == "-" else _read_text("REQUESTS", args.requests)
@@ -417,10 +418,11 @@ def _batch(args: argparse.Namespace) -> int:
     engine = {"device": args.device, "speculation": spec, "pack": not args.no_pack,
               "draft_model": args.draft_model,
               "int8_activations": not args.no_int8_activations}
-    out = sys.stdout if args.output is None else _open_output(args.output)
     failed = tokens = 0
     start = time.perf_counter()
-    try:
+    with contextlib.ExitStack() as stack:
+        out = sys.stdout if args.output is None else stack.enter_context(
+            _open_output(args.output))
         if replicas == 1:
             import torch
 
@@ -429,26 +431,24 @@ def _batch(args: argparse.Namespace) -> int:
             if args.threads is not None:
                 torch.set_num_threads(args.threads)
             generator = Generator(args.model, **engine)
-            totals = generator.totals
+            totals, where = generator.totals, "in this process"
             outcomes = run_in_process(generator, requests)
-            where = "in this process"
-            for index, outcome in enumerate(outcomes):
-                failed, tokens = _write_record(out, index, requests[index], outcome,
-                                               failed, tokens)
         else:
             from structspec.replicas import Replicas
 
-            with Replicas(args.model, replicas=replicas, threads=args.threads,
-                          **engine) as pool:
-                totals = pool.totals
-                where = f"on {pool.replicas} replicas of {pool.threads} thread(s)"
-                outcomes = pool.map((run_arguments(r) for r in requests), errors="return")
-                for index, outcome in enumerate(outcomes):
-                    failed, tokens = _write_record(out, index, requests[index], outcome,
-                                                   failed, tokens)
-    finally:
-        if out is not sys.stdout:
-            out.close()
+            pool = stack.enter_context(Replicas(args.model, replicas=replicas,
+                                                threads=args.threads, **engine))
+            totals = pool.totals
+            where = f"on {pool.replicas} replicas of {pool.threads} thread(s)"
+            outcomes = pool.map((run_arguments(r) for r in requests), errors="return")
+        for index, outcome in enumerate(outcomes):
+            out.write(json.dumps(record(index, requests[index], outcome),
+                                 ensure_ascii=False) + "\n")
+            out.flush()
+            if isinstance(outcome, BaseException):
+                failed += 1
+            else:
+                tokens += outcome.stats.new_tokens
     seconds = time.perf_counter() - start
     print(f"structspec: {len(requests)} requests ({failed} failed) {where}: {tokens} tokens "
           f"in {seconds:.2f} s ({tokens / seconds if seconds > 0 else 0.0:.1f} tokens/s, "
@@ -457,18 +457,6 @@ def _batch(args: argparse.Namespace) -> int:
         print(json.dumps(totals.as_dict()), file=sys.stderr)
     _flush_compile_cache()
     return EXIT_GENERATION_FAILED if failed else 0
-
-
-def _write_record(out: Any, index: int, request: dict[str, Any], outcome: Any, failed: int,
-                  tokens: int) -> tuple[int, int]:
-    """Write one result line; the running counts of failed requests and new tokens."""
-    from structspec.batch import record
-
-    out.write(json.dumps(record(index, request, outcome), ensure_ascii=False) + "\n")
-    out.flush()
-    if isinstance(outcome, BaseException):
-        return failed + 1, tokens
-    return failed, tokens + outcome.stats.new_tokens
 
 
 def _open_output(path: str) -> Any:
