@@ -289,6 +289,16 @@ def tiny_model(smollm_tokenizer):
     return LoadedModel(model, smollm_tokenizer, "tiny-random", eos)
 
 
+@pytest.fixture(scope="session")
+def tiny_model_dir(tiny_model, tmp_path_factory):
+    """The tiny random model saved as a local model directory: what a ``--model`` flag or
+    another process (``structspec.replicas``) loads."""
+    path = tmp_path_factory.mktemp("tiny-model")
+    tiny_model.model.save_pretrained(path)
+    tiny_model.tokenizer.save_pretrained(path)
+    return path
+
+
 def write_json_tasks(path: Path) -> Path:
     """Two small schema-constrained tasks in ``benchmarks/speculative.py``'s ``--data``
     format (a name of at most 8 characters and an integer age), written to ``path``."""

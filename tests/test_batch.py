@@ -66,14 +66,6 @@ def test_a_malformed_file_exits_2_before_the_model_loads(tmp_path, capsys):
     assert "--replicas must be a positive integer or 'auto'" in capsys.readouterr().err
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tiny_model, tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-model")
-    tiny_model.model.save_pretrained(path)
-    tiny_model.tokenizer.save_pretrained(path)
-    return path
-
-
 def test_a_batch_writes_a_line_per_request_in_order_and_goes_on_after_a_failure(
         tmp_path, capsys, tiny_model_dir):
     requests = [

@@ -157,15 +157,6 @@ def test_grammar_is_exclusive_with_schema_and_regex(capsys):
         assert "not allowed with" in capsys.readouterr().err
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tiny_model, tmp_path_factory):
-    """The tiny random model saved as a local model directory (for ``--model``)."""
-    path = tmp_path_factory.mktemp("tiny-model")
-    tiny_model.model.save_pretrained(path)
-    tiny_model.tokenizer.save_pretrained(path)
-    return path
-
-
 def test_grammar_output_goes_to_stdout_exactly(capsys, tmp_path, tiny_model_dir):
     import lark
 

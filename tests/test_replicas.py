@@ -40,28 +40,20 @@ def _outcome(outcome):
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_model, tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-model")
-    tiny_model.model.save_pretrained(path)
-    tiny_model.tokenizer.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def pool(model_dir):
-    with Replicas(str(model_dir), replicas=2, threads=1) as replicas:
+def pool(tiny_model_dir):
+    with Replicas(str(tiny_model_dir), replicas=2, threads=1) as replicas:
         yield replicas
 
 
 COUNTED = ("requests", "failed_requests", "decodes", "new_tokens", "prompt_tokens")
 
 
-def test_replicas_emit_what_one_generator_emits(pool, model_dir):
+def test_replicas_emit_what_one_generator_emits(pool, tiny_model_dir):
     before = pool.totals.as_dict()
     got = [_outcome(o) for o in pool.map(REQUESTS, errors="return")]
     after = pool.totals.as_dict()
     with torch_threads(1):
-        gen = Generator(str(model_dir))
+        gen = Generator(str(tiny_model_dir))
         want = []
         for request in REQUESTS:
             try:
@@ -112,10 +104,10 @@ def test_a_model_that_does_not_load_is_reported_by_the_constructor(tmp_path):
     assert time.monotonic() - start < 120
 
 
-def test_an_untyped_start_up_failure_is_named_in_a_distributed_error(model_dir):
+def test_an_untyped_start_up_failure_is_named_in_a_distributed_error(tiny_model_dir):
     with pytest.raises(DistributedError, match="replica 0 could not start on nonsense: "
                                                "RuntimeError"):
-        Replicas(str(model_dir), replicas=1, threads=1, device="nonsense")
+        Replicas(str(tiny_model_dir), replicas=1, threads=1, device="nonsense")
 
 
 class _Stall:
@@ -125,16 +117,16 @@ class _Stall:
         return time.sleep, (3600,)
 
 
-def test_a_replica_that_hangs_in_its_start_is_given_up_on_not_waited_for(model_dir):
+def test_a_replica_that_hangs_in_its_start_is_given_up_on_not_waited_for(tiny_model_dir):
     start = time.monotonic()
     with pytest.raises(DistributedError, match="did not load the model within 3 s"):
-        Replicas(str(model_dir), replicas=1, threads=1, start_timeout=3,
+        Replicas(str(tiny_model_dir), replicas=1, threads=1, start_timeout=3,
                  speculation=_Stall())  # type: ignore[arg-type]
     assert time.monotonic() - start < 60
 
 
-def test_a_replica_that_dies_is_a_distributed_error_not_a_hang(model_dir):
-    with Replicas(str(model_dir), replicas=1, threads=1) as replicas:
+def test_a_replica_that_dies_is_a_distributed_error_not_a_hang(tiny_model_dir):
+    with Replicas(str(tiny_model_dir), replicas=1, threads=1) as replicas:
         future = replicas.submit("Anything.", max_new_tokens=4000)
         for process in list(replicas._pool._processes.values()):
             process.kill()
