@@ -31,8 +31,30 @@ def run_fields() -> frozenset[str]:
     return frozenset(inspect.signature(Generator.run).parameters) - {"self"} | {ID}
 
 
-def read_requests(lines: Iterable[str], source: str = "requests") -> list[dict[str, Any]]:
-    """The requests of a JSON Lines text (blank lines skipped). Pure.
+def read_defaults(text: str, source: str = "defaults") -> dict[str, Any]:
+    """Arguments every request of a batch takes unless it sets them (a JSON object of
+    ``Generator.run``'s arguments: a schema shared by all the lines, a token budget). Pure.
+
+    Raises:
+        ValueError: not a JSON object, or a field ``run`` does not take (named)."""
+    try:
+        defaults = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{source}: not JSON: {exc.msg} (line {exc.lineno}, column "
+                         f"{exc.colno})") from exc
+    if not isinstance(defaults, dict):
+        raise ValueError(f"{source}: a JSON object of Generator.run's arguments, not "
+                         f"{type(defaults).__name__}")
+    unknown = sorted(k for k in defaults if k not in run_fields() - {ID})
+    if unknown:
+        raise ValueError(f"{source}: unknown field(s) {', '.join(unknown)}")
+    return defaults
+
+
+def read_requests(lines: Iterable[str], source: str = "requests",
+                  defaults: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The requests of a JSON Lines text (blank lines skipped), each over ``defaults``
+    (:func:`read_defaults`; a line's own fields win). Pure.
 
     Raises:
         ValueError: a line that is not a JSON object, holds a field ``Generator.run`` does
@@ -55,6 +77,7 @@ def read_requests(lines: Iterable[str], source: str = "requests") -> list[dict[s
         if unknown:
             raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)} (known: "
                              f"{', '.join(sorted(fields))})")
+        request = {**(defaults or {}), **request}
         if not isinstance(request.get("prompt"), str):
             raise ValueError(f"{where}: 'prompt' must be a string")
         requests.append(request)

@@ -133,6 +133,10 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="the requests, one JSON object per line (- reads stdin)")
     batch.add_argument("--output", metavar="FILE", default=None,
                        help="write the result lines here (default: stdout)")
+    batch.add_argument("--defaults", metavar="FILE_OR_JSON", default=None,
+                       help="a JSON object of arguments every request takes unless it sets "
+                            "them (a file or inline JSON), e.g. one schema for all the lines: "
+                            "'{\"schema\": {...}, \"max_new_tokens\": 128}'")
     batch.add_argument("--replicas", default="1", metavar="N",
                        help="processes decoding side by side, each with its own copy of the "
                             "model (default 1: this process); 'auto': one per GPU with "
@@ -402,11 +406,24 @@ def _batch(args: argparse.Namespace) -> int:
     replicas; a result line each, in order. Exit 1 where a request failed."""
     import time
 
-    from structspec.batch import read_requests, record, run_arguments, run_in_process
+    from structspec.batch import (
+        read_defaults,
+        read_requests,
+        record,
+        run_arguments,
+        run_in_process,
+    )
 
+    defaults = None
+    if args.defaults is not None:
+        inline = args.defaults.strip().startswith("{")
+        defaults = read_defaults(args.defaults if inline else
+                                 _read_text("--defaults", args.defaults) or "",
+                                 "--defaults" if inline else f"--defaults {args.defaults}")
     source = "stdin" if args.requests == "-" else args.requests
     text = sys.stdin.read() if args.requests == "-" else _read_text("REQUESTS", args.requests)
-    requests = read_requests((text or "").splitlines(), source)  # before the model loads
+    # the whole file is checked before the model loads
+    requests = read_requests((text or "").splitlines(), source, defaults)
     replicas = _replica_count(args.replicas)
     if args.threads is not None and args.threads < 1:
         raise _UsageError(f"--threads must be >= 1, got {args.threads}")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from structspec.api import Result
-from structspec.batch import read_requests, record
+from structspec.batch import read_defaults, read_requests, record
 from structspec.cli import main
 from structspec.engine import DecodeStats
 from structspec.errors import GenerationError, SchemaError
@@ -32,6 +32,25 @@ def test_requests_are_read_by_line_and_blank_lines_skipped():
 def test_a_malformed_line_is_refused_by_its_number(line, message):
     with pytest.raises(ValueError, match=message):
         read_requests(['{"prompt": "fine"}', line], "f.jsonl")
+
+
+def test_defaults_fill_what_a_line_leaves_out():
+    defaults = read_defaults('{"schema": {"type": "integer"}, "max_new_tokens": 9}')
+    lines = ['{"prompt": "a"}', '{"prompt": "b", "max_new_tokens": 3, "id": 1}']
+    assert read_requests(lines, defaults=defaults) == [
+        {"prompt": "a", "schema": {"type": "integer"}, "max_new_tokens": 9},
+        {"prompt": "b", "schema": {"type": "integer"}, "max_new_tokens": 3, "id": 1}]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"schema": {}, "temprature": 1}', r"d.json: unknown field\(s\) temprature"),
+    ('{"id": 1}', r"d.json: unknown field\(s\) id"),
+    ('[1]', "d.json: a JSON object of Generator.run's arguments, not list"),
+    ('{"schema": ', "d.json: not JSON: .*line 1"),
+])
+def test_bad_defaults_are_refused(text, message):
+    with pytest.raises(ValueError, match=message):
+        read_defaults(text, "d.json")
 
 
 def test_no_request_at_all_is_refused():
@@ -64,21 +83,28 @@ def test_a_malformed_file_exits_2_before_the_model_loads(tmp_path, capsys):
     path.write_text('{"prompt": "a"}\n')
     assert main(["batch", str(path), "--replicas", "0"]) == 2
     assert "--replicas must be a positive integer or 'auto'" in capsys.readouterr().err
+    assert main(["batch", str(path), "--defaults", '{"shema": {}}']) == 2
+    assert "--defaults: unknown field(s) shema" in capsys.readouterr().err
+    assert main(["batch", str(path), "--defaults", str(tmp_path / "none.json")]) == 2
+    assert "--defaults: cannot read" in capsys.readouterr().err
 
 
 def test_a_batch_writes_a_line_per_request_in_order_and_goes_on_after_a_failure(
         tmp_path, capsys, tiny_model_dir):
-    requests = [
-        {"id": "json", "prompt": "Name someone.", "schema": PERSON, "max_new_tokens": 24},
+    requests = [  # the first takes its schema and budget from --defaults
+        {"id": "json", "prompt": "Name someone."},
         {"id": "bad", "prompt": "x", "schema": {"type": "nope"}},
-        {"prompt": "A date.", "regex": "20[0-9][0-9]-0[1-9]"},
-        {"id": 4, "prompt": "Anything.", "max_new_tokens": 5, "temperature": 0.8, "seed": 3},
+        {"prompt": "A date.", "regex": "20[0-9][0-9]-0[1-9]", "schema": None},
+        {"id": 4, "prompt": "Anything.", "max_new_tokens": 5, "temperature": 0.8, "seed": 3,
+         "schema": None},
     ]
     path = tmp_path / "r.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in requests) + "\n")
     out = tmp_path / "out.jsonl"
+    defaults = tmp_path / "defaults.json"
+    defaults.write_text(json.dumps({"schema": PERSON, "max_new_tokens": 24}))
     code = main(["batch", str(path), "--model", str(tiny_model_dir), "--output", str(out),
-                 "--stats"])
+                 "--stats", "--defaults", str(defaults)])
     err = capsys.readouterr().err
     assert code == 1  # one request failed
     assert "4 requests (1 failed) in this process" in err
