@@ -198,3 +198,17 @@ def test_the_embedded_model_is_known_by_its_aliases():
 
     assert all(is_default_model(s) for s in (None, "default", "smollm2"))
     assert not is_default_model("some/other-model")
+
+
+def test_map_reads_an_endless_iterable_as_it_goes(pool):
+    import itertools
+
+    request = {"prompt": "A year.", "regex": "19[0-9][0-9]"}
+    results = pool.map(itertools.repeat(request), window=2)
+    first = list(itertools.islice(results, 3))
+    results.close()  # the ones still in flight are cancelled or finish unseen
+    assert len({r.text for r in first}) == 1  # greedy: the same request, the same text
+    with pytest.raises(ValueError, match="window must be a positive integer"):
+        next(pool.map([request], window=0))
+    with pytest.raises(ValueError, match="errors must be 'raise' or 'return'"):
+        next(pool.map([request], errors="ignore"))
