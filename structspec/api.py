@@ -17,6 +17,7 @@ prefix + output + suffix parses, at the stopping point ``stop`` (``"eof"``, ``"l
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import os
 import threading
@@ -573,6 +574,10 @@ def _model_value(model_cls: Any, value: Any) -> tuple[Any, str | None]:
                       f"{exc.error_count()} error(s))")
 
 
+#: The keyword arguments :meth:`Generator.run` takes (``prompt`` among them): what a request
+#: sent by name may hold (:mod:`structspec.replicas`, :mod:`structspec.batch`).
+RUN_PARAMETERS = frozenset(inspect.signature(Generator.run).parameters) - {"self"}
+
 _GENERATORS: dict[str | None, Generator] = {}
 _GENERATORS_LOCK = threading.Lock()
 
@@ -599,5 +604,5 @@ def generate(prompt: str, *, schema: Any = None, grammar: Any = None, model: str
     return get_generator(model).generate(prompt, schema=schema, grammar=grammar, **kwargs)
 
 
-__all__ = ["Generator", "GrammarError", "Result", "SchemaError", "generate", "get_generator",
-           "resolve_grammar"]
+__all__ = ["RUN_PARAMETERS", "Generator", "GrammarError", "Result", "SchemaError", "generate",
+           "get_generator", "resolve_grammar"]

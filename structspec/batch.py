@@ -13,7 +13,6 @@ loads.
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -24,43 +23,47 @@ from structspec.errors import GenerationError, StructSpecError
 ID = "id"
 
 
-def run_fields() -> frozenset[str]:
+def _fields() -> frozenset[str]:
     """The fields a request may hold: :meth:`Generator.run`'s parameters, and ``id``."""
-    from structspec.api import Generator
+    from structspec.api import RUN_PARAMETERS
 
-    return frozenset(inspect.signature(Generator.run).parameters) - {"self"} | {ID}
+    return RUN_PARAMETERS | {ID}
 
 
-def read_defaults(text: str, source: str = "defaults") -> dict[str, Any]:
-    """Arguments every request of a batch takes unless it sets them (a JSON object of
-    ``Generator.run``'s arguments: a schema shared by all the lines, a token budget). Pure.
+def _request_object(value: Any, where: str, fields: frozenset[str],
+                    what: str = "a request is a JSON object") -> dict[str, Any]:
+    """``value`` if it is a JSON object of ``fields`` only; else ``ValueError`` naming
+    ``where``, ``what`` it should be, or the fields."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: {what}, not {type(value).__name__}")
+    unknown = sorted(k for k in value if k not in fields)
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)} (known: "
+                         f"{', '.join(sorted(fields))})")
+    return value
+
+
+def check_defaults(defaults: Any, source: str = "defaults") -> dict[str, Any]:
+    """``defaults`` (parsed JSON) as the arguments every request of a batch takes unless it
+    sets them: a JSON object of ``Generator.run``'s arguments (a schema shared by all the
+    lines, a token budget). Pure.
 
     Raises:
         ValueError: not a JSON object, or a field ``run`` does not take (named)."""
-    try:
-        defaults = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{source}: not JSON: {exc.msg} (line {exc.lineno}, column "
-                         f"{exc.colno})") from exc
-    if not isinstance(defaults, dict):
-        raise ValueError(f"{source}: a JSON object of Generator.run's arguments, not "
-                         f"{type(defaults).__name__}")
-    unknown = sorted(k for k in defaults if k not in run_fields() - {ID})
-    if unknown:
-        raise ValueError(f"{source}: unknown field(s) {', '.join(unknown)}")
-    return defaults
+    return _request_object(defaults, source, _fields() - {ID},
+                           "a JSON object of Generator.run's arguments")
 
 
 def read_requests(lines: Iterable[str], source: str = "requests",
                   defaults: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The requests of a JSON Lines text (blank lines skipped), each over ``defaults``
-    (:func:`read_defaults`; a line's own fields win). Pure.
+    (:func:`check_defaults`; a line's own fields win). Pure.
 
     Raises:
         ValueError: a line that is not a JSON object, holds a field ``Generator.run`` does
             not take, or has no ``prompt`` (``source``, the line number and the field
             named); a text with no request at all."""
-    fields = run_fields()
+    fields = _fields()
     requests = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -70,14 +73,7 @@ def read_requests(lines: Iterable[str], source: str = "requests",
             request = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{where}: not JSON: {exc.msg} (column {exc.colno})") from exc
-        if not isinstance(request, dict):
-            raise ValueError(f"{where}: a request is a JSON object, not "
-                             f"{type(request).__name__}")
-        unknown = sorted(k for k in request if k not in fields)
-        if unknown:
-            raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)} (known: "
-                             f"{', '.join(sorted(fields))})")
-        request = {**(defaults or {}), **request}
+        request = {**(defaults or {}), **_request_object(request, where, fields)}
         if not isinstance(request.get("prompt"), str):
             raise ValueError(f"{where}: 'prompt' must be a string")
         requests.append(request)
@@ -106,7 +102,7 @@ def record(index: int, request: Mapping[str, Any], outcome: Any) -> dict[str, An
         line["error"] = error
         return line
     line["text"] = outcome.text
-    if outcome.value is not outcome.text and outcome.value != outcome.text:
+    if outcome.value != outcome.text:
         value = outcome.value
         line["value"] = value.model_dump() if hasattr(value, "model_dump") else value
     s = outcome.stats

@@ -38,19 +38,19 @@ class _UsageError(Exception):
     """A command-line argument that cannot be used (exit status 2)."""
 
 
-def _read_schema(value: str) -> Any:
-    """A schema from inline JSON or from a file path."""
+def _read_json(flag: str, value: str) -> Any:
+    """The JSON a flag gives inline or names by file path (``--schema``, ``--defaults``)."""
     text = value.strip()
     if text[:1] in "{[" or text in ("true", "false"):
-        source = "--schema"
+        source = flag
     else:
         path = Path(value).expanduser()
         if not path.is_file():
-            raise _UsageError(f"--schema: no such file {value!r} (pass a file or inline JSON)")
+            raise _UsageError(f"{flag}: no such file {value!r} (pass a file or inline JSON)")
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise _UsageError(f"--schema: cannot read {value!r}: {exc}") from exc
+            raise _UsageError(f"{flag}: cannot read {value!r}: {exc}") from exc
         source = str(path)
     try:
         return json.loads(text)
@@ -331,7 +331,7 @@ def _generate(args: argparse.Namespace) -> int:
         raise _UsageError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.temperature < 0:
         raise _UsageError(f"--temperature must be >= 0, got {args.temperature}")
-    schema = _read_schema(args.schema) if args.schema is not None else None
+    schema = _read_json("--schema", args.schema) if args.schema is not None else None
     if schema is not None:  # fail fast, before the model loads
         from structspec.automata.json_schema import check_json_schema
 
@@ -407,7 +407,7 @@ def _batch(args: argparse.Namespace) -> int:
     import time
 
     from structspec.batch import (
-        read_defaults,
+        check_defaults,
         read_requests,
         record,
         run_arguments,
@@ -416,10 +416,7 @@ def _batch(args: argparse.Namespace) -> int:
 
     defaults = None
     if args.defaults is not None:
-        inline = args.defaults.strip().startswith("{")
-        defaults = read_defaults(args.defaults if inline else
-                                 _read_text("--defaults", args.defaults) or "",
-                                 "--defaults" if inline else f"--defaults {args.defaults}")
+        defaults = check_defaults(_read_json("--defaults", args.defaults), "--defaults")
     source = "stdin" if args.requests == "-" else args.requests
     text = sys.stdin.read() if args.requests == "-" else _read_text("REQUESTS", args.requests)
     # the whole file is checked before the model loads

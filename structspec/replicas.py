@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
-import inspect
 import multiprocessing
 import os
 import threading
@@ -38,19 +37,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from structspec.api import RUN_PARAMETERS
 from structspec.errors import DistributedError, StructSpecError
 from structspec.spec.config import SpecConfig
 from structspec.spec.totals import StatsTotals
 
 #: What a replica holds once started (one process, one Generator).
 _REPLICA: dict[str, Any] = {}
-
-
-def _parameters() -> frozenset[str]:
-    """The keyword arguments :meth:`Generator.run` takes (``prompt`` among them)."""
-    from structspec.api import Generator
-
-    return frozenset(inspect.signature(Generator.run).parameters) - {"self"}
 
 
 def default_layout(device: str, replicas: int | None, threads: int | None) -> tuple[int, int]:
@@ -189,7 +182,6 @@ class Replicas:
         #: What the replicas' Generators counted for the requests that came back, summed:
         #: the totals one Generator would show for them (thread-safe).
         self.totals = StatsTotals()
-        self._fields = _parameters()
         options = {"model": None if model is None else os.fspath(model),
                    "draft_model": None if draft_model is None else os.fspath(draft_model),
                    "device": device, "threads": self.threads, "speculation": speculation,
@@ -239,10 +231,10 @@ class Replicas:
         if not isinstance(request, Mapping):
             raise ValueError(f"{where}: a request is a mapping of Generator.run's arguments, "
                              f"not a {type(request).__name__}")
-        unknown = sorted(str(k) for k in request if k not in self._fields)
+        unknown = sorted(str(k) for k in request if k not in RUN_PARAMETERS)
         if unknown:
             raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)} (known: "
-                             f"{', '.join(sorted(self._fields))})")
+                             f"{', '.join(sorted(RUN_PARAMETERS))})")
         if "prompt" not in request:
             raise ValueError(f"{where}: no 'prompt'")
         return dict(request)

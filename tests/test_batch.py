@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from structspec.api import Result
-from structspec.batch import read_defaults, read_requests, record
+from structspec.batch import check_defaults, read_requests, record
 from structspec.cli import main
 from structspec.engine import DecodeStats
 from structspec.errors import GenerationError, SchemaError
@@ -35,22 +36,21 @@ def test_a_malformed_line_is_refused_by_its_number(line, message):
 
 
 def test_defaults_fill_what_a_line_leaves_out():
-    defaults = read_defaults('{"schema": {"type": "integer"}, "max_new_tokens": 9}')
+    defaults = check_defaults({"schema": {"type": "integer"}, "max_new_tokens": 9})
     lines = ['{"prompt": "a"}', '{"prompt": "b", "max_new_tokens": 3, "id": 1}']
     assert read_requests(lines, defaults=defaults) == [
         {"prompt": "a", "schema": {"type": "integer"}, "max_new_tokens": 9},
         {"prompt": "b", "schema": {"type": "integer"}, "max_new_tokens": 3, "id": 1}]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('{"schema": {}, "temprature": 1}', r"d.json: unknown field\(s\) temprature"),
-    ('{"id": 1}', r"d.json: unknown field\(s\) id"),
-    ('[1]', "d.json: a JSON object of Generator.run's arguments, not list"),
-    ('{"schema": ', "d.json: not JSON: .*line 1"),
+@pytest.mark.parametrize(("value", "message"), [
+    ({"schema": {}, "temprature": 1}, r"d.json: unknown field\(s\) temprature"),
+    ({"id": 1}, r"d.json: unknown field\(s\) id"),
+    ([1], "d.json: a JSON object of Generator.run's arguments, not list"),
 ])
-def test_bad_defaults_are_refused(text, message):
+def test_bad_defaults_are_refused(value, message):
     with pytest.raises(ValueError, match=message):
-        read_defaults(text, "d.json")
+        check_defaults(value, "d.json")
 
 
 def test_no_request_at_all_is_refused():
@@ -86,7 +86,13 @@ def test_a_malformed_file_exits_2_before_the_model_loads(tmp_path, capsys):
     assert main(["batch", str(path), "--defaults", '{"shema": {}}']) == 2
     assert "--defaults: unknown field(s) shema" in capsys.readouterr().err
     assert main(["batch", str(path), "--defaults", str(tmp_path / "none.json")]) == 2
-    assert "--defaults: cannot read" in capsys.readouterr().err
+    assert "--defaults: no such file" in capsys.readouterr().err
+    assert main(["batch", str(path), "--defaults", '{"schema": ']) == 2
+    assert re.search(r"--defaults is not valid JSON: .*\(line 1, column \d+\)",
+                     capsys.readouterr().err)
+    (tmp_path / "d.json").write_text('{"schema": ')
+    assert main(["batch", str(path), "--defaults", str(tmp_path / "d.json")]) == 2
+    assert "d.json is not valid JSON: " in capsys.readouterr().err
 
 
 def test_a_batch_writes_a_line_per_request_in_order_and_goes_on_after_a_failure(

@@ -68,15 +68,21 @@ class StatsTotals:
                 self.speculative_decodes += 1
                 for name in _SPEC_SUMMED:
                     self.spec_sums[name] += getattr(stats, name)
-                for source, (proposed, accepted) in stats.per_drafter.items():
-                    row = self.per_drafter[source]
-                    row[0] += proposed
-                    row[1] += accepted
-                for d, (reached, accepted) in enumerate(stats.per_depth):
-                    if d == len(self.per_depth):
-                        self.per_depth.append([0, 0])
-                    self.per_depth[d][0] += reached
-                    self.per_depth[d][1] += accepted
+                self._count_drafts(stats.per_drafter, stats.per_depth)
+
+    def _count_drafts(self, per_drafter: dict[str, list[int]],
+                      per_depth: list[list[int]]) -> None:
+        """Add ``[proposed, accepted]`` per drafter and ``[reached, accepted]`` per depth
+        (the caller holds the lock)."""
+        for source, (proposed, accepted) in per_drafter.items():
+            row = self.per_drafter[source]
+            row[0] += proposed
+            row[1] += accepted
+        for d, (reached, accepted) in enumerate(per_depth):
+            if d == len(self.per_depth):
+                self.per_depth.append([0, 0])
+            self.per_depth[d][0] += reached
+            self.per_depth[d][1] += accepted
 
     def validation_failed(self) -> None:
         """Count one output that failed validation (a lenient schema's; retried or not)."""
@@ -108,15 +114,7 @@ class StatsTotals:
                 self.sums[name] += value
             for name, value in spec_sums.items():
                 self.spec_sums[name] += value
-            for source, (proposed, accepted) in per_drafter.items():
-                row = self.per_drafter[source]
-                row[0] += proposed
-                row[1] += accepted
-            for d, (reached, accepted) in enumerate(per_depth):
-                if d == len(self.per_depth):
-                    self.per_depth.append([0, 0])
-                self.per_depth[d][0] += reached
-                self.per_depth[d][1] += accepted
+            self._count_drafts(per_drafter, per_depth)
 
     def __getstate__(self) -> dict[str, Any]:
         """The counts without the lock (totals travel between processes)."""
