@@ -72,16 +72,12 @@ def _tokens(outcomes: list[Any]) -> int:
 
 
 def in_process(gen: Any, requests: list[dict]) -> tuple[float, list[Any]]:
-    """Seconds for ``requests`` one after another on ``gen``, and their outcomes."""
-    from structspec.errors import StructSpecError
+    """Seconds for ``requests`` one after another on ``gen``, and their outcomes (as
+    ``structspec batch`` runs them in one process)."""
+    from structspec.batch import run_in_process
 
-    outcomes: list[Any] = []
     start = time.perf_counter()
-    for request in requests:
-        try:
-            outcomes.append(gen.run(**request))
-        except StructSpecError as exc:
-            outcomes.append(exc)
+    outcomes = list(run_in_process(gen, requests))
     return time.perf_counter() - start, outcomes
 
 
