@@ -27,6 +27,7 @@
   where they are few (bitwise the whole rows'), in plain and speculative passes;
 - :mod:`~structspec.spec.attention`: grouped-query SDPA under tree masks on CPU;
 - :mod:`~structspec.spec.hugepages`: the packed panels in one huge-page arena (Linux);
+- :mod:`~structspec.spec.heap`: packing's freed heap handed back, file-backed memory told apart;
 - :mod:`~structspec.spec.cpu_paths`: all of these, in one call (:func:`use_fast_cpu_paths`);
 - :mod:`~structspec.spec.kv_cache`: a key-value cache that grows in place (CPU decodes).
 """

@@ -262,13 +262,6 @@ class DraftHead:
         #: tensor index costs microseconds each.
         self.vocab_ids: list[int] = self.vocab.tolist()
         self.embedding = model.get_input_embeddings()
-        out_w = model.get_output_embeddings().weight.detach()  # [V, H]
-        reduced = nn.Linear(out_w.shape[1], len(self.vocab), bias=False).to(device)
-        with torch.no_grad():
-            reduced.weight.copy_(out_w[self.vocab].float())
-        #: The output rows over the reduced vocabulary (a ``PackedLinear`` where packed).
-        self.reduced: nn.Module = reduced
-        self._dtype = torch.float32
         from structspec.spec.fastlinear import (
             PackedLinear,
             available_kernels,
@@ -276,6 +269,17 @@ class DraftHead:
             replace_linears,
             rounded_int8,
         )
+
+        head = model.get_output_embeddings()
+        # (a packed output layer gives its rows without bringing a released original back)
+        rows = (head.weight_rows(self.vocab) if isinstance(head, PackedLinear)
+                else head.weight.detach()[self.vocab].float())  # [Vr, H]
+        reduced = nn.Linear(rows.shape[1], len(self.vocab), bias=False).to(device)
+        with torch.no_grad():
+            reduced.weight.copy_(rows)
+        #: The output rows over the reduced vocabulary (a ``PackedLinear`` where packed).
+        self.reduced: nn.Module = reduced
+        self._dtype = torch.float32
 
         # The output rows are the target's: where its output layer is exactly Q8_0 (the
         # default model's), they run on integer panels with 8-bit activations, as the
@@ -301,9 +305,11 @@ class DraftHead:
         pack_linears(holder, "panel_f16" if half else None)  # a no-op off CPU float32
         # Its panels are read right after each verification pass, which evicts them: from
         # huge pages, two cold levels 0.95x the time (session 54, one thread).
+        from structspec.spec.heap import trim_heap
         from structspec.spec.hugepages import use_huge_pages
 
         use_huge_pages(holder)
+        trim_heap()  # what packing and the move freed (structspec.spec.heap)
         self.reduced = holder["reduced"]
         #: Per step block, what :meth:`step`'s lean path reads (``None``: the modules' path).
         self._lean = self._lean_blocks()

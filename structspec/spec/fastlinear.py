@@ -49,13 +49,17 @@ pass shapes cross rounding boundaries and grow to ~0.4 in the logits). Other lay
 
 :func:`pack_linears` swaps modules in place and keeps the originals, so :func:`unpack_linears`
 restores the model exactly. Packed weights are an extra copy of every linear weight (≈ the
-model's size again). Inference only (no autograd through the packed op).
+model's size again) — unless :func:`release_originals` lets the originals go: the float32
+and integer panels hold every weight exactly (a float panel is the weight's numbers
+reordered; an integer one the ``d*q + m`` they were recovered from), so an original is
+rebuilt from them bit for bit when something asks for it (``.original``, ``state_dict``,
+``unpack_linears``, autograd, ``.to()``). Inference only (no autograd through the packed op).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -93,6 +97,10 @@ QUANT_MAX_ROWS = 5
 QUANT_MAX_ROWS_AVX512 = 8
 # quant_max_rows() as of the last change (read on every pass, so not asked of C each time).
 _QUANT_MAX = [QUANT_MAX_ROWS]
+#: Output columns per panel (``PANEL`` in ``smallgemm.c`` and ``qdot.c``).
+PANEL = 16
+#: Bytes of an integer panel per block of 32 inputs (``QBYTES`` in ``qdot.c``).
+_QBYTES = 640
 # The native ``qdot`` module, set when the first integer panels are packed.
 _QDOT: list[Any] = [None]
 #: The prompt rows' kernel (``promptdot``), set where a layer gets prompt panels.
@@ -176,6 +184,22 @@ def cpu_float32(model: Any) -> bool:
     return param.device.type == "cpu" and param.dtype == torch.float32
 
 
+class _Released(nn.Module):
+    """What stands for a :class:`PackedLinear`'s original ``nn.Linear`` once its weight is
+    let go (:meth:`PackedLinear.release_original`): the bias, still a parameter under the
+    original's name, and what a rebuilt weight needs. No forward: the packed layer asks
+    for the original, which it rebuilds, whenever it would have run it."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.bias = linear.bias
+        #: Whether the released weight required grad (a rebuilt one does too).
+        self.weight_grad = linear.weight.requires_grad
+
+    def extra_repr(self) -> str:
+        return "weight released: in the panels"
+
+
 class PackedLinear(nn.Module):
     """An ``nn.Linear`` whose weight is packed once for a small-pass kernel. Inference only.
 
@@ -245,7 +269,11 @@ class PackedLinear(nn.Module):
         copied)."""
         import copy
 
-        original = copy.deepcopy(self.original, memo)
+        held = self._modules["original"]
+        # a released original is rebuilt for the copy alone (this layer stays released)
+        if isinstance(held, _Released):
+            held = self._rebuilt_linear(held)
+        original = cast(nn.Linear, copy.deepcopy(held, memo))
         again = rounded_int8(original) if self._rounded else None  # rounded again
         if again is None:
             again = PackedLinear(original, self.kernel, self._qpacked is not None)
@@ -254,9 +282,122 @@ class PackedLinear(nn.Module):
         return again
 
     @property
+    def original(self) -> nn.Linear:
+        """The replaced ``nn.Linear``; where :meth:`release_original` let it go, rebuilt
+        from the panels (bit for bit, with the same bias parameter) and kept from then on."""
+        held = self._modules["original"]
+        if isinstance(held, _Released):
+            held = self._rebuilt_linear(held)
+            self._modules["original"] = held
+        return cast(nn.Linear, held)
+
+    @original.setter
+    def original(self, linear: nn.Module) -> None:
+        # (nn.Module.__setattr__ registers a module before a property setter would run;
+        # this says the same for type checkers)
+        self._modules["original"] = linear
+
+    @property
+    def released(self) -> bool:
+        """Whether the original ``nn.Linear``'s weight is let go (:meth:`release_original`)."""
+        return isinstance(self._modules["original"], _Released)
+
+    @property
     def weight(self) -> torch.Tensor:
-        """The original (unpacked) weight, for code that inspects it."""
+        """The original (unpacked) weight, for code that inspects it (a released original
+        comes back for it: see :meth:`dense_weight` to read without keeping it)."""
         return self.original.weight
+
+    def dense_weight(self) -> torch.Tensor:
+        """The float32 weight ``[out, in]`` without autograd: the original's, or rebuilt
+        from the panels where the original is released (a fresh tensor, not kept)."""
+        if self.released:
+            return self._rebuild()
+        return self.original.weight.detach()
+
+    def weight_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` of :meth:`dense_weight` ``[len(ids), in]``, float32 and contiguous,
+        read from the float32 panels where the layer has them (without rebuilding the
+        rest)."""
+        ids = ids.to(torch.int64)
+        if self._floats_exact():
+            panels = self._packed.view(-1, self.in_features, PANEL)
+            return panels[ids // PANEL, :, ids % PANEL].contiguous()
+        return self.dense_weight().index_select(0, ids).to(torch.float32).contiguous()
+
+    def _floats_exact(self) -> bool:
+        """Whether float32 panels hold every weight (``"panel"``; not half, not rounded)."""
+        return (self.kernel in ("panel", "panel_int8") and self._ipacked is None
+                and not self._half and not self._rounded and self._packed.numel() > 0)
+
+    def releasable(self) -> bool:
+        """Whether the panels give the original weight back exactly (float32 or integer
+        panels of this layer's own weight; not oneDNN's opaque layout, half precision or a
+        drafter's rounded copy)."""
+        return not self._rounded and (self._floats_exact() or self._ipacked is not None)
+
+    def release_original(self) -> bool:
+        """Let the original ``nn.Linear``'s weight go, keeping only the panels, once a
+        rebuild from them has matched it bit for bit. True where it is released (now or
+        before); False where it cannot be (:meth:`releasable`, a subclass of ``nn.Linear``,
+        or a rebuild that differs). Whoever else holds the weight keeps it alive: a tied
+        output layer frees nothing (:func:`release_originals` skips those)."""
+        if self.released:
+            return True
+        held = self.original
+        if type(held) is not nn.Linear or not self.releasable():
+            return False
+        weight = held.weight
+        if weight.dtype != torch.float32 or weight.device.type != "cpu":
+            return False
+        rebuilt = self._rebuild()
+        if rebuilt.shape != weight.shape or not torch.equal(
+                rebuilt.view(torch.int32), weight.detach().contiguous().view(torch.int32)):
+            return False
+        self._modules["original"] = _Released(held)
+        return True
+
+    def _rebuild(self) -> torch.Tensor:
+        """The weight ``[out, in]`` from the panels, bit for bit what was packed."""
+        n, k = self.out_features, self.in_features
+        if self._ipacked is not None:
+            return _unpack_int8(self._ipacked, n, k, self._signed)
+        if not self._floats_exact():
+            raise ValueError(f"a {self.kernel} layer's panels do not hold its weight exactly")
+        panels = self._packed.view(-1, k, PANEL)
+        return panels.permute(0, 2, 1).reshape(-1, k)[:n].contiguous()
+
+    def _rebuilt_linear(self, released: _Released) -> nn.Linear:
+        """A new ``nn.Linear`` with the rebuilt weight and ``released``'s bias parameter."""
+        linear = nn.Linear(self.in_features, self.out_features, bias=False, device="meta")
+        linear.weight = nn.Parameter(self._rebuild(), requires_grad=released.weight_grad)
+        linear.bias = released.bias
+        return linear
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str,
+                            keep_vars: bool) -> None:
+        """A released original's weight under the key a held one has (rebuilt; its bias
+        follows from the placeholder, a parameter still)."""
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.released:
+            destination[prefix + "original.weight"] = self._rebuild()
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
+        """A state dict naming this layer's original brings a released one back first, so
+        that it loads as a held one does (the panels keep what they were packed from)."""
+        if self.released and any(key.startswith(prefix + "original.") for key in state_dict):
+            _ = self.original
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> PackedLinear:
+        """``.to()``, ``.half()``, ``.cuda()``…: a released original comes back first where
+        ``fn`` changes a tensor's device or dtype, so that it moves as a held one does."""
+        if self.released:
+            probe = torch.empty(0)
+            moved = fn(probe)
+            if moved.dtype != probe.dtype or moved.device != probe.device:
+                _ = self.original
+        return cast(PackedLinear, super()._apply(fn, *args, **kwargs))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
         if x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
@@ -348,6 +489,7 @@ class PackedLinear(nn.Module):
     def extra_repr(self) -> str:
         how = ", int8-activations" if self.int8 else (", exact-quantized" if self.quantized
                                                        else "")
+        how += ", original released" if self.released else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"packed={self.kernel}{how}")
 
@@ -356,6 +498,26 @@ def smallgemm() -> Any:
     """The native ``smallgemm`` module the ``"panel"`` layers run on (``None`` where it is not
     built)."""
     return _SMALLGEMM if _SMALLGEMM is not None else _native.load("smallgemm")
+
+
+def _unpack_int8(packed: torch.Tensor, n: int, k: int, signed: bool) -> torch.Tensor:
+    """The float32 weight ``[n, k]`` that ``qdot``'s integer panels ``packed`` hold, bit for
+    bit: ``d*q + m`` per block of 32 (``d*q`` is exact, so one rounding, as the recovery
+    checked; signed panels have no offsets, and there ``d*q`` alone is the weight). Layout
+    (``qdot.c``): per panel of 16 columns and block of 32 k, 8 groups of 4 k x 16 columns x
+    4 bytes, then 16 scales and 16 offsets (or sums, signed) as 4-byte words."""
+    blocks = k // block_quant.BLOCK
+    raw = packed.view(torch.uint8).view(-1, blocks, _QBYTES)  # [panels, blocks, 640]
+    panels = raw.shape[0]
+    q = raw[:, :, :512].reshape(panels, blocks, 8, PANEL, 4).view(torch.int8)
+    q = q.permute(0, 3, 1, 2, 4).reshape(panels * PANEL, k)[:n]  # [n, k]
+    words = raw[:, :, 512:].contiguous().view(torch.float32)  # [panels, blocks, 32]
+    d = words[:, :, :PANEL].permute(0, 2, 1).reshape(panels * PANEL, blocks)[:n]
+    weight = q.to(torch.float32).view(n, blocks, block_quant.BLOCK) * d.unsqueeze(-1)
+    if not signed:
+        m = words[:, :, PANEL:].permute(0, 2, 1).reshape(panels * PANEL, blocks)[:n]
+        weight = weight + m.unsqueeze(-1)
+    return weight.reshape(n, k).contiguous()
 
 
 def _recover(gemm: Any, weight: torch.Tensor
@@ -520,6 +682,29 @@ def unpack_linears(model: nn.Module) -> nn.Module:
                 setattr(parent, name, child.original)
     release_huge_pages(model)
     return model
+
+
+def release_originals(model: nn.Module) -> int:
+    """Let go of the original weights of ``model``'s packed linears where the panels give
+    them back exactly (:meth:`PackedLinear.release_original`) and nothing else in ``model``
+    holds them (a tied output layer shares the input embedding: freeing it would free
+    nothing), where they live in the process's own memory: a weight mapped from its
+    checkpoint file (:func:`~structspec.spec.heap.file_backed`) is the OS's page cache,
+    which letting go would not shrink. In place; returns how many were released. Saves a
+    float32 copy of each such weight: the model's size again for a float model converted
+    on loading (a bfloat16 checkpoint run in float32)."""
+    from structspec.spec.heap import file_backed
+
+    holders: dict[int, int] = {}
+    for module in model.modules():
+        for param in module._parameters.values():
+            if param is not None:
+                holders[id(param)] = holders.get(id(param), 0) + 1
+    layers = [layer for layer in model.modules() if isinstance(layer, PackedLinear)
+              and not layer.released and holders.get(id(layer.original.weight), 0) == 1]
+    mapped = file_backed([layer.original.weight.data_ptr() for layer in layers])
+    return sum(1 for layer, in_file in zip(layers, mapped)
+               if not in_file and layer.release_original())
 
 
 def is_packed(model: nn.Module) -> bool:

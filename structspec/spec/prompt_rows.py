@@ -89,7 +89,7 @@ def use_prompt_panels(model: Any) -> int:
             n, k = layer.out_features, layer.in_features
             if k % block:
                 continue
-            weight = layer.original.weight.detach().to(torch.float32).contiguous()
+            weight = layer.dense_weight().to(torch.float32).contiguous()
             panels = torch.empty(mod.packed_bytes(n, k), dtype=torch.uint8)
             mod.pack(panels.data_ptr(), weight.data_ptr(), n, k)
             layer.prompt_panels = panels

@@ -119,14 +119,13 @@ def gathered_logits(head: fastlinear.PackedLinear, x: torch.Tensor, ids: torch.T
     if head.int8:
         return fastlinear.gathered_int8(head, x, ids)
     gemm = fastlinear.smallgemm()
-    weight = head.original.weight.detach()
     k = head.in_features
     n = int(ids.numel())
-    sub = weight.index_select(0, ids).to(torch.float32).contiguous()  # [n, H]
+    sub = head.weight_rows(ids)  # [n, H]
     packed = torch.empty(gemm.packed_size(n, k), dtype=torch.float32)
     gemm.pack(packed.data_ptr(), sub.data_ptr(), n, k, False)
-    bias = None if head.original.bias is None else (
-        head.original.bias.detach().index_select(0, ids).to(torch.float32).contiguous())
+    bias = None if head._bias is None else (
+        head._bias.index_select(0, ids).to(torch.float32).contiguous())
     x = x.to(torch.float32).contiguous()
     m = x.numel() // k
     out = torch.empty(m, n, dtype=torch.float32)
