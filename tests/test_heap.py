@@ -10,7 +10,7 @@ import torch
 
 from structspec.spec import cpu_paths, heap
 from structspec.spec.fastlinear import is_packed, packing_available
-from tests.conftest import q4_llama
+from tests.conftest import load_benchmark, q4_llama
 
 
 def test_trim_heap_runs_where_glibc_has_it():
@@ -59,3 +59,26 @@ def test_a_model_that_is_not_packed_is_not_trimmed(monkeypatch):
     model = q4_llama(hidden=64).to(torch.float64)
     cpu_paths.use_fast_cpu_paths(model)
     assert not is_packed(model) and calls == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_file_backed_tells_a_mapped_file_from_the_process_memory(tmp_path):
+    """A tensor over a file mapping is file-backed; one torch allocated is not."""
+    import numpy as np
+
+    path = tmp_path / "weights.bin"
+    np.arange(4096, dtype=np.float32).tofile(path)
+    mapped = torch.from_numpy(np.memmap(path, dtype=np.float32, mode="r+"))
+    own = torch.arange(4096, dtype=torch.float32)
+    assert heap.file_backed([mapped.data_ptr(), own.data_ptr()]) == [True, False]
+
+
+def test_file_backed_without_proc_counts_memory_as_own(monkeypatch, tmp_path):
+    monkeypatch.setattr(heap, "_MAPS", tmp_path / "absent")
+    assert heap.file_backed([1, 2]) == [False, False]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
+def test_memory_benchmark_reads_this_process():
+    rollup = load_benchmark("memory.py").rollup()
+    assert set(rollup) == {"rss", "pss", "anon", "file"} and rollup["rss"] > 0
