@@ -7,10 +7,10 @@ import sys
 
 import pytest
 import torch
+from conftest import load_benchmark, q4_llama
 
 from structspec.spec import cpu_paths, heap
 from structspec.spec.fastlinear import is_packed, packing_available
-from tests.conftest import load_benchmark, q4_llama
 
 
 def test_trim_heap_runs_where_glibc_has_it():

@@ -8,6 +8,7 @@ import copy
 
 import pytest
 import torch
+from conftest import q4_llama
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -20,7 +21,6 @@ from structspec.spec.fastlinear import (
     release_originals,
     unpack_linears,
 )
-from tests.conftest import q4_llama
 
 PANEL = "panel" in available_kernels()
 INT8 = "panel_int8" in available_kernels(approx=True)
