@@ -98,6 +98,25 @@ def test_native_recovery_is_the_numpy_twin(n, blocks, seed, kinds, spoil):
             assert np.array_equal(_bits(a), _bits(b))
 
 
+@native_q
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("spoil_at", [None, 0, 17_000, -1])
+def test_native_recovery_of_a_large_weight_over_threads(threads, spoil_at):
+    """A weight of 19,200 blocks, enough for the recovery to split over threads: the numpy
+    twin's numbers, and a single spoiled bit anywhere — the first block, one in a later
+    thread's share, the last — refuses the whole weight."""
+    w = _quantized(600, 1024, 5, "48")
+    if spoil_at is not None:
+        w.view(np.uint32).reshape(-1)[spoil_at * BLOCK + 3] ^= 1
+    with torch_threads(threads):
+        theirs = _native_recover(w)
+    ours = recover(w)
+    assert (ours is None) == (theirs is None) == (spoil_at is not None)
+    if ours is not None:
+        for a, b in zip(ours, theirs, strict=True):
+            assert np.array_equal(_bits(a), _bits(b))
+
+
 @pytest.mark.parametrize("weight", [
     np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32),  # a float32 model
     np.zeros((4, 48), np.float32),  # k not a multiple of 32

@@ -850,23 +850,30 @@ __attribute__((target("f16c"))) static int is_half(float v) {
     return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT)) == v;
 }
 
+/* Whether scale d and offset m give back every weight of a block, q clamped to lo..hi: the
+ * scalar reference's steps (q = roundeven((w - m) / d), clamped; back = d*q + m, where d*q
+ * is exact, so fused or not it is one rounding, as numpy's) on 8 lanes at a time, the same
+ * IEEE operations in each lane, so the same bits; q is written only where all 32 match. */
 __attribute__((target("avx2,fma,f16c"))) static int try_block(const float *w, float d,
                                                                  float m, int lo, int hi,
                                                                  int8_t *q) {
     if (!(d > 0.0f)) return 0;
-    float t[SG_QK];
-    uint32_t diff = 0;
-    for (int i = 0; i < SG_QK; i++) {
-        float v = __builtin_roundevenf((w[i] - m) / d);
-        v = v < (float)lo ? (float)lo : (v > (float)hi ? (float)hi : v);
-        t[i] = (float)(int)v; /* as the kernel widens it from its byte: never -0.0 */
-        float back = d * t[i] + m; /* d*t is exact: fused or not, one rounding, as numpy's */
-        uint32_t a, b;
-        memcpy(&a, &back, 4);
-        memcpy(&b, &w[i], 4);
-        diff |= a ^ b;
+    const __m256 vd = _mm256_set1_ps(d), vm = _mm256_set1_ps(m);
+    const __m256 vlo = _mm256_set1_ps((float)lo), vhi = _mm256_set1_ps((float)hi);
+    __m256i diff = _mm256_setzero_si256();
+    int32_t t[SG_QK];
+    for (int c = 0; c < SG_QK; c += 8) {
+        __m256 wv = _mm256_loadu_ps(w + c);
+        __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_sub_ps(wv, vm), vd),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm256_min_ps(_mm256_max_ps(v, vlo), vhi); /* (w, d, m finite: never NaN) */
+        __m256i ti = _mm256_cvtps_epi32(v);            /* integral already: exact */
+        __m256 back = _mm256_add_ps(_mm256_mul_ps(vd, _mm256_cvtepi32_ps(ti)), vm);
+        diff = _mm256_or_si256(diff, _mm256_xor_si256(_mm256_castps_si256(back),
+                                                      _mm256_castps_si256(wv)));
+        _mm256_storeu_si256((__m256i *)(void *)(t + c), ti);
     }
-    if (diff) return 0;
+    if (!_mm256_testz_si256(diff, diff)) return 0;
     for (int i = 0; i < SG_QK; i++) q[i] = (int8_t)t[i];
     return 1;
 }
@@ -924,8 +931,28 @@ static PyObject *sg_recover_q(PyObject *self, PyObject *args) {
     int8_t *qs = (int8_t *)(uintptr_t)q;
     float *ds = (float *)(uintptr_t)d, *ms = (float *)(uintptr_t)m;
     Py_ssize_t nb = n * (k / SG_QK);
-    for (Py_ssize_t b = 0; b < nb && ok; b++)
-        ok = recover_block(ws + b * SG_QK, qs + b * SG_QK, ds + b, ms + b);
+    /* Blocks are independent: split over the cores in chunks, each chunk skipped once any
+     * block has failed (a weight that is not block-quantized usually fails at its first). */
+    const Py_ssize_t chunk = 4096;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) if (nb > 4 * chunk)
+#endif
+    for (Py_ssize_t c0 = 0; c0 < nb; c0 += chunk) {
+        int mine;
+#ifdef _OPENMP
+#pragma omp atomic read
+#endif
+        mine = ok;
+        Py_ssize_t c1 = c0 + chunk < nb ? c0 + chunk : nb;
+        for (Py_ssize_t b = c0; b < c1 && mine; b++)
+            mine = recover_block(ws + b * SG_QK, qs + b * SG_QK, ds + b, ms + b);
+        if (!mine) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+            ok = 0;
+        }
+    }
     Py_END_ALLOW_THREADS
     return PyBool_FromLong(ok);
 #else
