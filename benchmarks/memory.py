@@ -1,9 +1,11 @@
-"""What a Generator holds in memory, stage by stage, as session 65 held it and as now.
+"""What a Generator holds in memory and how long it takes to start, stage by stage.
 
 Each variant runs in a fresh child process that imports structspec, loads the model, builds
 a ``Generator`` (packing its linears), runs a few requests, and reads Linux'
 ``/proc/self/smaps_rollup`` after each stage:
 
+- ``seconds``: the stage's time, in the ``now`` variant (the other runs today's code too,
+  with only the two memory steps below switched off);
 - ``rss``: resident set, as ``top`` shows it;
 - ``anon``: anonymous memory (the process's own: packed panels, KV cache, torch's heap) —
   what each extra process or replica really costs;
@@ -47,9 +49,17 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string"},
           "required": ["name", "age"]}
 
 
+_CLOCK = [0.0]
+
+
 def rollup() -> dict[str, float]:
-    """This process's memory in MB (see the module docstring)."""
-    out: dict[str, float] = {}
+    """This process's memory in MB (see the module docstring), and ``seconds`` since the
+    last call (the stage's time; the first call's since the clock started)."""
+    import time
+
+    now = time.perf_counter()
+    out: dict[str, float] = {"seconds": round(now - _CLOCK[0], 3) if _CLOCK[0] else 0.0}
+    _CLOCK[0] = now
     with open("/proc/self/smaps_rollup") as f:
         for line in f:
             parts = line.split()
@@ -63,6 +73,7 @@ def child(variant: str, model: str | None, threads: int, barrier: str | None,
     """One variant's stages, as a JSON line on stdout."""
     import time
 
+    _CLOCK[0] = time.perf_counter()
     stages: dict[str, dict[str, float]] = {"python": rollup()}
     import torch
 
@@ -97,6 +108,7 @@ def child(variant: str, model: str | None, threads: int, barrier: str | None,
                 break
             time.sleep(0.2)
         stages["all siblings up"] = rollup()
+        stages["all siblings up"]["seconds"] = 0.0  # (waiting, not working)
         Path(barrier, f"{os.getpid()}.done").touch()
         while len(list(Path(barrier).glob("*.done"))) < int(os.environ["MEM_SIBLINGS"]):
             if time.monotonic() > deadline:
@@ -151,13 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     results = {v: run_variant(v, args.model, args.threads, args.concurrent,
                               args.anonymous_weights) for v in VARIANTS}
     stages = list(results["now"][0]["stages"])
-    print(f"MB per process (first child of {args.concurrent}), {platform.machine()}")
+    print(f"MB per process (first child of {args.concurrent}), {platform.machine()}; "
+          f"seconds: the stage's time, now")
     print(f"{'stage':<22}" + "".join(f"{v + ' ' + f:>16}" for v in VARIANTS
-                                      for f in ("rss", "anon", "pss")))
+                                      for f in ("rss", "anon", "pss")) + f"{'seconds':>9}")
     for stage in stages:
         row = "".join(f"{results[v][0]['stages'][stage][f]:>16.0f}" for v in VARIANTS
                       for f in ("rss", "anon", "pss"))
-        print(f"{stage:<22}{row}")
+        print(f"{stage:<22}{row}{results['now'][0]['stages'][stage]['seconds']:>9.2f}")
     last = stages[-1]
     saved = (results["session65"][0]["stages"][last]["anon"]
              - results["now"][0]["stages"][last]["anon"])

@@ -81,4 +81,4 @@ def test_file_backed_without_proc_counts_memory_as_own(monkeypatch, tmp_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc (Linux)")
 def test_memory_benchmark_reads_this_process():
     rollup = load_benchmark("memory.py").rollup()
-    assert set(rollup) == {"rss", "pss", "anon", "file"} and rollup["rss"] > 0
+    assert set(rollup) == {"rss", "pss", "anon", "file", "seconds"} and rollup["rss"] > 0
