@@ -9,7 +9,8 @@ at a line end, at the end of the statement or of the block the cursor is in.
 
 ``structspec batch REQUESTS.jsonl`` runs many requests (``Generator.run``'s arguments by name,
 one JSON object per line) in this process or on ``--replicas N`` processes, and writes a
-result line per request, in order (:mod:`structspec.batch`).
+result line per request, in order (:mod:`structspec.batch`), with a progress bar on a
+terminal's stderr.
 
 Bad input (an invalid schema or grammar, a prefix that does not parse, an unknown model, a
 bad argument) prints one line ``structspec: error: ...`` and exits with status 2 — schema
@@ -145,6 +146,9 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="torch threads of each replica (default: the cores shared out)")
     batch.add_argument("--stats", action="store_true",
                        help="print the batch's summed stats as JSON on stderr at the end")
+    batch.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="a progress bar on stderr: requests done, failed, tokens/s, "
+                            "time left (default: when stderr is a terminal)")
     _add_engine_options(batch, tensor_parallel=False)
     return parser
 
@@ -456,6 +460,7 @@ def _batch(args: argparse.Namespace) -> int:
             where = f"on {pool.replicas} replicas of {pool.threads} thread(s)"
             outcomes = pool.map((run_arguments(r) for r in requests), errors="return")
         loaded = time.perf_counter()  # the model(s) loaded: the batch's own time from here
+        bar = _progress_bar(args.progress, len(requests), stack)
         for index, outcome in enumerate(outcomes):
             out.write(json.dumps(record(index, requests[index], outcome),
                                  ensure_ascii=False) + "\n")
@@ -464,6 +469,11 @@ def _batch(args: argparse.Namespace) -> int:
                 failed += 1
             else:
                 tokens += outcome.stats.new_tokens
+            if bar is not None:
+                elapsed = time.perf_counter() - loaded
+                bar.set_postfix(failed=failed, tokens_per_s=f"{tokens / elapsed:.1f}"
+                                if elapsed > 0 else "-", refresh=False)
+                bar.update(1)
     seconds = time.perf_counter() - loaded
     print(f"structspec: {len(requests)} requests ({failed} failed) {where}: {tokens} tokens "
           f"in {seconds:.2f} s ({tokens / seconds if seconds > 0 else 0.0:.1f} tokens/s) "
@@ -472,6 +482,18 @@ def _batch(args: argparse.Namespace) -> int:
         print(json.dumps(totals.as_dict()), file=sys.stderr)
     _flush_compile_cache()
     return EXIT_GENERATION_FAILED if failed else 0
+
+
+def _progress_bar(wanted: bool | None, total: int, stack: contextlib.ExitStack) -> Any:
+    """A tqdm bar over ``total`` requests on stderr, closed with ``stack``; None where
+    ``wanted`` is False, or None (the default) and stderr is not a terminal (a log file or
+    a pipe gets the summary line alone)."""
+    if wanted is False or (wanted is None and not sys.stderr.isatty()):
+        return None
+    from tqdm import tqdm
+
+    return stack.enter_context(tqdm(total=total, unit="req", file=sys.stderr,
+                                    dynamic_ncols=True, desc="structspec batch"))
 
 
 def _open_output(path: str) -> Any:

@@ -133,6 +133,23 @@ def test_a_batch_writes_a_line_per_request_in_order_and_goes_on_after_a_failure(
         assert first["value"] == json.loads(first["text"]) and "name" in first["value"]
 
 
+def test_a_progress_bar_counts_requests_on_stderr_when_asked(tmp_path, capsys,
+                                                              tiny_model_dir):
+    """--progress draws a bar of requests on stderr (stdout keeps the results alone); by
+    default a stderr that is not a terminal gets the summary line only."""
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p, "regex": "[0-9]{2}"}) + "\n"
+                            for p in ("One.", "Two.", "Three.")))
+    assert main(["batch", str(path), "--model", str(tiny_model_dir), "--progress"]) == 0
+    captured = capsys.readouterr()
+    assert "structspec batch" in captured.err and "3/3" in captured.err
+    assert "failed=0" in captured.err and "tokens_per_s" in captured.err
+    assert len(captured.out.splitlines()) == 3 and "3/3" not in captured.out
+    assert main(["batch", str(path), "--model", str(tiny_model_dir)]) == 0
+    err = capsys.readouterr().err
+    assert "3/3" not in err and "3 requests (0 failed)" in err
+
+
 def test_replicas_write_what_this_process_writes(tmp_path, capsys, tiny_model_dir):
     from tests.conftest import torch_threads
 
