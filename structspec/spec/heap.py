@@ -5,8 +5,8 @@ Packing (:mod:`structspec.spec.fastlinear`) makes short-lived copies of every li
 weight (the recovered quantized blocks), and :mod:`structspec.spec.hugepages` then copies
 the panels into one arena and frees the originals. torch takes that memory from glibc's
 ``malloc``, which keeps freed chunks in its heap for later requests instead of returning
-them: on the default model ~160 MB a process, a ninth of its resident memory, held for
-nothing after start-up (``benchmarks/memory.py``) — per replica, in
+them: on the default model ~120–160 MB a process, about a tenth of its resident memory,
+held for nothing after start-up (``benchmarks/memory.py``) — per replica, in
 :class:`~structspec.replicas.Replicas`. ``malloc_trim(0)`` gives those pages back; nothing
 that is in use moves. Why by hand: neither torch nor Python's standard library exposes it.
 
