@@ -318,12 +318,21 @@ class PackedLinear(nn.Module):
 
     def weight_rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` of :meth:`dense_weight` ``[len(ids), in]``, float32 and contiguous,
-        read from the float32 panels where the layer has them (without rebuilding the
-        rest)."""
-        ids = ids.to(torch.int64)
+        read from the panels where they hold the weight (the draft head takes a few
+        thousand rows of a 49,152-row output layer: without rebuilding the rest)."""
+        ids = ids.to(torch.int64).contiguous()
         if self._floats_exact():
             panels = self._packed.view(-1, self.in_features, PANEL)
             return panels[ids // PANEL, :, ids % PANEL].contiguous()
+        qdot = _QDOT[0]
+        if self._ipacked is not None and qdot is not None and hasattr(qdot, "gather"):
+            count, k = int(ids.numel()), self.in_features
+            if not count:
+                return torch.empty(0, k, dtype=torch.float32)
+            picked = torch.empty(qdot.packed_bytes(count, k), dtype=torch.uint8)
+            qdot.gather(picked.data_ptr(), self._ipacked.data_ptr(), ids.data_ptr(), count,
+                        self.out_features, k)
+            return _unpack_int8(picked, count, k, self._signed)
         return self.dense_weight().index_select(0, ids).to(torch.float32).contiguous()
 
     def _floats_exact(self) -> bool:
