@@ -68,6 +68,18 @@ def rollup() -> dict[str, float]:
     return out
 
 
+def _meet(barrier: str, mark: str, deadline: float) -> None:
+    """Leave ``mark`` in the folder ``barrier``, then wait (until ``deadline``) for every
+    sibling's (``MEM_SIBLINGS`` of them)."""
+    import time
+
+    Path(barrier, f"{os.getpid()}.{mark}").touch()
+    while len(list(Path(barrier).glob(f"*.{mark}"))) < int(os.environ["MEM_SIBLINGS"]):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
+
+
 def child(variant: str, model: str | None, threads: int, barrier: str | None,
           anonymous: bool) -> None:
     """One variant's stages, as a JSON line on stdout."""
@@ -101,19 +113,11 @@ def child(variant: str, model: str | None, threads: int, barrier: str | None,
         gen.run(prompt, schema=SCHEMA if "person" in prompt else None, max_new_tokens=40)
     stages["three requests"] = rollup()
     if barrier:  # concurrent children: measure while every sibling is alive
-        Path(barrier, f"{os.getpid()}.ready").touch()
         deadline = time.monotonic() + 300
-        while len(list(Path(barrier).glob("*.ready"))) < int(os.environ["MEM_SIBLINGS"]):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        _meet(barrier, "ready", deadline)
         stages["all siblings up"] = rollup()
         stages["all siblings up"]["seconds"] = 0.0  # (waiting, not working)
-        Path(barrier, f"{os.getpid()}.done").touch()
-        while len(list(Path(barrier).glob("*.done"))) < int(os.environ["MEM_SIBLINGS"]):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        _meet(barrier, "done", deadline)
     print(json.dumps({"variant": variant, "stages": stages}), flush=True)
 
 

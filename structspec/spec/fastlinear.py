@@ -58,6 +58,7 @@ rebuilt from them bit for bit when something asks for it (``.original``, ``state
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -324,15 +325,12 @@ class PackedLinear(nn.Module):
         if self._floats_exact():
             panels = self._packed.view(-1, self.in_features, PANEL)
             return panels[ids // PANEL, :, ids % PANEL].contiguous()
-        qdot = _QDOT[0]
-        if self._ipacked is not None and qdot is not None and hasattr(qdot, "gather"):
-            count, k = int(ids.numel()), self.in_features
+        if self._ipacked is not None and _QDOT[0] is not None:
+            count = int(ids.numel())
             if not count:
-                return torch.empty(0, k, dtype=torch.float32)
-            picked = torch.empty(qdot.packed_bytes(count, k), dtype=torch.uint8)
-            qdot.gather(picked.data_ptr(), self._ipacked.data_ptr(), ids.data_ptr(), count,
-                        self.out_features, k)
-            return _unpack_int8(picked, count, k, self._signed)
+                return torch.empty(0, self.in_features, dtype=torch.float32)
+            return _unpack_int8(_int8_columns(self, ids), count, self.in_features,
+                                self._signed)
         return self.dense_weight().index_select(0, ids).to(torch.float32).contiguous()
 
     def _floats_exact(self) -> bool:
@@ -618,6 +616,18 @@ def rounded_int8(linear: nn.Linear) -> PackedLinear | None:
     return packed
 
 
+def _int8_columns(layer: PackedLinear, ids: torch.Tensor) -> torch.Tensor:
+    """New integer panels holding output columns ``ids`` (int64, contiguous, not empty) of
+    ``layer``'s, in that order (qdot's gather: a column's bytes, scale and offset as they
+    were)."""
+    qdot, k, count = _QDOT[0], layer.in_features, int(ids.numel())
+    assert layer._ipacked is not None and qdot is not None  # both callers checked
+    packed = torch.empty(qdot.packed_bytes(count, k), dtype=torch.uint8)
+    qdot.gather(packed.data_ptr(), layer._ipacked.data_ptr(), ids.data_ptr(), count,
+                layer.out_features, k)
+    return packed
+
+
 def gathered_int8(layer: PackedLinear, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """``layer(x)[..., ids]`` ``[m, len(ids)]`` for an :attr:`PackedLinear.int8` layer and
     rows ``x`` ``[m, in]``, bit for bit, from those columns' integer panels alone (a column's
@@ -633,9 +643,7 @@ def gathered_int8(layer: PackedLinear, x: torch.Tensor, ids: torch.Tensor) -> to
     out = torch.empty(m, count, dtype=torch.float32)
     if not m or not count:
         return out
-    packed = torch.empty(qdot.packed_bytes(count, k), dtype=torch.uint8)
-    qdot.gather(packed.data_ptr(), layer._ipacked.data_ptr(), ids.data_ptr(), count,
-                layer.out_features, k)
+    packed = _int8_columns(layer, ids)
     bias = None if layer._bias is None else (
         layer._bias.index_select(0, ids).to(torch.float32).contiguous())
     qdot.linear(x.data_ptr(), m, k, packed.data_ptr(), count,
@@ -710,11 +718,8 @@ def release_originals(model: nn.Module) -> int:
     on loading (a bfloat16 checkpoint run in float32)."""
     from structspec.spec.heap import file_backed
 
-    holders: dict[int, int] = {}
-    for module in model.modules():
-        for param in module._parameters.values():
-            if param is not None:
-                holders[id(param)] = holders.get(id(param), 0) + 1
+    holders = collections.Counter(
+        id(param) for _, param in model.named_parameters(remove_duplicate=False))
     layers = [layer for layer in model.modules() if isinstance(layer, PackedLinear)
               and not layer.released and holders.get(id(layer.original.weight), 0) == 1]
     mapped = file_backed([layer.original.weight.data_ptr() for layer in layers])
